@@ -1,0 +1,8 @@
+//! meili-reconciler: keeps Meilisearch in step with LibreChat's MongoDB
+//! collections, with exactly one replica doing the cluster-wide work.
+//!
+//! The binary (`src/main.rs`) is a thin CLI over this library; integration
+//! tests drive the same entry points.
+
+pub mod config;
+pub mod telemetry;

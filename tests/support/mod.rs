@@ -1,0 +1,77 @@
+//! Shared harness for the integration tests: where the test servers are, and
+//! a unique namespace per test so tests run in parallel without interfering.
+//!
+//! Servers come from the environment (`MONGO_URI`, `MEILI_HOST`,
+//! `MEILI_MASTER_KEY`) so the same suite runs unchanged against real servers.
+//! When they are not set, the file written by `scripts/test-servers start`
+//! (`.test-servers/env` at the repository root) is read instead.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// The servers a test run talks to.
+#[derive(Clone, Debug)]
+pub struct TestServers {
+    pub mongo_uri: String,
+    pub meili_host: String,
+    pub meili_key: String,
+}
+
+fn env_file() -> HashMap<String, String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/.test-servers/env");
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return HashMap::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim().strip_prefix("export ").unwrap_or(line.trim());
+            let (k, v) = line.split_once('=')?;
+            Some((k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
+        })
+        .collect()
+}
+
+/// The servers from the environment, else from `.test-servers/env`.
+/// Panics with a hint when neither names them.
+pub fn servers() -> &'static TestServers {
+    static SERVERS: OnceLock<TestServers> = OnceLock::new();
+    SERVERS.get_or_init(|| {
+        let file = env_file();
+        let get = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .or_else(|| file.get(name).cloned())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{name} is not set and .test-servers/env does not name it: \
+                         run `scripts/test-servers start` (or set MONGO_URI, MEILI_HOST, MEILI_MASTER_KEY)"
+                    )
+                })
+        };
+        TestServers {
+            mongo_uri: get("MONGO_URI"),
+            meili_host: get("MEILI_HOST"),
+            meili_key: get("MEILI_MASTER_KEY"),
+        }
+    })
+}
+
+/// A name unique to this test process and call, usable as a MongoDB database
+/// name and as a Meilisearch index-uid prefix (`[A-Za-z0-9_]`).
+pub fn unique_name(tag: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let tag: String = tag
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(20)
+        .collect();
+    format!("t_{tag}_{}_{n}_{nanos:x}", std::process::id())
+}
