@@ -5,4 +5,6 @@
 //! tests drive the same entry points.
 
 pub mod config;
+pub mod lease;
+pub mod progress;
 pub mod telemetry;

@@ -1,0 +1,5 @@
+//! The single-flight lease over `distributedJobs` (DESIGN.md §4).
+
+pub mod guard;
+
+pub use guard::{Guard, LeaseLost};
