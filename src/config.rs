@@ -1,1 +1,670 @@
+//! Typed settings: layering, LibreChat's variable names, validation, redaction.
+//!
+//! Layers, lowest first: built-in defaults (`config/default.toml`, compiled in)
+//! < `config/default.toml` in the working directory < `--config FILE` <
+//! LibreChat's variables (`MONGO_URI`, …) < `RECONCILER__SECTION__KEY`.
+//! Everything is parsed and validated here, before anything connects: a bad
+//! value yields one [`ConfigError`] naming the key, the value and what is
+//! allowed. Secrets (the master key, credentials in the MongoDB URI) are held
+//! in [`Secret`] / [`MongoUri`], whose `Debug` and `Display` never show them.
 
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat, Value, ValueKind};
+
+/// The defaults, compiled in so the binary works without the file.
+pub const DEFAULTS_TOML: &str = include_str!("../config/default.toml");
+
+/// Prefix of the environment form of every key.
+pub const ENV_PREFIX: &str = "RECONCILER";
+
+/// LibreChat's variable names and the keys they set.
+pub const LIBRECHAT_VARS: &[(&str, &str)] = &[
+    ("MONGO_URI", "mongo.uri"),
+    ("MEILI_HOST", "meili.host"),
+    ("MEILI_MASTER_KEY", "meili.master_key"),
+    ("MEILI_SYNC_THRESHOLD", "sync.threshold"),
+    ("MEILI_SYNC_BATCH_SIZE", "sync.batch_docs"),
+    ("MEILI_SYNC_DELAY_MS", "sync.delay"),
+    ("SEARCH", "sync.enabled"),
+    ("MEILI_NO_SYNC", "sync.plan_only"),
+];
+
+/// A bad configuration: names the key, the offending value (redacted when
+/// secret) and what is allowed. The CLI exits with code 2 on it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid value {value:?} for `{key}`: {allowed}")]
+    Invalid {
+        key: String,
+        value: String,
+        allowed: String,
+    },
+    #[error("`{key}` is required: {hint}")]
+    Missing { key: String, hint: String },
+    #[error("unknown setting `{key}`; known settings: {known}")]
+    Unknown { key: String, known: String },
+    #[error("cannot read configuration file {path}: {reason}")]
+    File { path: String, reason: String },
+}
+
+impl ConfigError {
+    fn invalid(key: &str, value: impl Into<String>, allowed: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.to_string(),
+            value: value.into(),
+            allowed: allowed.into(),
+        }
+    }
+}
+
+/// A secret string: `Debug`/`Display` print `***`, never the value.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The secret itself, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("***")
+        }
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A MongoDB connection string whose `Debug`/`Display` hide the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MongoUri(String);
+
+impl MongoUri {
+    /// The full URI, credentials included, for the driver only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The URI with any `user:password@` replaced by `***@`.
+    pub fn redacted(&self) -> String {
+        redact_uri(&self.0)
+    }
+
+    /// The database named in the URI's path, if any.
+    pub fn database(&self) -> Option<String> {
+        let rest = self.0.split_once("://")?.1;
+        let after_hosts = rest.split_once('/')?.1;
+        let db = after_hosts.split(['?', '#']).next().unwrap_or("");
+        (!db.is_empty()).then(|| db.to_string())
+    }
+}
+
+impl fmt::Debug for MongoUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl fmt::Display for MongoUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// Replaces the userinfo of a `scheme://user:pass@host…` string with `***`.
+pub fn redact_uri(uri: &str) -> String {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => uri.to_string(),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Auto,
+    Pretty,
+    Json,
+}
+
+#[derive(Clone, Debug)]
+pub struct MongoSettings {
+    pub uri: MongoUri,
+    pub database: String,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct MeiliSettings {
+    pub host: String,
+    pub master_key: Secret,
+    pub index_prefix: String,
+    pub filterable_attributes: Vec<String>,
+    pub request_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    pub collection: String,
+    pub job: String,
+    pub ttl: Duration,
+    pub renew_every: Duration,
+    pub poll_every: Duration,
+    pub safety_margin: Duration,
+    pub reuse_completion_for: Duration,
+    /// Empty: derived from the host name, the pid and a random suffix.
+    pub owner: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct SyncSettings {
+    pub batch_docs: usize,
+    pub batch_bytes: usize,
+    pub in_flight: usize,
+    pub threshold: u64,
+    pub delay: Duration,
+    pub enabled: bool,
+    pub plan_only: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServeSettings {
+    pub listen: SocketAddr,
+    pub interval: Duration,
+    pub grace: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct LogSettings {
+    pub format: LogFormat,
+}
+
+/// Every setting, validated.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub mongo: MongoSettings,
+    pub meili: MeiliSettings,
+    pub lease: LeaseSettings,
+    pub sync: SyncSettings,
+    pub serve: ServeSettings,
+    pub log: LogSettings,
+}
+
+/// Where settings come from besides the built-in defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Sources {
+    /// Directory searched for `config/default.toml` (the working directory
+    /// in production; `None` skips that layer).
+    pub base_dir: Option<PathBuf>,
+    /// `--config FILE`.
+    pub config_file: Option<PathBuf>,
+    /// The process environment (passed in so tests need not mutate it).
+    pub env: HashMap<String, String>,
+}
+
+impl Sources {
+    /// The production sources: working directory, an optional file, the real environment.
+    pub fn from_process(config_file: Option<PathBuf>) -> Self {
+        Sources {
+            base_dir: std::env::current_dir().ok(),
+            config_file,
+            env: std::env::vars().collect(),
+        }
+    }
+}
+
+/// Loads, layers and validates the settings.
+pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
+    let mut builder = Config::builder().add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml));
+    if let Some(dir) = &sources.base_dir {
+        let path = dir.join("config/default.toml");
+        if path.is_file() {
+            builder = builder.add_source(File::from(path).format(FileFormat::Toml));
+        }
+    }
+    if let Some(path) = &sources.config_file {
+        if !path.is_file() {
+            return Err(ConfigError::File {
+                path: path.display().to_string(),
+                reason: "no such file".into(),
+            });
+        }
+        builder = builder.add_source(File::from(path.clone()).format(FileFormat::Toml));
+    }
+    builder = builder.add_source(librechat_layer(&sources.env)?);
+    let env_map: config::Map<String, String> = sources
+        .env
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    builder = builder.add_source(
+        Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator("__")
+            .separator("__")
+            .source(Some(env_map)),
+    );
+    let merged = builder.build().map_err(|e| ConfigError::File {
+        path: sources
+            .config_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "config/default.toml".into()),
+        reason: e.to_string(),
+    })?;
+    Raw::from_config(merged)?.validate()
+}
+
+/// LibreChat's variables, as a layer between the files and `RECONCILER__…`.
+fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+    let mut layer = Config::builder();
+    for (var, key) in LIBRECHAT_VARS {
+        let Some(value) = env.get(*var).filter(|v| !v.trim().is_empty()) else {
+            continue;
+        };
+        let value = if *var == "MEILI_SYNC_DELAY_MS" {
+            let ms: u64 = value.trim().parse().map_err(|_| {
+                ConfigError::invalid(
+                    "sync.delay",
+                    value,
+                    "MEILI_SYNC_DELAY_MS takes a whole number of milliseconds, e.g. 250",
+                )
+            })?;
+            format!("{ms}ms")
+        } else {
+            value.clone()
+        };
+        layer = layer
+            .set_override(*key, value)
+            .expect("static keys are valid paths");
+    }
+    layer.build().map_err(|e| ConfigError::File {
+        path: "environment".into(),
+        reason: e.to_string(),
+    })
+}
+
+/// The merged layers as flat `section.key` → value, before validation.
+struct Raw {
+    values: HashMap<String, Value>,
+}
+
+const SECRET_KEYS: &[&str] = &["meili.master_key", "mongo.uri"];
+
+impl Raw {
+    fn from_config(config: Config) -> Result<Self, ConfigError> {
+        let known = known_keys();
+        let table = config.cache.into_table().map_err(|e| ConfigError::File {
+            path: "configuration".into(),
+            reason: e.to_string(),
+        })?;
+        let mut values = HashMap::new();
+        for (section, value) in table {
+            let entries = match value.kind {
+                ValueKind::Table(entries) => entries,
+                _ => {
+                    return Err(ConfigError::Unknown {
+                        key: section,
+                        known: known.join(", "),
+                    })
+                }
+            };
+            for (key, value) in entries {
+                let full = format!("{section}.{key}");
+                if !known.contains(&full) {
+                    return Err(ConfigError::Unknown {
+                        key: full,
+                        known: known.join(", "),
+                    });
+                }
+                values.insert(full, value);
+            }
+        }
+        Ok(Raw { values })
+    }
+
+    /// The value as text (lists are joined by commas), redacted when secret.
+    fn text(&self, key: &str) -> String {
+        match self.values.get(key).map(|v| &v.kind) {
+            None | Some(ValueKind::Nil) => String::new(),
+            Some(ValueKind::Array(items)) => items
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            Some(_) => self.values[key].to_string(),
+        }
+    }
+
+    fn shown(&self, key: &str) -> String {
+        if SECRET_KEYS.contains(&key) {
+            if key == "mongo.uri" {
+                redact_uri(&self.text(key))
+            } else {
+                "***".into()
+            }
+        } else {
+            self.text(key)
+        }
+    }
+
+    fn string(&self, key: &str) -> String {
+        self.text(key).trim().to_string()
+    }
+
+    fn duration(&self, key: &str) -> Result<Duration, ConfigError> {
+        let text = self.string(key);
+        humantime::parse_duration(&text).map_err(|_| {
+            ConfigError::invalid(
+                key,
+                self.shown(key),
+                "a duration such as \"250ms\", \"3s\", \"5m\" (a number with a unit)",
+            )
+        })
+    }
+
+    fn positive_duration(&self, key: &str) -> Result<Duration, ConfigError> {
+        let d = self.duration(key)?;
+        if d.is_zero() {
+            return Err(ConfigError::invalid(
+                key,
+                self.shown(key),
+                "a duration greater than zero",
+            ));
+        }
+        Ok(d)
+    }
+
+    fn count(&self, key: &str, min: u64) -> Result<u64, ConfigError> {
+        let text = self.string(key);
+        match text.parse::<u64>() {
+            Ok(n) if n >= min => Ok(n),
+            _ => Err(ConfigError::invalid(
+                key,
+                self.shown(key),
+                format!("a whole number ≥ {min}"),
+            )),
+        }
+    }
+
+    fn size(&self, key: &str) -> Result<usize, ConfigError> {
+        let text = self.string(key);
+        let allowed = "a size ≥ 1KiB such as \"8MiB\", \"512KiB\" or a number of bytes";
+        let bytes = text
+            .parse::<u64>()
+            .ok()
+            .or_else(|| text.parse::<bytesize::ByteSize>().ok().map(|b| b.as_u64()))
+            .ok_or_else(|| ConfigError::invalid(key, self.shown(key), allowed))?;
+        if bytes < 1024 {
+            return Err(ConfigError::invalid(key, self.shown(key), allowed));
+        }
+        usize::try_from(bytes).map_err(|_| ConfigError::invalid(key, self.shown(key), allowed))
+    }
+
+    fn boolean(&self, key: &str) -> Result<bool, ConfigError> {
+        match self.string(key).to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(ConfigError::invalid(
+                key,
+                self.shown(key),
+                "true or false (also 1/0, yes/no, on/off)",
+            )),
+        }
+    }
+
+    fn list(&self, key: &str) -> Vec<String> {
+        self.text(key)
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    fn validate(self) -> Result<Settings, ConfigError> {
+        let mongo = self.mongo()?;
+        let meili = self.meili()?;
+        let lease = self.lease()?;
+        let sync = self.sync()?;
+        let serve = self.serve()?;
+        let format = match self.string("log.format").to_ascii_lowercase().as_str() {
+            "auto" => LogFormat::Auto,
+            "pretty" => LogFormat::Pretty,
+            "json" => LogFormat::Json,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "log.format",
+                    self.shown("log.format"),
+                    "auto, pretty or json",
+                ))
+            }
+        };
+        Ok(Settings {
+            mongo,
+            meili,
+            lease,
+            sync,
+            serve,
+            log: LogSettings { format },
+        })
+    }
+
+    fn mongo(&self) -> Result<MongoSettings, ConfigError> {
+        let uri = self.string("mongo.uri");
+        if uri.is_empty() {
+            return Err(ConfigError::Missing {
+                key: "mongo.uri".into(),
+                hint: "set MONGO_URI (or RECONCILER__MONGO__URI), e.g. mongodb://127.0.0.1:27017/LibreChat".into(),
+            });
+        }
+        let allowed = "a MongoDB connection string: mongodb://host[:port][,host…]/[database][?options] or mongodb+srv://…";
+        let valid_scheme = uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://");
+        let hosts = uri
+            .split_once("://")
+            .map(|(_, rest)| rest.split(['/', '?']).next().unwrap_or(""))
+            .map(|authority| authority.rsplit('@').next().unwrap_or(""))
+            .unwrap_or("");
+        if !valid_scheme || hosts.is_empty() || uri.contains(char::is_whitespace) {
+            return Err(ConfigError::invalid("mongo.uri", redact_uri(&uri), allowed));
+        }
+        let uri = MongoUri(uri);
+        let configured = self.string("mongo.database");
+        let database = if configured.is_empty() {
+            uri.database().unwrap_or_else(|| "LibreChat".into())
+        } else {
+            configured
+        };
+        if database.contains(['/', '\\', '.', ' ', '"', '$']) || database.len() > 63 {
+            return Err(ConfigError::invalid(
+                "mongo.database",
+                database,
+                "a MongoDB database name: at most 63 characters, none of / \\ . \" $ or space",
+            ));
+        }
+        Ok(MongoSettings {
+            uri,
+            database,
+            connect_timeout: self.positive_duration("mongo.connect_timeout")?,
+        })
+    }
+
+    fn meili(&self) -> Result<MeiliSettings, ConfigError> {
+        let host = self.string("meili.host");
+        if host.is_empty() {
+            return Err(ConfigError::Missing {
+                key: "meili.host".into(),
+                hint: "set MEILI_HOST (or RECONCILER__MEILI__HOST), e.g. http://127.0.0.1:7700"
+                    .into(),
+            });
+        }
+        let parsed = url::Url::parse(&host).ok().filter(|u| {
+            matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+        });
+        if parsed.is_none() {
+            return Err(ConfigError::invalid(
+                "meili.host",
+                redact_uri(&host),
+                "an http:// or https:// URL such as http://127.0.0.1:7700",
+            ));
+        }
+        let index_prefix = self.string("meili.index_prefix");
+        if !index_prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            || index_prefix.len() > 200
+        {
+            return Err(ConfigError::invalid(
+                "meili.index_prefix",
+                index_prefix,
+                "empty, or up to 200 characters of A-Z a-z 0-9 _ - (it starts Meilisearch index uids)",
+            ));
+        }
+        let filterable_attributes = self.list("meili.filterable_attributes");
+        if !filterable_attributes.iter().any(|a| a == "user") {
+            return Err(ConfigError::invalid(
+                "meili.filterable_attributes",
+                self.shown("meili.filterable_attributes"),
+                "a list of attribute names that includes \"user\" (LibreChat filters every search by user)",
+            ));
+        }
+        Ok(MeiliSettings {
+            host: host.trim_end_matches('/').to_string(),
+            master_key: Secret(self.string("meili.master_key")),
+            index_prefix,
+            filterable_attributes,
+            request_timeout: self.positive_duration("meili.request_timeout")?,
+        })
+    }
+
+    fn lease(&self) -> Result<LeaseSettings, ConfigError> {
+        let ttl = self.positive_duration("lease.ttl")?;
+        let renew_every = self.positive_duration("lease.renew_every")?;
+        let safety_margin = self.duration("lease.safety_margin")?;
+        if safety_margin >= ttl {
+            return Err(ConfigError::invalid(
+                "lease.safety_margin",
+                self.shown("lease.safety_margin"),
+                format!(
+                    "a duration shorter than lease.ttl ({})",
+                    humantime::format_duration(ttl)
+                ),
+            ));
+        }
+        if renew_every >= ttl - safety_margin {
+            return Err(ConfigError::invalid(
+                "lease.renew_every",
+                self.shown("lease.renew_every"),
+                format!(
+                    "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
+                    humantime::format_duration(ttl - safety_margin)
+                ),
+            ));
+        }
+        let collection = self.string("lease.collection");
+        let job = self.string("lease.job");
+        for (key, value) in [("lease.collection", &collection), ("lease.job", &job)] {
+            if value.is_empty() || value.contains('$') || value.contains('\0') {
+                return Err(ConfigError::invalid(
+                    key,
+                    value.clone(),
+                    "a non-empty name without '$'",
+                ));
+            }
+        }
+        Ok(LeaseSettings {
+            collection,
+            job,
+            ttl,
+            renew_every,
+            poll_every: self.positive_duration("lease.poll_every")?,
+            safety_margin,
+            reuse_completion_for: self.duration("lease.reuse_completion_for")?,
+            owner: self.string("lease.owner"),
+        })
+    }
+
+    fn sync(&self) -> Result<SyncSettings, ConfigError> {
+        Ok(SyncSettings {
+            batch_docs: self.count("sync.batch_docs", 1)? as usize,
+            batch_bytes: self.size("sync.batch_bytes")?,
+            in_flight: self.count("sync.in_flight", 1)? as usize,
+            threshold: self.count("sync.threshold", 0)?,
+            delay: self.duration("sync.delay")?,
+            enabled: self.boolean("sync.enabled")?,
+            plan_only: self.boolean("sync.plan_only")?,
+        })
+    }
+
+    fn serve(&self) -> Result<ServeSettings, ConfigError> {
+        let listen = self.string("serve.listen");
+        let listen = listen.parse::<SocketAddr>().map_err(|_| {
+            ConfigError::invalid(
+                "serve.listen",
+                listen,
+                "an IP address and port such as 127.0.0.1:9464 or 0.0.0.0:9464",
+            )
+        })?;
+        Ok(ServeSettings {
+            listen,
+            interval: self.positive_duration("serve.interval")?,
+            grace: self.positive_duration("serve.grace")?,
+        })
+    }
+}
+
+/// Every `section.key` of the built-in defaults: the only keys accepted.
+pub fn known_keys() -> Vec<String> {
+    let defaults = Config::builder()
+        .add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml))
+        .build()
+        .expect("the built-in defaults parse");
+    let mut keys: Vec<String> = defaults
+        .cache
+        .into_table()
+        .expect("the built-in defaults are a table")
+        .into_iter()
+        .flat_map(|(section, value)| {
+            let entries = value.into_table().unwrap_or_default();
+            entries
+                .into_keys()
+                .map(move |key| format!("{section}.{key}"))
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+impl Settings {
+    /// Uid of the messages index, with the configured prefix.
+    pub fn messages_index(&self) -> String {
+        format!("{}messages", self.meili.index_prefix)
+    }
+
+    /// Uid of the conversations index, with the configured prefix.
+    pub fn convos_index(&self) -> String {
+        format!("{}convos", self.meili.index_prefix)
+    }
+}

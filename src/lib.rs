@@ -7,4 +7,5 @@
 pub mod config;
 pub mod lease;
 pub mod progress;
+pub mod servers;
 pub mod telemetry;

@@ -1,0 +1,101 @@
+//! The command line as operators meet it: help texts, and the exit codes of
+//! DESIGN.md §1 for bad configuration, disabled search and unreachable servers.
+
+use std::process::{Command, Output};
+
+fn reconciler(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_meili-reconciler"));
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run meili-reconciler")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn help_prints_for_the_tool_and_every_subcommand() {
+    let top = reconciler(&["--help"], &[]);
+    assert!(top.status.success());
+    let top = text(&top);
+    for sub in ["run", "once", "reindex", "plan", "status"] {
+        assert!(top.contains(sub), "{sub} missing from --help:\n{top}");
+        let out = reconciler(&[sub, "--help"], &[]);
+        assert!(out.status.success(), "{sub} --help failed");
+        assert!(text(&out).contains(&format!("meili-reconciler {sub}")));
+    }
+    assert!(top.contains("Exit codes"), "{top}");
+    let once = text(&reconciler(&["once", "--help"], &[]));
+    for flag in ["--force", "--deep", "--wait-timeout"] {
+        assert!(once.contains(flag), "{flag} missing:\n{once}");
+    }
+    let reindex = text(&reconciler(&["reindex", "--help"], &[]));
+    for flag in ["--index", "--in-place", "messages", "convos"] {
+        assert!(reindex.contains(flag), "{flag} missing:\n{reindex}");
+    }
+}
+
+#[test]
+fn bad_configuration_exits_2_naming_the_key() {
+    let out = reconciler(
+        &["plan"],
+        &[
+            ("MONGO_URI", "mongodb://127.0.0.1:1/x"),
+            ("MEILI_HOST", "http://127.0.0.1:2"),
+            ("RECONCILER__LEASE__RENEW_EVERY", "10m"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("lease.renew_every"), "{}", text(&out));
+
+    let out = reconciler(&["once"], &[("MEILI_HOST", "http://127.0.0.1:2")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("MONGO_URI"), "{}", text(&out));
+
+    let out = reconciler(&["reindex", "--index", "users"], &[]);
+    assert_eq!(out.status.code(), Some(2), "unknown index name");
+    assert!(text(&out).contains("messages"), "{}", text(&out));
+}
+
+#[test]
+fn search_disabled_exits_0_without_touching_servers() {
+    let out = reconciler(
+        &["once"],
+        &[
+            ("MONGO_URI", "mongodb://127.0.0.1:1/x"),
+            ("MEILI_HOST", "http://127.0.0.1:2"),
+            ("SEARCH", "false"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("disabled"), "{}", text(&out));
+}
+
+#[test]
+fn unreachable_mongo_exits_4_naming_it_without_secrets() {
+    let out = reconciler(
+        &["plan"],
+        &[
+            ("MONGO_URI", "mongodb://admin:pw-do-not-print@127.0.0.1:1/x"),
+            ("MEILI_HOST", "http://127.0.0.1:2"),
+            ("MEILI_MASTER_KEY", "key-do-not-print"),
+            ("RECONCILER__MONGO__CONNECT_TIMEOUT", "100ms"),
+        ],
+    );
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{all}");
+    assert!(
+        all.contains("MongoDB at mongodb://***@127.0.0.1:1/x"),
+        "{all}"
+    );
+    assert!(!all.contains("do-not-print"), "{all}");
+}

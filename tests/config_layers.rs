@@ -1,0 +1,450 @@
+//! Configuration: each layer overrides the one below, LibreChat's names work,
+//! every validation error names its key, and secrets never print.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use meili_reconciler::config::{self, ConfigError, LogFormat, Settings, Sources};
+
+const URI: &str = "mongodb://127.0.0.1:27017/LibreChat";
+const HOST: &str = "http://127.0.0.1:7700";
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    let mut env: HashMap<String, String> = [("MONGO_URI", URI), ("MEILI_HOST", HOST)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for (k, v) in pairs {
+        env.insert(k.to_string(), v.to_string());
+    }
+    env
+}
+
+fn load(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    config::load(&Sources {
+        base_dir: None,
+        config_file: None,
+        env: env(pairs),
+    })
+}
+
+fn error_of(pairs: &[(&str, &str)]) -> String {
+    match load(pairs) {
+        Ok(_) => panic!("expected a configuration error for {pairs:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// A directory with `config/default.toml` and a separate `--config` file.
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    fn new(base_toml: &str, file_toml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("config")).unwrap();
+        std::fs::write(dir.path().join("config/default.toml"), base_toml).unwrap();
+        std::fs::write(dir.path().join("extra.toml"), file_toml).unwrap();
+        Files { dir }
+    }
+    fn sources(&self, pairs: &[(&str, &str)]) -> Sources {
+        Sources {
+            base_dir: Some(self.dir.path().to_path_buf()),
+            config_file: Some(self.dir.path().join("extra.toml")),
+            env: env(pairs),
+        }
+    }
+}
+
+#[test]
+fn built_in_defaults_match_the_design() {
+    let s = load(&[]).unwrap();
+    assert_eq!(s.lease.collection, "distributedJobs");
+    assert_eq!(s.lease.job, "meili-index-sync");
+    assert_eq!(s.lease.ttl, Duration::from_secs(180));
+    assert_eq!(s.lease.renew_every, Duration::from_secs(60));
+    assert_eq!(s.lease.poll_every, Duration::from_secs(2));
+    assert_eq!(s.lease.safety_margin, Duration::from_secs(15));
+    assert_eq!(s.lease.reuse_completion_for, Duration::from_secs(60));
+    assert_eq!(s.sync.batch_docs, 10_000);
+    assert_eq!(s.sync.batch_bytes, 8 * 1024 * 1024);
+    assert_eq!(s.sync.in_flight, 2);
+    assert_eq!(s.sync.threshold, 1000);
+    assert_eq!(s.sync.delay, Duration::ZERO);
+    assert!(s.sync.enabled);
+    assert!(!s.sync.plan_only);
+    assert_eq!(s.serve.listen.to_string(), "127.0.0.1:9464");
+    assert_eq!(s.serve.interval, Duration::from_secs(300));
+    assert_eq!(s.log.format, LogFormat::Auto);
+    assert_eq!(s.meili.index_prefix, "");
+    assert_eq!(s.meili.filterable_attributes, vec!["user".to_string()]);
+    assert_eq!(s.mongo.database, "LibreChat");
+    assert_eq!(s.messages_index(), "messages");
+    assert_eq!(s.convos_index(), "convos");
+}
+
+#[test]
+fn each_layer_overrides_the_one_below() {
+    let files = Files::new(
+        "[lease]\nttl = \"100s\"\nrenew_every = \"10s\"\npoll_every = \"5s\"\n[sync]\nin_flight = 3\nthreshold = 7\n",
+        "[lease]\nrenew_every = \"20s\"\npoll_every = \"6s\"\n[sync]\nthreshold = 8\n",
+    );
+    // default.toml over built-ins; --config over default.toml; env over --config.
+    let s = config::load(&files.sources(&[("RECONCILER__LEASE__POLL_EVERY", "250ms")])).unwrap();
+    assert_eq!(
+        s.lease.ttl,
+        Duration::from_secs(100),
+        "config/default.toml over built-ins"
+    );
+    assert_eq!(s.sync.in_flight, 3, "config/default.toml over built-ins");
+    assert_eq!(
+        s.lease.renew_every,
+        Duration::from_secs(20),
+        "--config over default.toml"
+    );
+    assert_eq!(s.sync.threshold, 8, "--config over default.toml");
+    assert_eq!(
+        s.lease.poll_every,
+        Duration::from_millis(250),
+        "environment over --config"
+    );
+    // Built-ins still fill what no layer sets.
+    assert_eq!(s.lease.safety_margin, Duration::from_secs(15));
+}
+
+#[test]
+fn reconciler_variables_win_over_librechat_names() {
+    let s = load(&[
+        ("MEILI_SYNC_THRESHOLD", "5"),
+        ("RECONCILER__SYNC__THRESHOLD", "6"),
+    ])
+    .unwrap();
+    assert_eq!(s.sync.threshold, 6);
+}
+
+#[test]
+fn librechat_names_are_honoured() {
+    let s = load(&[
+        (
+            "MONGO_URI",
+            "mongodb://db.example:27017/chats?retryWrites=true",
+        ),
+        ("MEILI_HOST", "https://search.example:7700/"),
+        ("MEILI_MASTER_KEY", "masterKey123"),
+        ("MEILI_SYNC_THRESHOLD", "42"),
+        ("MEILI_SYNC_BATCH_SIZE", "500"),
+        ("MEILI_SYNC_DELAY_MS", "250"),
+        ("MEILI_NO_SYNC", "true"),
+    ])
+    .unwrap();
+    assert_eq!(s.mongo.database, "chats", "database from the URI's path");
+    assert_eq!(s.meili.host, "https://search.example:7700");
+    assert_eq!(s.meili.master_key.expose(), "masterKey123");
+    assert_eq!(s.sync.threshold, 42);
+    assert_eq!(s.sync.batch_docs, 500);
+    assert_eq!(s.sync.delay, Duration::from_millis(250));
+    assert!(s.sync.plan_only);
+    assert!(s.sync.enabled);
+    let s = load(&[("SEARCH", "false")]).unwrap();
+    assert!(!s.sync.enabled);
+    let s = load(&[("RECONCILER__MONGO__DATABASE", "other")]).unwrap();
+    assert_eq!(
+        s.mongo.database, "other",
+        "mongo.database wins over the URI path"
+    );
+}
+
+#[test]
+fn every_key_has_an_environment_form() {
+    let pairs = [
+        ("RECONCILER__MONGO__URI", "mongodb://h1:1/a"),
+        ("RECONCILER__MONGO__DATABASE", "b"),
+        ("RECONCILER__MONGO__CONNECT_TIMEOUT", "3s"),
+        ("RECONCILER__MEILI__HOST", "http://h2:2"),
+        ("RECONCILER__MEILI__MASTER_KEY", "k2"),
+        ("RECONCILER__MEILI__INDEX_PREFIX", "t1_"),
+        (
+            "RECONCILER__MEILI__FILTERABLE_ATTRIBUTES",
+            "user,conversationId",
+        ),
+        ("RECONCILER__MEILI__REQUEST_TIMEOUT", "4s"),
+        ("RECONCILER__LEASE__COLLECTION", "jobs"),
+        ("RECONCILER__LEASE__JOB", "j"),
+        ("RECONCILER__LEASE__TTL", "3s"),
+        ("RECONCILER__LEASE__RENEW_EVERY", "1s"),
+        ("RECONCILER__LEASE__POLL_EVERY", "100ms"),
+        ("RECONCILER__LEASE__SAFETY_MARGIN", "500ms"),
+        ("RECONCILER__LEASE__REUSE_COMPLETION_FOR", "0s"),
+        ("RECONCILER__LEASE__OWNER", "me"),
+        ("RECONCILER__SYNC__BATCH_DOCS", "10"),
+        ("RECONCILER__SYNC__BATCH_BYTES", "64KiB"),
+        ("RECONCILER__SYNC__IN_FLIGHT", "4"),
+        ("RECONCILER__SYNC__THRESHOLD", "0"),
+        ("RECONCILER__SYNC__DELAY", "5ms"),
+        ("RECONCILER__SYNC__ENABLED", "true"),
+        ("RECONCILER__SYNC__PLAN_ONLY", "1"),
+        ("RECONCILER__SERVE__LISTEN", "0.0.0.0:1234"),
+        ("RECONCILER__SERVE__INTERVAL", "1m"),
+        ("RECONCILER__SERVE__GRACE", "2s"),
+        ("RECONCILER__LOG__FORMAT", "json"),
+    ];
+    // Every known key appears once above: adding a key without its test fails here.
+    let mut tested: Vec<String> = pairs
+        .iter()
+        .map(|(k, _)| {
+            let mut parts = k.split("__").skip(1);
+            format!(
+                "{}.{}",
+                parts.next().unwrap().to_lowercase(),
+                parts.next().unwrap().to_lowercase()
+            )
+        })
+        .collect();
+    tested.sort();
+    assert_eq!(tested, config::known_keys());
+
+    let s = load(&pairs).unwrap();
+    assert_eq!(s.mongo.uri.expose(), "mongodb://h1:1/a");
+    assert_eq!(s.mongo.database, "b");
+    assert_eq!(s.mongo.connect_timeout, Duration::from_secs(3));
+    assert_eq!(s.meili.host, "http://h2:2");
+    assert_eq!(s.meili.master_key.expose(), "k2");
+    assert_eq!(s.meili.index_prefix, "t1_");
+    assert_eq!(
+        s.meili.filterable_attributes,
+        vec!["user", "conversationId"]
+    );
+    assert_eq!(s.meili.request_timeout, Duration::from_secs(4));
+    assert_eq!(s.lease.collection, "jobs");
+    assert_eq!(s.lease.job, "j");
+    assert_eq!(s.lease.ttl, Duration::from_secs(3));
+    assert_eq!(s.lease.renew_every, Duration::from_secs(1));
+    assert_eq!(s.lease.poll_every, Duration::from_millis(100));
+    assert_eq!(s.lease.safety_margin, Duration::from_millis(500));
+    assert_eq!(s.lease.reuse_completion_for, Duration::ZERO);
+    assert_eq!(s.lease.owner, "me");
+    assert_eq!(s.sync.batch_docs, 10);
+    assert_eq!(s.sync.batch_bytes, 64 * 1024);
+    assert_eq!(s.sync.in_flight, 4);
+    assert_eq!(s.sync.threshold, 0);
+    assert_eq!(s.sync.delay, Duration::from_millis(5));
+    assert!(s.sync.plan_only);
+    assert_eq!(s.serve.listen.to_string(), "0.0.0.0:1234");
+    assert_eq!(s.serve.interval, Duration::from_secs(60));
+    assert_eq!(s.serve.grace, Duration::from_secs(2));
+    assert_eq!(s.log.format, LogFormat::Json);
+}
+
+#[test]
+fn missing_servers_name_their_variables() {
+    let mut env = env(&[]);
+    env.remove("MEILI_HOST");
+    let err = config::load(&Sources {
+        env,
+        ..Sources::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("meili.host") && err.contains("MEILI_HOST"),
+        "{err}"
+    );
+
+    let mut env = self::env(&[]);
+    env.remove("MONGO_URI");
+    let err = config::load(&Sources {
+        env,
+        ..Sources::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("mongo.uri") && err.contains("MONGO_URI"),
+        "{err}"
+    );
+}
+
+#[test]
+fn each_bad_value_names_key_value_and_what_is_allowed() {
+    /// (environment, key named, value shown, words of what is allowed)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str, &'a str);
+    let cases: &[Case] = &[
+        (
+            &[("MONGO_URI", "postgres://x/y")],
+            "mongo.uri",
+            "postgres://x/y",
+            "mongodb://",
+        ),
+        (
+            &[("MONGO_URI", "mongodb:///nohost")],
+            "mongo.uri",
+            "mongodb:///nohost",
+            "mongodb://",
+        ),
+        (
+            &[("MEILI_HOST", "localhost:7700")],
+            "meili.host",
+            "localhost:7700",
+            "http://",
+        ),
+        (
+            &[("RECONCILER__LEASE__TTL", "3")],
+            "lease.ttl",
+            "3",
+            "duration",
+        ),
+        (
+            &[("RECONCILER__LEASE__TTL", "0s")],
+            "lease.ttl",
+            "0s",
+            "greater than zero",
+        ),
+        (
+            &[("RECONCILER__LEASE__RENEW_EVERY", "180s")],
+            "lease.renew_every",
+            "180s",
+            "shorter than lease.ttl",
+        ),
+        (
+            &[("RECONCILER__LEASE__RENEW_EVERY", "170s")],
+            "lease.renew_every",
+            "170s",
+            "safety_margin",
+        ),
+        (
+            &[("RECONCILER__LEASE__SAFETY_MARGIN", "200s")],
+            "lease.safety_margin",
+            "200s",
+            "shorter than lease.ttl",
+        ),
+        (
+            &[("MEILI_SYNC_BATCH_SIZE", "0")],
+            "sync.batch_docs",
+            "0",
+            "≥ 1",
+        ),
+        (
+            &[("RECONCILER__SYNC__IN_FLIGHT", "0")],
+            "sync.in_flight",
+            "0",
+            "≥ 1",
+        ),
+        (
+            &[("MEILI_SYNC_THRESHOLD", "-5")],
+            "sync.threshold",
+            "-5",
+            "whole number",
+        ),
+        (
+            &[("RECONCILER__SYNC__BATCH_BYTES", "lots")],
+            "sync.batch_bytes",
+            "lots",
+            "MiB",
+        ),
+        (
+            &[("MEILI_SYNC_DELAY_MS", "soon")],
+            "sync.delay",
+            "soon",
+            "milliseconds",
+        ),
+        (
+            &[("SEARCH", "maybe")],
+            "sync.enabled",
+            "maybe",
+            "true or false",
+        ),
+        (
+            &[("RECONCILER__SERVE__LISTEN", "9464")],
+            "serve.listen",
+            "9464",
+            "IP address and port",
+        ),
+        (
+            &[("RECONCILER__LOG__FORMAT", "xml")],
+            "log.format",
+            "xml",
+            "auto, pretty or json",
+        ),
+        (
+            &[("RECONCILER__MEILI__INDEX_PREFIX", "a b")],
+            "meili.index_prefix",
+            "a b",
+            "A-Z",
+        ),
+        (
+            &[("RECONCILER__MEILI__FILTERABLE_ATTRIBUTES", "title")],
+            "meili.filterable_attributes",
+            "title",
+            "\"user\"",
+        ),
+        (
+            &[("RECONCILER__MONGO__DATABASE", "a.b")],
+            "mongo.database",
+            "a.b",
+            "database name",
+        ),
+    ];
+    for (pairs, key, value, allowed) in cases {
+        let err = error_of(pairs);
+        assert!(
+            err.contains(&format!("`{key}`")),
+            "key {key} not named in: {err}"
+        );
+        assert!(err.contains(value), "value {value} not shown in: {err}");
+        assert!(err.contains(allowed), "allowed {allowed:?} not in: {err}");
+    }
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_the_known_ones() {
+    let err = error_of(&[("RECONCILER__LEASE__TLL", "3s")]);
+    assert!(
+        err.contains("lease.tll") && err.contains("lease.ttl"),
+        "{err}"
+    );
+    let files = Files::new("", "[sync]\nbatch_size = 5\n");
+    let err = config::load(&files.sources(&[])).unwrap_err().to_string();
+    assert!(err.contains("sync.batch_size"), "{err}");
+}
+
+#[test]
+fn missing_config_file_is_an_error() {
+    let err = config::load(&Sources {
+        config_file: Some(PathBuf::from("/nonexistent/reconciler.toml")),
+        env: env(&[]),
+        ..Sources::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("/nonexistent/reconciler.toml"), "{err}");
+}
+
+#[test]
+fn secrets_are_redacted_in_debug_display_and_errors() {
+    let s = load(&[
+        ("MONGO_URI", "mongodb://admin:hunter2pw@db:27017/LibreChat"),
+        ("MEILI_MASTER_KEY", "topSecretMasterKey"),
+    ])
+    .unwrap();
+    let debug = format!("{s:?}");
+    for secret in ["hunter2pw", "topSecretMasterKey"] {
+        assert!(!debug.contains(secret), "{secret} leaked in Debug: {debug}");
+    }
+    assert!(
+        debug.contains("mongodb://***@db:27017/LibreChat"),
+        "{debug}"
+    );
+    assert_eq!(s.mongo.uri.to_string(), "mongodb://***@db:27017/LibreChat");
+    assert_eq!(format!("{}", s.meili.master_key), "***");
+    assert_eq!(
+        s.mongo.uri.expose(),
+        "mongodb://admin:hunter2pw@db:27017/LibreChat"
+    );
+
+    // A bad URI with credentials is reported without them.
+    let err = error_of(&[("MONGO_URI", "mongodb+xyz://admin:hunter2pw@db/x")]);
+    assert!(!err.contains("hunter2pw"), "{err}");
+    assert!(err.contains("mongo.uri"), "{err}");
+}
