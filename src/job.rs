@@ -1,0 +1,220 @@
+//! The reconciliation as a leased job: how settings become the options of
+//! the lease and of the engine, how one run is executed under the lease, and
+//! how its result is classified for exit codes, `/status` and metrics.
+//!
+//! `once`, `reindex` and every scheduled run of `run` go through
+//! [`run_leased`], so all three share one lease protocol and one meaning of
+//! "done".
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mongodb::Database;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::lease::{self, Guard, LeaseError, LeaseOptions, Outcome};
+use crate::meili::Meili;
+use crate::metrics;
+use crate::progress::Progress;
+use crate::reconcile::{self, ReconcileError, RunSummary, SyncOptions};
+
+/// The lease options of this replica, from the settings.
+pub fn lease_options(settings: &Settings, owner: &str) -> LeaseOptions {
+    let mut opts = LeaseOptions::new(owner);
+    opts.collection = settings.lease.collection.clone();
+    opts.job = settings.lease.job.clone();
+    opts.ttl = settings.lease.ttl;
+    opts.renew_every = settings.lease.renew_every;
+    opts.poll_every = settings.lease.poll_every;
+    opts.safety_margin = settings.lease.safety_margin;
+    opts.reuse_completion_for = settings.lease.reuse_completion_for;
+    opts
+}
+
+/// The engine's options, from the settings.
+pub fn sync_options(settings: &Settings) -> SyncOptions {
+    SyncOptions {
+        index_prefix: settings.meili.index_prefix.clone(),
+        batch_docs: settings.sync.batch_docs,
+        batch_bytes: settings.sync.batch_bytes,
+        in_flight: settings.sync.in_flight,
+        threshold: settings.sync.threshold,
+        delay: settings.sync.delay,
+        filterable_attributes: settings.meili.filterable_attributes.clone(),
+        force: false,
+        deep: false,
+    }
+}
+
+/// How a leased run ended, in the terms operators script against.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum RunOutcome {
+    /// We ran it; `rejects` documents were refused by Meilisearch.
+    Completed {
+        summary: serde_json::Value,
+        rejects: usize,
+    },
+    /// Another replica completed it while we waited, or a fresh completion was reused.
+    DoneByOther {
+        owner: Option<String>,
+        summary: Option<serde_json::Value>,
+    },
+    /// The run failed; the failure is recorded in the lease with its retry time.
+    Failed { error: String },
+    /// A server could not be reached.
+    Unreachable { error: String },
+    /// The lease was lost, the wait timed out, or we shut down.
+    LeaseLost { error: String },
+}
+
+impl RunOutcome {
+    /// The exit code of DESIGN.md §1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => 0,
+            RunOutcome::Failed { .. } => 1,
+            RunOutcome::LeaseLost { .. } => 3,
+            RunOutcome::Unreachable { .. } => 4,
+        }
+    }
+
+    /// The `outcome` label of the runs metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            RunOutcome::Completed { rejects: 0, .. } => "completed",
+            RunOutcome::Completed { .. } => "completed_with_rejects",
+            RunOutcome::DoneByOther { .. } => "done_by_other",
+            RunOutcome::Failed { .. } => "failed",
+            RunOutcome::Unreachable { .. } => "unreachable",
+            RunOutcome::LeaseLost { .. } => "lease_lost",
+        }
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.exit_code() == 0
+    }
+}
+
+/// The servers and options one run needs.
+#[derive(Clone)]
+pub struct Reconciler {
+    pub db: Database,
+    pub meili: Meili,
+    pub sync: SyncOptions,
+}
+
+/// Runs `work` under the lease and classifies the result. `work` gets the
+/// guard and progress; its error kind decides between exit codes 1, 3 and 4.
+pub async fn run_leased<W, Fut>(
+    db: &Database,
+    lease: &LeaseOptions,
+    progress: Progress,
+    shutdown: CancellationToken,
+    mut work: W,
+) -> RunOutcome
+where
+    W: FnMut(Guard, Progress) -> Fut + Send,
+    Fut: std::future::Future<Output = Result<RunSummary, ReconcileError>> + Send,
+{
+    // The engine's error kind does not survive the lease's string-typed
+    // failure record, so the job remembers it for the exit code.
+    let last_error: Arc<Mutex<Option<ReconcileError>>> = Arc::default();
+    let rejects: Arc<Mutex<usize>> = Arc::default();
+    let mut job = {
+        let last_error = last_error.clone();
+        let rejects = rejects.clone();
+        move |guard: Guard, progress: Progress| {
+            let last_error = last_error.clone();
+            let rejects = rejects.clone();
+            let run = work(guard, progress);
+            async move {
+                match run.await {
+                    Ok(summary) => {
+                        record_documents(&summary);
+                        *rejects.lock().expect("poisoned") = summary.rejected_count();
+                        if summary.rejected_count() > 0 {
+                            tracing::warn!(rejects = summary.rejected_count(), "completed with rejects:\n{summary}");
+                        } else {
+                            tracing::info!("reconciliation finished:\n{summary}");
+                        }
+                        Ok(serde_json::to_value(&summary)?)
+                    }
+                    Err(error) => {
+                        *last_error.lock().expect("poisoned") = Some(error.clone());
+                        Err(anyhow::Error::new(error))
+                    }
+                }
+            }
+        }
+    };
+    let result = lease::run_single_flight(db, lease, &mut job, progress, shutdown).await;
+    let outcome = match result {
+        Ok(Outcome::Ran { summary, .. }) => RunOutcome::Completed {
+            summary,
+            rejects: *rejects.lock().expect("poisoned"),
+        },
+        Ok(Outcome::CompletedByOther { owner, summary, .. })
+        | Ok(Outcome::ReusedCompletion { owner, summary, .. }) => {
+            RunOutcome::DoneByOther { owner, summary }
+        }
+        Err(error @ LeaseError::JobFailed { .. }) => {
+            match last_error.lock().expect("poisoned").take() {
+                Some(ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_)) => {
+                    RunOutcome::Unreachable {
+                        error: error.to_string(),
+                    }
+                }
+                _ => RunOutcome::Failed {
+                    error: error.to_string(),
+                },
+            }
+        }
+        Err(error @ LeaseError::MongoUnavailable(_)) => RunOutcome::Unreachable {
+            error: error.to_string(),
+        },
+        Err(error @ LeaseError::LeaseLost { .. }) => {
+            metrics::lease_lost();
+            RunOutcome::LeaseLost {
+                error: error.to_string(),
+            }
+        }
+        Err(error @ (LeaseError::WaitTimedOut { .. } | LeaseError::ShutDown { .. })) => {
+            RunOutcome::LeaseLost {
+                error: error.to_string(),
+            }
+        }
+    };
+    metrics::run_finished(outcome.metric_label(), outcome.is_success());
+    outcome
+}
+
+fn record_documents(summary: &RunSummary) {
+    for c in &summary.collections {
+        metrics::documents(&c.index_uid, c.indexed, c.deleted, c.rejected.len() as u64);
+    }
+}
+
+/// One reconciliation under the lease (`once`, and each scheduled run).
+pub async fn reconcile_once(
+    reconciler: &Reconciler,
+    lease: &LeaseOptions,
+    progress: Progress,
+    shutdown: CancellationToken,
+) -> RunOutcome {
+    run_leased(&reconciler.db, lease, progress, shutdown, |guard, progress| {
+        let r = reconciler.clone();
+        async move { reconcile::reconcile(&r.db, &r.meili, &r.sync, &guard, &progress).await }
+    })
+    .await
+}
+
+/// A short pause that ends early on shutdown; `false` if shutdown came first.
+pub async fn pause(duration: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(duration) => true,
+        _ = shutdown.cancelled() => false,
+    }
+}

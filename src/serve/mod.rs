@@ -1,0 +1,169 @@
+//! The `run` mode, beside every API replica: reconcile at start and then
+//! every `serve.interval` (jittered so replicas do not fire together), serve
+//! health, status and metrics over HTTP, and stop cleanly on SIGTERM/SIGINT.
+//!
+//! Every scheduled run goes through the lease like `once`: one replica does
+//! the work, the others wait for its completion. A completion younger than
+//! most of an interval satisfies a replica, so the cluster reconciles about
+//! once per interval, not once per replica. A failed run is retried when the
+//! lease's `retryAt` comes, not only at the next interval.
+
+pub mod http;
+pub mod state;
+
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::net::TcpListener;
+
+use crate::config::Settings;
+use crate::job::{self, Reconciler, RunOutcome};
+use crate::lease::{self, LeaseOptions};
+use crate::mongo::{self, Collection};
+use crate::progress::Progress;
+use crate::shutdown::Shutdown;
+use state::{ReplicaState, Role};
+
+/// `run` could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} (serve.listen): {reason}")]
+pub struct ListenError {
+    pub addr: String,
+    pub reason: String,
+}
+
+/// Runs until `shutdown`; returns once the lease is released (if held) and
+/// the HTTP server has stopped, or after `serve.grace` at the latest.
+pub async fn run(
+    settings: &Settings,
+    reconciler: Reconciler,
+    lease: LeaseOptions,
+    replica: String,
+    shutdown: Shutdown,
+) -> Result<(), ListenError> {
+    let listener = TcpListener::bind(settings.serve.listen)
+        .await
+        .map_err(|e| ListenError {
+            addr: settings.serve.listen.to_string(),
+            reason: e.to_string(),
+        })?;
+    let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(listen = %local, "serving /healthz /readyz /status /metrics");
+
+    let progress = Progress::new();
+    let state = ReplicaState::new(replica, progress.clone());
+    let ctx = http::HttpContext {
+        state: state.clone(),
+        db: reconciler.db.clone(),
+        meili: reconciler.meili.clone(),
+        lease: lease.clone(),
+        metrics: crate::metrics::install(),
+    };
+    let http_shutdown = shutdown.clone();
+    let server = tokio::spawn(async move {
+        let app = http::router(ctx);
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { http_shutdown.requested().await })
+            .await;
+    });
+
+    let schedule = schedule(settings, &reconciler, &lease, &state, &shutdown);
+    tokio::pin!(schedule);
+    tokio::select! {
+        _ = &mut schedule => {}
+        _ = shutdown.requested() => {
+            state.set_role(Role::Stopping);
+            // The run in progress sees the same token: it stops at its next
+            // safe point and releases the lease. Give it `grace` to do so.
+            if tokio::time::timeout(settings.serve.grace, &mut schedule).await.is_err() {
+                tracing::warn!(grace = ?settings.serve.grace, "work did not stop within the grace period; exiting anyway");
+            }
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The reconcile-then-wait loop; returns when shutdown is requested.
+async fn schedule(
+    settings: &Settings,
+    reconciler: &Reconciler,
+    lease: &LeaseOptions,
+    state: &ReplicaState,
+    shutdown: &Shutdown,
+) {
+    let interval = settings.serve.interval;
+    let mut lease = lease.clone();
+    lease.reuse_completion_for = lease.reuse_completion_for.max(interval.mul_f64(0.9));
+    lease.wait_timeout = None;
+    while !shutdown.is_requested() {
+        state.set_role(Role::Reconciling);
+        let outcome = if settings.sync.plan_only {
+            log_plan_only(reconciler).await
+        } else {
+            job::reconcile_once(reconciler, &lease, state.progress.clone(), shutdown.token()).await
+        };
+        report(&outcome);
+        update_backlog(reconciler).await;
+        let wait = match &outcome {
+            RunOutcome::Failed { .. } | RunOutcome::Unreachable { .. } => {
+                retry_delay(reconciler, &lease).await.unwrap_or(interval)
+            }
+            _ => jittered(interval),
+        };
+        state.finished(outcome, wait.as_secs());
+        tracing::info!(next_run_in = %humantime::format_duration(Duration::from_secs(wait.as_secs())), "waiting for the next run");
+        if !job::pause(wait, &shutdown.token()).await {
+            break;
+        }
+    }
+}
+
+fn report(outcome: &RunOutcome) {
+    match outcome {
+        RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => {}
+        RunOutcome::Failed { error }
+        | RunOutcome::Unreachable { error }
+        | RunOutcome::LeaseLost { error } => tracing::warn!(%error, "run did not complete"),
+    }
+}
+
+async fn log_plan_only(reconciler: &Reconciler) -> RunOutcome {
+    match crate::reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
+        Ok(plan) => {
+            tracing::info!(plan = %serde_json::to_string(&plan).unwrap_or_default(), "plan only (MEILI_NO_SYNC): nothing written");
+            RunOutcome::DoneByOther {
+                owner: None,
+                summary: serde_json::to_value(&plan).ok(),
+            }
+        }
+        Err(e) => RunOutcome::Failed {
+            error: e.to_string(),
+        },
+    }
+}
+
+/// Time until the lease allows a retry of the failed run, by MongoDB's clock.
+async fn retry_delay(reconciler: &Reconciler, lease: &LeaseOptions) -> Option<Duration> {
+    let status = lease::read_status(&reconciler.db, lease).await.ok()?;
+    let secs = status.retry_in_secs?;
+    // A little past retryAt, so the claim is allowed when it arrives.
+    Some(Duration::from_secs_f64(secs.max(0.0)) + Duration::from_millis(100))
+}
+
+async fn update_backlog(reconciler: &Reconciler) {
+    let Ok(now) = mongo::server_time(&reconciler.db).await else {
+        return;
+    };
+    for collection in Collection::ALL {
+        if let Ok(counts) = mongo::counts(&reconciler.db, collection, now).await {
+            crate::metrics::unindexed_backlog(collection.name(), counts.unindexed);
+        }
+    }
+}
+
+/// `interval` ± 10%, so replicas started together drift apart.
+fn jittered(interval: Duration) -> Duration {
+    interval.mul_f64(rand::rng().random_range(0.9..=1.1))
+}

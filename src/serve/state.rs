@@ -1,0 +1,91 @@
+//! What this replica knows about itself, for `/status`: its role, the last
+//! run's outcome, and the progress of the run it owns.
+
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+
+use crate::job::RunOutcome;
+use crate::progress::Progress;
+
+/// What the replica is doing right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Started, no run yet.
+    Starting,
+    /// In a run: owning the lease or waiting for its owner.
+    Reconciling,
+    /// Between runs.
+    Idle,
+    /// Shutting down.
+    Stopping,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastRun {
+    /// RFC 3339, this replica's clock (informational only).
+    pub finished_at: String,
+    #[serde(flatten)]
+    pub outcome: RunOutcome,
+}
+
+#[derive(Debug)]
+struct Inner {
+    role: Role,
+    last_run: Option<LastRun>,
+    next_run_in_secs: Option<u64>,
+}
+
+/// Shared between the schedule and the HTTP handlers. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ReplicaState {
+    pub replica: String,
+    pub progress: Progress,
+    inner: Arc<RwLock<Inner>>,
+}
+
+impl ReplicaState {
+    pub fn new(replica: String, progress: Progress) -> Self {
+        ReplicaState {
+            replica,
+            progress,
+            inner: Arc::new(RwLock::new(Inner {
+                role: Role::Starting,
+                last_run: None,
+                next_run_in_secs: None,
+            })),
+        }
+    }
+
+    pub fn set_role(&self, role: Role) {
+        self.inner.write().expect("state poisoned").role = role;
+    }
+
+    pub fn role(&self) -> Role {
+        self.inner.read().expect("state poisoned").role
+    }
+
+    pub fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
+        let mut inner = self.inner.write().expect("state poisoned");
+        inner.last_run = Some(LastRun {
+            finished_at: time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+            outcome,
+        });
+        inner.next_run_in_secs = Some(next_run_in_secs);
+        if inner.role != Role::Stopping {
+            inner.role = Role::Idle;
+        }
+    }
+
+    pub fn last_run(&self) -> Option<LastRun> {
+        self.inner.read().expect("state poisoned").last_run.clone()
+    }
+
+    pub fn next_run_in_secs(&self) -> Option<u64> {
+        self.inner.read().expect("state poisoned").next_run_in_secs
+    }
+}
