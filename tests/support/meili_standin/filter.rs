@@ -125,7 +125,7 @@ fn tokenize(source: &str) -> Result<Vec<Token>, String> {
                         return Err(located(
                             &format!(
                             "Expression `{}` is missing the following closing delimiter: `{c}`.",
-                            &source[..]
+                            chars[start..].iter().collect::<String>()
                         ),
                             start,
                             chars.len(),
