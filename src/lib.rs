@@ -6,5 +6,8 @@
 
 pub mod config;
 pub mod lease;
+pub mod meili;
+pub mod mongo;
 pub mod progress;
+pub mod reconcile;
 pub mod telemetry;
