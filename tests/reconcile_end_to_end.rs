@@ -25,7 +25,10 @@ async fn meilisearch_ends_equal_to_the_indexable_projection() {
         .unwrap();
     env.db
         .collection::<Document>("messages")
-        .update_one(doc! { "messageId": "bad|id" }, doc! { "$set": { "messageId": "bad id 2" } })
+        .update_one(
+            doc! { "messageId": "bad|id" },
+            doc! { "$set": { "messageId": "bad id 2" } },
+        )
         .await
         .unwrap();
 
@@ -44,8 +47,10 @@ async fn meilisearch_ends_equal_to_the_indexable_projection() {
     env.put_docs(&messages, &stale).await;
     env.put_docs(
         &convos,
-        &[json!({"conversationId": "ghost-conv", "user": "u", "title": "gone"}),
-          json!({"conversationId": "conv-4", "user": "u", "title": "temporary now"})],
+        &[
+            json!({"conversationId": "ghost-conv", "user": "u", "title": "gone"}),
+            json!({"conversationId": "conv-4", "user": "u", "title": "temporary now"}),
+        ],
     )
     .await;
     env.db
@@ -63,7 +68,11 @@ async fn meilisearch_ends_equal_to_the_indexable_projection() {
     env.assert_in_step(now, &["bad|id", "bad id 2"]).await;
     let m = &summary.collections[0];
     assert_eq!(m.collection, "messages");
-    let mut rejected: Vec<_> = m.rejected.iter().map(|r| (r.id.clone().unwrap(), r.code.clone())).collect();
+    let mut rejected: Vec<_> = m
+        .rejected
+        .iter()
+        .map(|r| (r.id.clone().unwrap(), r.code.clone()))
+        .collect();
     rejected.sort();
     assert_eq!(
         rejected,
@@ -72,7 +81,11 @@ async fn meilisearch_ends_equal_to_the_indexable_projection() {
             ("bad|id".to_string(), "invalid_document_id".to_string())
         ]
     );
-    assert!(m.deleted >= 54, "ghosts and non-indexable documents deleted: {}", m.deleted);
+    assert!(
+        m.deleted >= 54,
+        "ghosts and non-indexable documents deleted: {}",
+        m.deleted
+    );
     assert!(summary.collections[1].deleted >= 2);
     assert!(summary.to_string().contains("completed with 2 rejects"));
     env.cleanup().await;

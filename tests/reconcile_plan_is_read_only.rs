@@ -22,7 +22,12 @@ async fn meili_state(env: &Env) -> Value {
             Some(_) => json!(env.meili_docs(c).await),
             None => Value::Null,
         };
-        let tasks = env.meili.tasks(&format!("indexUids={uid}&limit=1")).await.unwrap()["total"].clone();
+        let tasks = env
+            .meili
+            .tasks(&format!("indexUids={uid}&limit=1"))
+            .await
+            .unwrap()["total"]
+            .clone();
         state.insert(uid, json!({"info": format!("{info:?}"), "settings": settings, "docs": docs, "tasks": tasks}));
     }
     Value::Object(state)
@@ -35,7 +40,8 @@ async fn plan_writes_nothing() {
     // Messages index: exists with the right key, wrong settings, stale docs.
     let messages = env.uid(Collection::Messages);
     env.create_index(&messages, "messageId").await;
-    env.put_docs(&messages, &[json!({"messageId": "ghost", "user": "u"})]).await;
+    env.put_docs(&messages, &[json!({"messageId": "ghost", "user": "u"})])
+        .await;
 
     let mongo_before = (
         env.mongo_docs(Collection::Messages).await,
@@ -58,14 +64,20 @@ async fn plan_writes_nothing() {
     assert!(!plan.nothing_to_do);
     let m = &plan.indexes[0];
     assert!(m.exists);
-    assert_eq!(m.settings_to_apply.get("filterableAttributes"), Some(&json!(["user"])));
+    assert_eq!(
+        m.settings_to_apply.get("filterableAttributes"),
+        Some(&json!(["user"]))
+    );
     assert_eq!(m.meili_documents, 1);
     // 1 of every 20 seeded messages is flagged (LibreChat thinks it indexed
     // them) while the index holds 1 document: the index was lost.
     assert_eq!(m.mongo.indexed, 100);
     assert_eq!(
         m.rebuild,
-        Some(RebuildReason::IndexLost { meili_documents: 1, mongo_indexed: 100 })
+        Some(RebuildReason::IndexLost {
+            meili_documents: 1,
+            mongo_indexed: 100
+        })
     );
     assert_eq!(m.documents_to_index, m.mongo.indexable);
     let c = &plan.indexes[1];

@@ -27,14 +27,20 @@ fn plain_message(i: usize, now: DateTime) -> Document {
 async fn one_bad_document_among_a_thousand() {
     let env = Env::new("poison").await;
     let now = server_now(&env.db).await;
-    env.insert(Collection::Messages, (0..1000).map(|i| plain_message(i, now)).collect())
-        .await;
+    env.insert(
+        Collection::Messages,
+        (0..1000).map(|i| plain_message(i, now)).collect(),
+    )
+    .await;
     let opts = SyncOptions {
         batch_docs: 1000,
         ..env.opts.clone()
     };
 
-    let summary = env.run_with(&opts).await.expect("run completes despite the reject");
+    let summary = env
+        .run_with(&opts)
+        .await
+        .expect("run completes despite the reject");
     println!("{summary}");
     let m = &summary.collections[0];
     assert_eq!(m.indexed, 999);

@@ -43,11 +43,14 @@ async fn wrong_primary_key_is_rebuilt() {
     let now = seed(&env, 2_000, 200).await;
     let messages = env.uid(Collection::Messages);
     env.create_index(&messages, "id").await;
-    env.put_docs(&messages, &[json!({"id": "x1", "user": "u"})]).await;
+    env.put_docs(&messages, &[json!({"id": "x1", "user": "u"})])
+        .await;
     let summary = env.run().await.expect("run");
     assert_eq!(
         summary.collections[0].rebuilt,
-        Some(RebuildReason::WrongPrimaryKey { actual: Some("id".into()) })
+        Some(RebuildReason::WrongPrimaryKey {
+            actual: Some("id".into())
+        })
     );
     let info = env.meili.index(&messages).await.unwrap().unwrap();
     assert_eq!(info.primary_key.as_deref(), Some("messageId"));
@@ -68,14 +71,23 @@ async fn a_crash_during_the_flag_reset_is_resumed() {
         let middle = docs[docs.len() / 2].get("_id").unwrap().clone();
         env.db
             .collection::<Document>(c.name())
-            .update_many(doc! { "_id": { "$lt": middle } }, doc! { "$set": { "_meiliIndex": true } })
+            .update_many(
+                doc! { "_id": { "$lt": middle } },
+                doc! { "$set": { "_meiliIndex": true } },
+            )
             .await
             .unwrap();
     }
     let summary = env.run().await.expect("run");
     for s in &summary.collections {
         assert!(
-            matches!(s.rebuilt, Some(RebuildReason::IndexLost { meili_documents: 0, .. })),
+            matches!(
+                s.rebuilt,
+                Some(RebuildReason::IndexLost {
+                    meili_documents: 0,
+                    ..
+                })
+            ),
             "{:?}",
             s.rebuilt
         );
@@ -105,7 +117,8 @@ async fn an_interrupted_rebuild_completes_on_the_next_run() {
         tokio::spawn(async move {
             loop {
                 let s = progress.snapshot();
-                if s.phase.starts_with("reset flags") && s.done > 0 || s.phase.starts_with("index") {
+                if s.phase.starts_with("reset flags") && s.done > 0 || s.phase.starts_with("index")
+                {
                     guard.cancel(LeaseLost::TakenOver);
                     return s;
                 }
@@ -116,7 +129,10 @@ async fn an_interrupted_rebuild_completes_on_the_next_run() {
     let first = reconcile(&env.db, &env.meili, &env.opts, &guard, &progress).await;
     let stopped_at = watcher.await.unwrap();
     println!("stopped during {stopped_at:?}");
-    assert!(matches!(first, Err(ReconcileError::LeaseLost(LeaseLost::TakenOver))), "{first:?}");
+    assert!(
+        matches!(first, Err(ReconcileError::LeaseLost(LeaseLost::TakenOver))),
+        "{first:?}"
+    );
 
     let summary = env.run().await.expect("second run");
     println!("{summary}");

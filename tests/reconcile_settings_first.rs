@@ -31,7 +31,10 @@ async fn settings_task_finishes_before_the_first_document_task() {
             .await
             .unwrap();
         let tasks = tasks["results"].as_array().unwrap();
-        let settings: Vec<_> = tasks.iter().filter(|t| t["type"] == "settingsUpdate").collect();
+        let settings: Vec<_> = tasks
+            .iter()
+            .filter(|t| t["type"] == "settingsUpdate")
+            .collect();
         assert_eq!(settings.len(), 1, "exactly one settings task on {uid}");
         assert_eq!(settings[0]["status"], "succeeded");
         let docs: Vec<_> = tasks
@@ -46,7 +49,11 @@ async fn settings_task_finishes_before_the_first_document_task() {
             at(settings[0], "finishedAt"),
             first_doc
         );
-        let first_doc_uid = docs.iter().map(|t| t["uid"].as_u64().unwrap()).min().unwrap();
+        let first_doc_uid = docs
+            .iter()
+            .map(|t| t["uid"].as_u64().unwrap())
+            .min()
+            .unwrap();
         assert!(settings[0]["uid"].as_u64().unwrap() < first_doc_uid);
         let actual = env.meili.settings(&uid).await.unwrap();
         assert_eq!(actual["filterableAttributes"], serde_json::json!(["user"]));
@@ -58,11 +65,17 @@ async fn settings_task_finishes_before_the_first_document_task() {
 
     // Right settings are not sent again (a no-op PATCH re-indexes everything).
     let again = env.run().await.expect("second run");
-    assert!(again.collections.iter().all(|c| c.settings_changed.is_empty()));
+    assert!(again
+        .collections
+        .iter()
+        .all(|c| c.settings_changed.is_empty()));
     for c in Collection::ALL {
         let tasks = env
             .meili
-            .tasks(&format!("indexUids={}&types=settingsUpdate&limit=10", env.uid(c)))
+            .tasks(&format!(
+                "indexUids={}&types=settingsUpdate&limit=10",
+                env.uid(c)
+            ))
             .await
             .unwrap();
         assert_eq!(tasks["results"].as_array().unwrap().len(), 1);

@@ -57,7 +57,14 @@ impl Env {
     }
 
     pub async fn run_with(&self, opts: &SyncOptions) -> Result<RunSummary, ReconcileError> {
-        reconcile(&self.db, &self.meili, opts, &Guard::unfenced(), &Progress::new()).await
+        reconcile(
+            &self.db,
+            &self.meili,
+            opts,
+            &Guard::unfenced(),
+            &Progress::new(),
+        )
+        .await
     }
 
     /// Creates an index with `pk` (waiting for it).
@@ -140,7 +147,11 @@ impl Env {
                         assert!(!flagged, "rejected {id} must stay unflagged");
                     }
                     Some((id, shape)) => {
-                        assert!(flagged, "{} {id} indexable but not flagged", collection.name());
+                        assert!(
+                            flagged,
+                            "{} {id} indexable but not flagged",
+                            collection.name()
+                        );
                         expected_docs.insert(id, shape);
                     }
                     None => assert!(
@@ -190,7 +201,8 @@ pub fn expected(collection: Collection, d: &Document, now: DateTime) -> Option<(
     let user_ok = matches!(d.get("user"), Some(Bson::String(u)) if !u.is_empty());
     let temporary = d.get_bool("isTemporary").unwrap_or(false);
     let expired = matches!(d.get("expiredAt"), Some(Bson::DateTime(t)) if *t <= now);
-    let unfinished = collection == Collection::Messages && d.get_bool("unfinished").unwrap_or(false);
+    let unfinished =
+        collection == Collection::Messages && d.get_bool("unfinished").unwrap_or(false);
     if !user_ok || temporary || expired || unfinished {
         return None;
     }
@@ -257,14 +269,24 @@ pub fn message(i: usize, now: DateTime) -> Document {
     };
     match i % 20 {
         1 => {
-            d.insert("content", vec![
-                Bson::Document(doc! { "type": "text", "text": format!("part one of {i}") }),
-                Bson::Document(doc! { "type": "image_url", "image_url": { "url": "data:xyz" } }),
-                Bson::Document(doc! { "type": "text", "text": "part two" }),
-            ]);
+            d.insert(
+                "content",
+                vec![
+                    Bson::Document(doc! { "type": "text", "text": format!("part one of {i}") }),
+                    Bson::Document(
+                        doc! { "type": "image_url", "image_url": { "url": "data:xyz" } },
+                    ),
+                    Bson::Document(doc! { "type": "text", "text": "part two" }),
+                ],
+            );
         }
         2 => {
-            d.insert("content", vec![Bson::Document(doc! { "type": "tool_call", "tool_call": { "name": "x" } })]);
+            d.insert(
+                "content",
+                vec![Bson::Document(
+                    doc! { "type": "tool_call", "tool_call": { "name": "x" } },
+                )],
+            );
         }
         3 => {
             d.insert("isTemporary", true);
@@ -273,10 +295,16 @@ pub fn message(i: usize, now: DateTime) -> Document {
             d.insert("isTemporary", false);
         }
         5 => {
-            d.insert("expiredAt", DateTime::from_millis(now.timestamp_millis() - hours(1)));
+            d.insert(
+                "expiredAt",
+                DateTime::from_millis(now.timestamp_millis() - hours(1)),
+            );
         }
         6 => {
-            d.insert("expiredAt", DateTime::from_millis(now.timestamp_millis() + hours(240)));
+            d.insert(
+                "expiredAt",
+                DateTime::from_millis(now.timestamp_millis() + hours(240)),
+            );
         }
         7 => {
             d.insert("expiredAt", Bson::Null);
@@ -334,7 +362,10 @@ pub fn conversation(i: usize, now: DateTime) -> Document {
             d.insert("isTemporary", true);
         }
         5 => {
-            d.insert("expiredAt", DateTime::from_millis(now.timestamp_millis() - hours(1)));
+            d.insert(
+                "expiredAt",
+                DateTime::from_millis(now.timestamp_millis() - hours(1)),
+            );
         }
         6 => {
             d.remove("user");
@@ -344,7 +375,10 @@ pub fn conversation(i: usize, now: DateTime) -> Document {
         }
         8 => {
             d.insert("tags", Vec::<String>::new());
-            d.insert("expiredAt", DateTime::from_millis(now.timestamp_millis() + hours(240)));
+            d.insert(
+                "expiredAt",
+                DateTime::from_millis(now.timestamp_millis() + hours(240)),
+            );
         }
         _ => {}
     }

@@ -121,15 +121,17 @@ fn tokenize(source: &str) -> Result<Vec<Token>, String> {
             i += 1;
             loop {
                 match chars.get(i) {
-                    None => return Err(located(
-                        &format!(
+                    None => {
+                        return Err(located(
+                            &format!(
                             "Expression `{}` is missing the following closing delimiter: `{c}`.",
                             &source[..]
                         ),
-                        start,
-                        chars.len(),
-                        source,
-                    )),
+                            start,
+                            chars.len(),
+                            source,
+                        ))
+                    }
                     Some('\\') if chars.get(i + 1).is_some() => {
                         text.push(chars[i + 1]);
                         i += 2;
