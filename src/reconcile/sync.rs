@@ -91,8 +91,8 @@ impl Batch {
     pub fn accepted_runs(&self, accepted: &[bool]) -> Vec<(Bson, Bson)> {
         let mut runs = Vec::new();
         let mut start: Option<usize> = None;
-        for i in 0..self.len() {
-            let joins = start.is_some() && self.docs[i].follows_previous && accepted[i];
+        for (i, (doc, &ok)) in self.docs.iter().zip(accepted).enumerate() {
+            let joins = start.is_some() && doc.follows_previous && ok;
             if !joins {
                 if let Some(s) = start.take() {
                     runs.push((
@@ -100,7 +100,7 @@ impl Batch {
                         self.docs[i - 1].mongo_id.clone(),
                     ));
                 }
-                if accepted[i] {
+                if ok {
                     start = Some(i);
                 }
             }

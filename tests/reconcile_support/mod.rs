@@ -400,3 +400,87 @@ pub async fn seed(env: &Env, messages: usize, conversations: usize) -> DateTime 
     .await;
     now
 }
+
+/// A stand-in Meilisearch of our own (the package's `meili-standin` binary)
+/// for tests that turn its knobs; killed on drop.
+pub struct PrivateStandin {
+    child: std::process::Child,
+    pub host: String,
+    pub key: String,
+    http: reqwest::Client,
+}
+
+impl PrivateStandin {
+    pub async fn start() -> PrivateStandin {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let key = format!("key-{}", support::unique_name("k"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_meili-standin"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--master-key",
+                &key,
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start meili-standin");
+        let host = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        for _ in 0..200 {
+            if http.get(format!("{host}/health")).send().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        PrivateStandin {
+            child,
+            host,
+            key,
+            http,
+        }
+    }
+
+    /// Sets a knob: `POST /_standin/{knob}` with `body`.
+    pub async fn knob(&self, knob: &str, body: Value) -> Value {
+        self.http
+            .post(format!("{}/_standin/{knob}", self.host))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// The stand-in's request log.
+    pub async fn requests(&self) -> Vec<Value> {
+        self.http
+            .get(format!("{}/_standin/requests", self.host))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// A test environment whose Meilisearch is this stand-in.
+    pub async fn env(&self, tag: &str) -> Env {
+        let s = support::servers();
+        Env::on(&s.mongo_uri, &self.host, &self.key, tag).await
+    }
+}
+
+impl Drop for PrivateStandin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
