@@ -6,6 +6,9 @@
 
 pub mod config;
 pub mod lease;
+pub mod meili;
+pub mod mongo;
 pub mod progress;
+pub mod reconcile;
 pub mod servers;
 pub mod telemetry;

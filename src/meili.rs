@@ -1,0 +1,605 @@
+//! Meilisearch access for the reconciler, over `meilisearch-sdk`'s HTTP
+//! transport: index lookup and (re)creation, settings, document writes and
+//! id paging, tasks, swaps.
+//!
+//! Every call goes through one place ([`Meili::call`]) that retries transient
+//! failures (connection refused, timeouts, 5xx, 429) with exponential backoff
+//! for a bounded total time, turns 4xx answers into errors naming Meilisearch's
+//! error code, and checks the lease [`Guard`] before each attempt of a write.
+//! Answers are kept as JSON (`serde_json::Value`) so that settings are compared
+//! whole and unknown task types or error codes survive intact. The master key
+//! lives only in the SDK client's default headers: it never appears in an
+//! error or a log line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use futures::io::Cursor;
+use meilisearch_sdk::errors::{Error as SdkError, ErrorType};
+use meilisearch_sdk::request::{HttpClient, Method};
+use meilisearch_sdk::reqwest::ReqwestClient;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::lease::{Guard, LeaseLost};
+
+/// How long transient failures are retried, by default, before a call gives up.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(300);
+
+/// Why a Meilisearch call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MeiliError {
+    /// Connection refused, timed out, or 5xx answers for longer than the
+    /// retry budget.
+    #[error("Meilisearch at {host} is unreachable ({what}): {detail}")]
+    Unreachable {
+        host: String,
+        what: String,
+        detail: String,
+    },
+    /// A 4xx answer: the request itself is wrong (or the key is).
+    #[error("Meilisearch refused {what}: {code}: {message}")]
+    Refused {
+        what: String,
+        code: String,
+        message: String,
+    },
+    /// An asynchronous task ended in failure.
+    #[error("Meilisearch task {uid} ({what}) failed: {code}: {message}")]
+    TaskFailed {
+        uid: u64,
+        what: String,
+        code: String,
+        message: String,
+    },
+    /// An answer we could not make sense of.
+    #[error("unexpected answer from Meilisearch to {what}: {detail}")]
+    Unexpected { what: String, detail: String },
+    /// The lease was lost: no further write may be made.
+    #[error(transparent)]
+    LeaseLost(#[from] LeaseLost),
+}
+
+/// An index as Meilisearch describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexInfo {
+    pub uid: String,
+    pub primary_key: Option<String>,
+}
+
+/// The error of a failed task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskError {
+    pub code: String,
+    pub message: String,
+}
+
+/// How an asynchronous task ended.
+#[derive(Clone, Debug)]
+pub struct TaskOutcome {
+    pub uid: u64,
+    /// `None` when it succeeded.
+    pub error: Option<TaskError>,
+    /// The task object as Meilisearch returned it.
+    pub raw: Value,
+}
+
+impl TaskOutcome {
+    pub fn succeeded(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
+    pub fn into_result(self, what: &str) -> Result<TaskOutcome, MeiliError> {
+        match &self.error {
+            None => Ok(self),
+            Some(error) => Err(MeiliError::TaskFailed {
+                uid: self.uid,
+                what: what.to_string(),
+                code: error.code.clone(),
+                message: error.message.clone(),
+            }),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Verb {
+    Get,
+    Post,
+    Patch,
+    Delete,
+}
+
+/// A Meilisearch server. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Meili {
+    http: ReqwestClient,
+    host: String,
+    retry_for: Duration,
+    /// First interval between polls of a task (doubles up to `poll_max`).
+    poll_min: Duration,
+    poll_max: Duration,
+}
+
+impl Meili {
+    /// A client for `host` (e.g. `http://127.0.0.1:7700`) using `key` as the
+    /// bearer token.
+    pub fn new(host: &str, key: Option<&str>) -> Result<Meili, MeiliError> {
+        let http = ReqwestClient::new(key.filter(|k| !k.is_empty())).map_err(|_| {
+            MeiliError::Unexpected {
+                what: "client setup".into(),
+                detail: "the master key is not a valid HTTP header value".into(),
+            }
+        })?;
+        Ok(Meili {
+            http,
+            host: host.trim_end_matches('/').to_string(),
+            retry_for: DEFAULT_RETRY_FOR,
+            poll_min: Duration::from_millis(10),
+            poll_max: Duration::from_millis(250),
+        })
+    }
+
+    /// How long transient failures are retried before a call fails with
+    /// [`MeiliError::Unreachable`].
+    pub fn with_retry_for(mut self, retry_for: Duration) -> Meili {
+        self.retry_for = retry_for;
+        self
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// One attempt at `GET /health`: `Ok(status)` (normally `available`).
+    pub async fn health(&self) -> Result<String, MeiliError> {
+        let url = format!("{}/health", self.host);
+        let answer: Value = self
+            .http
+            .request::<(), (), Value>(&url, Method::Get { query: () }, 200)
+            .await
+            .map_err(|e| self.classify("health", e))?;
+        Ok(answer["status"].as_str().unwrap_or("unknown").to_string())
+    }
+
+    /// The index, or `None` when it does not exist.
+    pub async fn index(&self, uid: &str) -> Result<Option<IndexInfo>, MeiliError> {
+        match self
+            .call(
+                "get index",
+                Verb::Get,
+                &format!("/indexes/{uid}"),
+                None::<&()>,
+                200,
+                None,
+            )
+            .await
+        {
+            Ok(v) => Ok(Some(IndexInfo {
+                uid: v["uid"].as_str().unwrap_or(uid).to_string(),
+                primary_key: v["primaryKey"].as_str().map(str::to_string),
+            })),
+            Err(MeiliError::Refused { code, .. }) if code == "index_not_found" => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Enqueues the creation of `uid` with `primary_key`; returns the task uid.
+    pub async fn create_index(
+        &self,
+        uid: &str,
+        primary_key: &str,
+        guard: &Guard,
+    ) -> Result<u64, MeiliError> {
+        let body = json!({ "uid": uid, "primaryKey": primary_key });
+        let v = self
+            .call(
+                "create index",
+                Verb::Post,
+                "/indexes",
+                Some(&body),
+                202,
+                Some(guard),
+            )
+            .await?;
+        task_uid("create index", &v)
+    }
+
+    /// Enqueues the deletion of `uid`; returns the task uid.
+    pub async fn delete_index(&self, uid: &str, guard: &Guard) -> Result<u64, MeiliError> {
+        let v = self
+            .call(
+                "delete index",
+                Verb::Delete,
+                &format!("/indexes/{uid}"),
+                None::<&()>,
+                202,
+                Some(guard),
+            )
+            .await?;
+        task_uid("delete index", &v)
+    }
+
+    /// The whole settings object of `uid`.
+    pub async fn settings(&self, uid: &str) -> Result<Value, MeiliError> {
+        self.call(
+            "get settings",
+            Verb::Get,
+            &format!("/indexes/{uid}/settings"),
+            None::<&()>,
+            200,
+            None,
+        )
+        .await
+    }
+
+    /// Enqueues a settings update (only the keys given); returns the task uid.
+    pub async fn patch_settings(
+        &self,
+        uid: &str,
+        settings: &Value,
+        guard: &Guard,
+    ) -> Result<u64, MeiliError> {
+        let v = self
+            .call(
+                "update settings",
+                Verb::Patch,
+                &format!("/indexes/{uid}/settings"),
+                Some(settings),
+                202,
+                Some(guard),
+            )
+            .await?;
+        task_uid("update settings", &v)
+    }
+
+    /// Enqueues an add-or-replace of already serialized NDJSON documents;
+    /// returns the task uid.
+    pub async fn add_documents_ndjson(
+        &self,
+        uid: &str,
+        ndjson: Arc<[u8]>,
+        guard: &Guard,
+    ) -> Result<u64, MeiliError> {
+        let url = format!("{}/indexes/{uid}/documents", self.host);
+        let what = "add documents";
+        let attempt = || {
+            let url = url.clone();
+            let body = Cursor::new(ndjson.clone());
+            async move {
+                guard.check()?;
+                self.http
+                    .stream_request::<(), _, Value>(
+                        &url,
+                        Method::Post { query: (), body },
+                        "application/x-ndjson",
+                        202,
+                    )
+                    .await
+                    .map_err(|e| self.classify(what, e))
+            }
+        };
+        let v = attempt
+            .retry(self.backoff())
+            .when(is_transient)
+            .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "retrying {what}"))
+            .await?;
+        task_uid(what, &v)
+    }
+
+    /// Enqueues the deletion of documents by id; returns the task uid.
+    pub async fn delete_documents(
+        &self,
+        uid: &str,
+        ids: &[String],
+        guard: &Guard,
+    ) -> Result<u64, MeiliError> {
+        let v = self
+            .call(
+                "delete documents",
+                Verb::Post,
+                &format!("/indexes/{uid}/documents/delete-batch"),
+                Some(&ids),
+                202,
+                Some(guard),
+            )
+            .await?;
+        task_uid("delete documents", &v)
+    }
+
+    /// One page of document ids (only the primary-key field is fetched), and
+    /// the index's total number of documents.
+    pub async fn document_ids(
+        &self,
+        uid: &str,
+        primary_key: &str,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(Vec<String>, u64), MeiliError> {
+        let path =
+            format!("/indexes/{uid}/documents?offset={offset}&limit={limit}&fields={primary_key}");
+        let v = self
+            .call(
+                "list document ids",
+                Verb::Get,
+                &path,
+                None::<&()>,
+                200,
+                None,
+            )
+            .await?;
+        let ids = v["results"]
+            .as_array()
+            .map(|docs| {
+                docs.iter()
+                    .filter_map(|d| id_string(&d[primary_key]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok((ids, v["total"].as_u64().unwrap_or(0)))
+    }
+
+    /// Full documents, for tests and diagnostics.
+    pub async fn documents_page(
+        &self,
+        uid: &str,
+        offset: u64,
+        limit: u64,
+    ) -> Result<Vec<Value>, MeiliError> {
+        let path = format!("/indexes/{uid}/documents?offset={offset}&limit={limit}");
+        let v = self
+            .call("get documents", Verb::Get, &path, None::<&()>, 200, None)
+            .await?;
+        Ok(v["results"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The number of documents in the index (from its stats).
+    pub async fn document_count(&self, uid: &str) -> Result<u64, MeiliError> {
+        let v = self
+            .call(
+                "index stats",
+                Verb::Get,
+                &format!("/indexes/{uid}/stats"),
+                None::<&()>,
+                200,
+                None,
+            )
+            .await?;
+        Ok(v["numberOfDocuments"].as_u64().unwrap_or(0))
+    }
+
+    /// Enqueues an atomic swap of two indexes; returns the task uid.
+    pub async fn swap_indexes(&self, a: &str, b: &str, guard: &Guard) -> Result<u64, MeiliError> {
+        let body = json!([{ "indexes": [a, b] }]);
+        let v = self
+            .call(
+                "swap indexes",
+                Verb::Post,
+                "/swap-indexes",
+                Some(&body),
+                202,
+                Some(guard),
+            )
+            .await?;
+        task_uid("swap indexes", &v)
+    }
+
+    /// `GET /tasks?{query}` as Meilisearch answers it (for diagnostics and tests).
+    pub async fn tasks(&self, query: &str) -> Result<Value, MeiliError> {
+        self.call(
+            "list tasks",
+            Verb::Get,
+            &format!("/tasks?{query}"),
+            None::<&()>,
+            200,
+            None,
+        )
+        .await
+    }
+
+    /// Polls task `uid` until it ends (interval growing from 10 ms to 250 ms),
+    /// stopping at once if the guard is cancelled.
+    pub async fn wait_for_task(&self, uid: u64, guard: &Guard) -> Result<TaskOutcome, MeiliError> {
+        let path = format!("/tasks/{uid}");
+        let mut interval = self.poll_min;
+        loop {
+            let task = tokio::select! {
+                task = self.call("get task", Verb::Get, &path, None::<&()>, 200, None) => task?,
+                _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+            };
+            match task["status"].as_str() {
+                Some("succeeded") => {
+                    return Ok(TaskOutcome {
+                        uid,
+                        error: None,
+                        raw: task,
+                    })
+                }
+                Some("failed") | Some("canceled") => {
+                    let error = TaskError {
+                        code: task["error"]["code"]
+                            .as_str()
+                            .unwrap_or(if task["status"] == "canceled" {
+                                "canceled"
+                            } else {
+                                "unknown"
+                            })
+                            .to_string(),
+                        message: task["error"]["message"].as_str().unwrap_or("").to_string(),
+                    };
+                    return Ok(TaskOutcome {
+                        uid,
+                        error: Some(error),
+                        raw: task,
+                    });
+                }
+                _ => {}
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {},
+                _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+            }
+            interval = (interval * 2).min(self.poll_max);
+        }
+    }
+
+    /// Enqueues nothing; waits for `uid` and fails unless it succeeded.
+    pub async fn wait_ok(&self, uid: u64, what: &str, guard: &Guard) -> Result<(), MeiliError> {
+        self.wait_for_task(uid, guard).await?.into_result(what)?;
+        Ok(())
+    }
+
+    fn backoff(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_secs(5))
+            .with_factor(2.0)
+            .with_jitter()
+            .with_max_times(usize::MAX)
+            .with_total_delay(Some(self.retry_for))
+    }
+
+    /// One JSON request, retried while the failure is transient. Writes pass
+    /// the guard, checked before every attempt.
+    async fn call<B: Serialize + Send + Sync>(
+        &self,
+        what: &str,
+        verb: Verb,
+        path: &str,
+        body: Option<&B>,
+        expected: u16,
+        guard: Option<&Guard>,
+    ) -> Result<Value, MeiliError> {
+        let url = format!("{}{}", self.host, path);
+        let attempt = || async {
+            if let Some(guard) = guard {
+                guard.check()?;
+            }
+            let result = match verb {
+                Verb::Get => {
+                    self.http
+                        .request::<(), (), Value>(&url, Method::Get { query: () }, expected)
+                        .await
+                }
+                Verb::Delete => {
+                    self.http
+                        .request::<(), (), Value>(&url, Method::Delete { query: () }, expected)
+                        .await
+                }
+                Verb::Post => {
+                    self.http
+                        .request::<(), Option<&B>, Value>(
+                            &url,
+                            Method::Post { query: (), body },
+                            expected,
+                        )
+                        .await
+                }
+                Verb::Patch => {
+                    self.http
+                        .request::<(), Option<&B>, Value>(
+                            &url,
+                            Method::Patch { query: (), body },
+                            expected,
+                        )
+                        .await
+                }
+            };
+            match result {
+                Err(SdkError::ParseError(_)) => Err(self.unexpected(what, "unparsable answer")),
+                Err(e) => Err(self.classify(what, e)),
+                Ok(v) => Ok(v),
+            }
+        };
+        attempt
+            .retry(self.backoff())
+            .when(is_transient)
+            .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "retrying {what}"))
+            .await
+    }
+
+    fn unexpected(&self, what: &str, detail: &str) -> MeiliError {
+        MeiliError::Unexpected {
+            what: what.to_string(),
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Maps an SDK error to ours. Transient failures become `Unreachable`;
+    /// the retry loop retries exactly those.
+    fn classify(&self, what: &str, error: SdkError) -> MeiliError {
+        let unreachable = |detail: String| MeiliError::Unreachable {
+            host: self.host.clone(),
+            what: what.to_string(),
+            detail,
+        };
+        match error {
+            SdkError::HttpError(e) => unreachable(e.to_string()),
+            SdkError::MeilisearchCommunication(e) => {
+                if e.status_code >= 500 || e.status_code == 429 || e.status_code == 408 {
+                    unreachable(format!("HTTP {}", e.status_code))
+                } else {
+                    MeiliError::Refused {
+                        what: what.to_string(),
+                        code: format!("http_{}", e.status_code),
+                        message: e.message.unwrap_or_default(),
+                    }
+                }
+            }
+            SdkError::Meilisearch(e) => {
+                let code = serde_json::to_value(&e.error_code)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| "unknown".into());
+                match e.error_type {
+                    ErrorType::InvalidRequest | ErrorType::Auth => MeiliError::Refused {
+                        what: what.to_string(),
+                        code: known_code(&code, &e.error_message),
+                        message: e.error_message,
+                    },
+                    _ => unreachable(format!("{code}: {}", e.error_message)),
+                }
+            }
+            SdkError::ParseError(e) => self.unexpected(what, &e.to_string()),
+            other => self.unexpected(what, &other.to_string()),
+        }
+    }
+}
+
+/// The SDK maps codes it does not know to `unknown`; recover the ones we act
+/// on from the message so reports stay precise.
+fn known_code(code: &str, message: &str) -> String {
+    if code != "unknown" {
+        return code.to_string();
+    }
+    if message.contains("already has a primary key") {
+        "index_primary_key_already_exists".into()
+    } else {
+        code.to_string()
+    }
+}
+
+fn is_transient(e: &MeiliError) -> bool {
+    matches!(e, MeiliError::Unreachable { .. })
+}
+
+fn task_uid(what: &str, v: &Value) -> Result<u64, MeiliError> {
+    v["taskUid"]
+        .as_u64()
+        .or_else(|| v["uid"].as_u64())
+        .ok_or_else(|| MeiliError::Unexpected {
+            what: what.to_string(),
+            detail: "no taskUid in the answer".into(),
+        })
+}
+
+/// A document id as a string (Meilisearch accepts integer ids too).
+pub fn id_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,430 @@
+//! The reconciliation engine (DESIGN.md §3): bring both Meilisearch indexes
+//! in step with the chat collections, in a safe order — settings and index
+//! structure first, then flag resets, drift repair, and finally indexing.
+//!
+//! [`plan`](plan::plan) is the read-only half; [`reconcile`] does the work
+//! under a lease [`Guard`] that every write checks first.
+
+pub mod orphans;
+pub mod plan;
+pub mod rebuild;
+pub mod rejects;
+pub mod settings;
+pub mod sync;
+
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mongodb::Database;
+use serde::Serialize;
+
+use crate::lease::{Guard, LeaseLost};
+use crate::meili::{Meili, MeiliError};
+use crate::mongo::{self, Collection, MongoError};
+use crate::progress::Progress;
+
+pub use plan::{plan, IndexPlan, Plan, RebuildReason};
+pub use rejects::Rejected;
+
+/// What a reconciliation may do and how hard it pushes.
+#[derive(Clone, Debug)]
+pub struct SyncOptions {
+    /// Prefix of both index uids (`""`: LibreChat's `messages` and `convos`).
+    pub index_prefix: String,
+    /// Most documents per Meilisearch task.
+    pub batch_docs: usize,
+    /// Most bytes of NDJSON per Meilisearch task.
+    pub batch_bytes: usize,
+    /// Meilisearch tasks outstanding at once.
+    pub in_flight: usize,
+    /// Below this many unindexed documents a collection is skipped (§3.8).
+    pub threshold: u64,
+    /// Pause between pages read from MongoDB.
+    pub delay: Duration,
+    /// `filterableAttributes` of both indexes.
+    pub filterable_attributes: Vec<String>,
+    /// Ignore the threshold and compare id sets.
+    pub force: bool,
+    /// Compare id sets even when the counts agree.
+    pub deep: bool,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        SyncOptions {
+            index_prefix: String::new(),
+            batch_docs: 10_000,
+            batch_bytes: 8 * 1024 * 1024,
+            in_flight: 2,
+            threshold: 1000,
+            delay: Duration::ZERO,
+            filterable_attributes: vec!["user".into()],
+            force: false,
+            deep: false,
+        }
+    }
+}
+
+impl SyncOptions {
+    /// The Meilisearch index uid that `collection` feeds.
+    pub fn index_uid(&self, collection: Collection) -> String {
+        format!("{}{}", self.index_prefix, collection.index_name())
+    }
+}
+
+/// Why a reconciliation stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReconcileError {
+    /// The guard failed: someone else owns the work now, or we are stopping.
+    #[error("lease lost: {0}")]
+    LeaseLost(#[from] LeaseLost),
+    #[error("{0}")]
+    MeiliUnreachable(String),
+    #[error("{0}")]
+    MongoUnreachable(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<MeiliError> for ReconcileError {
+    fn from(e: MeiliError) -> Self {
+        match e {
+            MeiliError::LeaseLost(lost) => ReconcileError::LeaseLost(lost),
+            e @ MeiliError::Unreachable { .. } => ReconcileError::MeiliUnreachable(e.to_string()),
+            e => ReconcileError::Other(e.to_string()),
+        }
+    }
+}
+
+impl From<MongoError> for ReconcileError {
+    fn from(e: MongoError) -> Self {
+        match e {
+            MongoError::LeaseLost(lost) => ReconcileError::LeaseLost(lost),
+            e @ MongoError::Unreachable(_) => ReconcileError::MongoUnreachable(e.to_string()),
+            e => ReconcileError::Other(e.to_string()),
+        }
+    }
+}
+
+/// What a run did to one collection and its index.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CollectionSummary {
+    pub collection: String,
+    pub index_uid: String,
+    /// Documents Meilisearch confirmed in this run.
+    pub indexed: u64,
+    /// Documents deleted from Meilisearch (gone or no longer indexable in Mongo).
+    pub deleted: u64,
+    /// Flags cleared (index rebuilt, drift, documents no longer indexable).
+    pub flags_cleared: u64,
+    /// Documents Meilisearch refused, left unacknowledged.
+    pub rejected: Vec<Rejected>,
+    /// Settings keys that were changed.
+    pub settings_changed: Vec<String>,
+    /// Why the index was rebuilt, if it was.
+    pub rebuilt: Option<RebuildReason>,
+    /// Unindexed documents left alone because they were below the threshold.
+    pub skipped_by_threshold: Option<u64>,
+    /// Whether the id sets were compared.
+    pub compared_ids: bool,
+}
+
+impl CollectionSummary {
+    fn changed_anything(&self) -> bool {
+        self.indexed > 0
+            || self.deleted > 0
+            || self.flags_cleared > 0
+            || !self.rejected.is_empty()
+            || !self.settings_changed.is_empty()
+            || self.rebuilt.is_some()
+    }
+}
+
+/// The outcome of one reconciliation.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub collections: Vec<CollectionSummary>,
+    pub duration_ms: u64,
+    /// Documents indexed per second of the whole run.
+    pub docs_per_sec: f64,
+    /// Nothing was changed (documents skipped by the threshold stay as they were).
+    pub nothing_to_do: bool,
+}
+
+impl RunSummary {
+    pub fn rejected_count(&self) -> usize {
+        self.collections.iter().map(|c| c.rejected.len()).sum()
+    }
+
+    pub fn indexed(&self) -> u64 {
+        self.collections.iter().map(|c| c.indexed).sum()
+    }
+}
+
+impl fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in &self.collections {
+            write!(f, "{} → {}: ", c.collection, c.index_uid)?;
+            if !c.changed_anything() {
+                write!(f, "nothing to do")?;
+            } else {
+                let mut parts = Vec::new();
+                if let Some(reason) = &c.rebuilt {
+                    parts.push(format!("rebuilt ({reason})"));
+                }
+                if !c.settings_changed.is_empty() {
+                    parts.push(format!(
+                        "settings changed: {}",
+                        c.settings_changed.join(", ")
+                    ));
+                }
+                parts.push(format!("indexed {}", c.indexed));
+                if c.deleted > 0 {
+                    parts.push(format!("deleted {}", c.deleted));
+                }
+                if c.flags_cleared > 0 {
+                    parts.push(format!("flags cleared {}", c.flags_cleared));
+                }
+                if !c.rejected.is_empty() {
+                    let shown: Vec<String> = c
+                        .rejected
+                        .iter()
+                        .take(5)
+                        .map(|r| format!("{} ({})", r.id.as_deref().unwrap_or(&r.mongo_id), r.code))
+                        .collect();
+                    let more = c.rejected.len().saturating_sub(shown.len());
+                    let more = if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    };
+                    parts.push(format!(
+                        "rejected {}: {}{more}",
+                        c.rejected.len(),
+                        shown.join(", ")
+                    ));
+                }
+                write!(f, "{}", parts.join(", "))?;
+            }
+            if let Some(n) = c.skipped_by_threshold {
+                write!(f, "; {n} unindexed left below the threshold")?;
+            }
+            writeln!(f)?;
+        }
+        write!(
+            f,
+            "took {:.1} s, {:.0} docs/s",
+            self.duration_ms as f64 / 1000.0,
+            self.docs_per_sec
+        )?;
+        if self.nothing_to_do {
+            write!(f, "; nothing to do")?;
+        } else if self.rejected_count() > 0 {
+            write!(f, "; completed with {} rejects", self.rejected_count())?;
+        } else {
+            write!(f, "; completed")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything one collection's work needs.
+pub(crate) struct Ctx<'a> {
+    pub db: &'a Database,
+    pub meili: &'a Meili,
+    pub opts: &'a SyncOptions,
+    pub guard: &'a Guard,
+    pub progress: &'a Progress,
+    pub collection: Collection,
+    pub uid: String,
+    last_log: Mutex<Instant>,
+}
+
+impl Ctx<'_> {
+    /// Counts `n` documents done and logs the progress every few seconds.
+    pub fn advance(&self, n: u64) {
+        self.progress.advance(n);
+        let mut last = self.last_log.lock().expect("progress log poisoned");
+        if last.elapsed() >= Duration::from_secs(5) {
+            *last = Instant::now();
+            let s = self.progress.snapshot();
+            tracing::info!(
+                phase = %s.phase,
+                done = s.done,
+                total = s.total,
+                docs_per_sec = format!("{:.0}", s.docs_per_sec),
+                eta_secs = s.eta_secs,
+                "progress"
+            );
+        }
+    }
+
+    pub fn phase(&self, name: &str, total: u64) {
+        self.progress
+            .phase(&format!("{name} {}", self.collection.name()), total);
+    }
+}
+
+/// One reconciliation of both collections (DESIGN.md §3), as lease owner:
+/// settings and index structure first (waiting for their tasks before any
+/// document write), then per collection the flag reset of a rebuild, drift
+/// repair, and indexing of unindexed documents.
+pub async fn reconcile(
+    mongo_db: &Database,
+    meili: &Meili,
+    opts: &SyncOptions,
+    guard: &Guard,
+    progress: &Progress,
+) -> Result<RunSummary, ReconcileError> {
+    let started = Instant::now();
+    progress.phase("plan", 0);
+    let plan = plan::plan(mongo_db, meili, opts).await?;
+    let desired = settings::desired(&opts.filterable_attributes);
+
+    // Structure and settings of every index before any document is written.
+    let mut summaries = Vec::new();
+    for index in &plan.indexes {
+        let mut summary = CollectionSummary {
+            collection: index.collection.name().to_string(),
+            index_uid: index.index_uid.clone(),
+            ..Default::default()
+        };
+        let recreate = index
+            .rebuild
+            .as_ref()
+            .is_some_and(RebuildReason::recreates_index);
+        let diff = if recreate {
+            progress.phase(&format!("rebuild {}", index.collection.name()), 0);
+            rebuild::recreate_index(
+                meili,
+                &index.index_uid,
+                index.collection.primary_key(),
+                index.exists,
+                guard,
+            )
+            .await?;
+            settings::diff(&meili.settings(&index.index_uid).await?, &desired)
+        } else {
+            index.settings_to_apply.clone()
+        };
+        progress.phase(&format!("settings {}", index.collection.name()), 0);
+        summary.settings_changed = settings::apply(meili, &index.index_uid, &diff, guard).await?;
+        summaries.push(summary);
+    }
+
+    for (index, summary) in plan.indexes.iter().zip(summaries.iter_mut()) {
+        let ctx = Ctx {
+            db: mongo_db,
+            meili,
+            opts,
+            guard,
+            progress,
+            collection: index.collection,
+            uid: index.index_uid.clone(),
+            last_log: Mutex::new(Instant::now()),
+        };
+        reconcile_collection(&ctx, index, summary).await?;
+    }
+
+    let elapsed = started.elapsed();
+    let indexed: u64 = summaries.iter().map(|s| s.indexed).sum();
+    let summary = RunSummary {
+        nothing_to_do: !summaries.iter().any(CollectionSummary::changed_anything),
+        collections: summaries,
+        duration_ms: elapsed.as_millis() as u64,
+        docs_per_sec: indexed as f64 / elapsed.as_secs_f64().max(1e-3),
+    };
+    progress.phase("done", 0);
+    tracing::info!("reconciliation finished: {summary}");
+    Ok(summary)
+}
+
+async fn reconcile_collection(
+    ctx: &Ctx<'_>,
+    index: &IndexPlan,
+    summary: &mut CollectionSummary,
+) -> Result<(), ReconcileError> {
+    if let Some(reason) = &index.rebuild {
+        tracing::info!(index = %ctx.uid, %reason, "rebuilding");
+        summary.flags_cleared += rebuild::reset_flags(ctx).await?;
+        summary.rebuilt = Some(reason.clone());
+    }
+
+    let now = mongo::server_time(ctx.db).await?;
+    let mut counts = mongo::counts(ctx.db, ctx.collection, now).await?;
+    let in_meili = ctx.meili.document_count(&ctx.uid).await?;
+    let mut repaired = false;
+    if ctx.opts.deep || ctx.opts.force || in_meili != counts.indexed {
+        summary.compared_ids = true;
+        let outcome = orphans::repair(ctx).await?;
+        summary.deleted += outcome.deleted;
+        summary.flags_cleared += outcome.flags_cleared;
+        repaired = outcome.deleted + outcome.flags_cleared > 0;
+        if outcome.flags_cleared > 0 {
+            let now = mongo::server_time(ctx.db).await?;
+            counts = mongo::counts(ctx.db, ctx.collection, now).await?;
+        }
+    }
+
+    if counts.unindexed == 0 {
+        return Ok(());
+    }
+    let exempt = ctx.opts.force || summary.rebuilt.is_some() || repaired || counts.indexed == 0;
+    if counts.unindexed < ctx.opts.threshold && !exempt {
+        tracing::info!(
+            index = %ctx.uid,
+            unindexed = counts.unindexed,
+            threshold = ctx.opts.threshold,
+            "below the sync threshold: skipped"
+        );
+        summary.skipped_by_threshold = Some(counts.unindexed);
+        return Ok(());
+    }
+    let outcome = sync::index_unindexed(ctx, counts.unindexed).await?;
+    summary.indexed = outcome.indexed;
+    summary.rejected = outcome.rejected;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lead spawns the engine on the runtime: its future must be `Send`.
+    #[allow(dead_code)]
+    fn reconcile_future_is_send(db: &Database, meili: &Meili, guard: &Guard, progress: &Progress) {
+        fn assert_send<T: Send>(_: T) {}
+        let opts = SyncOptions::default();
+        assert_send(reconcile(db, meili, &opts, guard, progress));
+    }
+
+    #[test]
+    fn summary_says_nothing_to_do_or_counts_rejects() {
+        let mut summary = RunSummary {
+            collections: vec![CollectionSummary {
+                collection: "messages".into(),
+                index_uid: "messages".into(),
+                ..Default::default()
+            }],
+            nothing_to_do: true,
+            ..Default::default()
+        };
+        assert!(summary.to_string().contains("nothing to do"));
+        summary.nothing_to_do = false;
+        summary.collections[0].indexed = 999;
+        summary.collections[0].rejected.push(Rejected {
+            id: Some("bad|id".into()),
+            mongo_id: "1".into(),
+            code: "invalid_document_id".into(),
+            message: String::new(),
+            mongo_id_key: "1".into(),
+        });
+        let text = summary.to_string();
+        assert!(text.contains("indexed 999"), "{text}");
+        assert!(text.contains("bad|id (invalid_document_id)"), "{text}");
+        assert!(text.contains("completed with 1 rejects"), "{text}");
+    }
+}

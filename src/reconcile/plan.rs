@@ -1,0 +1,284 @@
+//! The read-only plan (DESIGN.md §3.1): what each index and collection look
+//! like and what a reconciliation would do. It writes nothing, takes no lease,
+//! and costs a health check, an index lookup, a settings read and a stats
+//! read per index, plus two indexed count queries per collection.
+//!
+//! JSON shape (stable; camelCase):
+//! `{ meiliHealth, serverTime, nothingToDo, indexes: [ { collection, indexUid,
+//! exists, primaryKey, expectedPrimaryKey, meiliDocuments, mongo: { indexable,
+//! indexed, unindexed }, settingsToApply: {…}, rebuild: null | { reason:
+//! indexMissing | wrongPrimaryKey | indexLost, … }, driftSuspected,
+//! documentsToIndex, skippedByThreshold } ] }`.
+
+use std::fmt;
+
+use mongodb::Database;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{settings, ReconcileError, SyncOptions};
+use crate::meili::Meili;
+use crate::mongo::{self, Collection, Counts};
+
+/// Why an index must be rebuilt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "camelCase")]
+pub enum RebuildReason {
+    /// The index does not exist: create it, reset the flags, index everything.
+    IndexMissing,
+    /// The primary key cannot be changed in place: delete, recreate, reindex.
+    #[serde(rename_all = "camelCase")]
+    WrongPrimaryKey { actual: Option<String> },
+    /// The index has far fewer documents than MongoDB says are indexed (e.g.
+    /// Meilisearch lost its data): reset the flags and reindex into it.
+    #[serde(rename_all = "camelCase")]
+    IndexLost {
+        meili_documents: u64,
+        mongo_indexed: u64,
+    },
+}
+
+impl RebuildReason {
+    /// Whether the index itself must be (re)created.
+    pub fn recreates_index(&self) -> bool {
+        !matches!(self, RebuildReason::IndexLost { .. })
+    }
+}
+
+impl fmt::Display for RebuildReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RebuildReason::IndexMissing => write!(f, "index missing"),
+            RebuildReason::WrongPrimaryKey { actual } => write!(
+                f,
+                "wrong primary key {}",
+                actual.as_deref().unwrap_or("(none)")
+            ),
+            RebuildReason::IndexLost {
+                meili_documents,
+                mongo_indexed,
+            } => write!(
+                f,
+                "index has {meili_documents} documents while {mongo_indexed} are flagged indexed"
+            ),
+        }
+    }
+}
+
+/// One index and its collection.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexPlan {
+    pub collection: Collection,
+    pub index_uid: String,
+    pub exists: bool,
+    pub primary_key: Option<String>,
+    pub expected_primary_key: String,
+    /// Documents in the index (0 when it does not exist).
+    pub meili_documents: u64,
+    pub mongo: Counts,
+    /// The settings `PATCH` that would be sent (empty: settings are right).
+    pub settings_to_apply: Map<String, Value>,
+    pub rebuild: Option<RebuildReason>,
+    /// The index and the flags disagree on the count: id sets will be compared.
+    pub drift_suspected: bool,
+    /// Documents that would be sent (before drift repair adds any).
+    pub documents_to_index: u64,
+    /// Unindexed documents below the threshold are left for a later run.
+    pub skipped_by_threshold: bool,
+}
+
+/// The whole plan.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// `GET /health`'s status (`available`).
+    pub meili_health: String,
+    /// MongoDB's clock when the counts were taken (RFC 3339).
+    pub server_time: String,
+    pub indexes: Vec<IndexPlan>,
+    /// Nothing would change (ignoring a `--deep` comparison).
+    pub nothing_to_do: bool,
+}
+
+/// Reads both servers and decides; writes nothing.
+pub async fn plan(
+    mongo_db: &Database,
+    meili: &Meili,
+    opts: &SyncOptions,
+) -> Result<Plan, ReconcileError> {
+    let meili_health = meili.health().await?;
+    let now = mongo::server_time(mongo_db).await?;
+    let desired = settings::desired(&opts.filterable_attributes);
+    let mut indexes = Vec::new();
+    for collection in Collection::ALL {
+        let index_uid = opts.index_uid(collection);
+        let info = meili.index(&index_uid).await?;
+        let counts = mongo::counts(mongo_db, collection, now).await?;
+        let (meili_documents, actual_settings) = match &info {
+            Some(_) => (
+                meili.document_count(&index_uid).await?,
+                meili.settings(&index_uid).await?,
+            ),
+            None => (0, Value::Object(Map::new())),
+        };
+        indexes.push(decide(
+            collection,
+            index_uid,
+            info.map(|i| i.primary_key),
+            meili_documents,
+            counts,
+            settings::diff(&actual_settings, &desired),
+            opts,
+        ));
+    }
+    let nothing_to_do = indexes.iter().all(|i| {
+        i.settings_to_apply.is_empty()
+            && i.rebuild.is_none()
+            && !i.drift_suspected
+            && i.documents_to_index == 0
+    });
+    Ok(Plan {
+        meili_health,
+        server_time: now
+            .try_to_rfc3339_string()
+            .unwrap_or_else(|_| now.timestamp_millis().to_string()),
+        indexes,
+        nothing_to_do,
+    })
+}
+
+/// The decisions for one index, from what was read. `primary_key` is `None`
+/// when the index does not exist, `Some(None)` when it has no primary key.
+pub(crate) fn decide(
+    collection: Collection,
+    index_uid: String,
+    primary_key: Option<Option<String>>,
+    meili_documents: u64,
+    mongo: Counts,
+    settings_to_apply: Map<String, Value>,
+    opts: &SyncOptions,
+) -> IndexPlan {
+    let expected = collection.primary_key();
+    let exists = primary_key.is_some();
+    let rebuild = match &primary_key {
+        None => Some(RebuildReason::IndexMissing),
+        Some(pk) if pk.as_deref() != Some(expected) => {
+            Some(RebuildReason::WrongPrimaryKey { actual: pk.clone() })
+        }
+        // "Much smaller": less than half of what MongoDB says is indexed.
+        Some(_) if mongo.indexed > 0 && meili_documents.saturating_mul(2) < mongo.indexed => {
+            Some(RebuildReason::IndexLost {
+                meili_documents,
+                mongo_indexed: mongo.indexed,
+            })
+        }
+        Some(_) => None,
+    };
+    let drift_suspected = rebuild.is_none() && meili_documents != mongo.indexed;
+    let exempt = opts.force || rebuild.is_some() || mongo.indexed == 0;
+    let skipped_by_threshold =
+        mongo.unindexed > 0 && mongo.unindexed < opts.threshold && !exempt && !drift_suspected;
+    let documents_to_index = if rebuild.is_some() {
+        mongo.indexable
+    } else if skipped_by_threshold {
+        0
+    } else {
+        mongo.unindexed
+    };
+    IndexPlan {
+        collection,
+        index_uid,
+        exists,
+        primary_key: primary_key.flatten(),
+        expected_primary_key: expected.to_string(),
+        meili_documents,
+        mongo,
+        settings_to_apply,
+        rebuild,
+        drift_suspected,
+        documents_to_index,
+        skipped_by_threshold,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(indexable: u64, indexed: u64) -> Counts {
+        Counts {
+            indexable,
+            indexed,
+            unindexed: indexable - indexed,
+        }
+    }
+
+    fn decide_for(pk: Option<Option<&str>>, docs: u64, c: Counts, opts: &SyncOptions) -> IndexPlan {
+        decide(
+            Collection::Messages,
+            "messages".into(),
+            pk.map(|p| p.map(str::to_string)),
+            docs,
+            c,
+            Map::new(),
+            opts,
+        )
+    }
+
+    #[test]
+    fn missing_index_and_wrong_primary_key_rebuild() {
+        let opts = SyncOptions::default();
+        let p = decide_for(None, 0, counts(10, 5), &opts);
+        assert_eq!(p.rebuild, Some(RebuildReason::IndexMissing));
+        assert_eq!(p.documents_to_index, 10);
+        let p = decide_for(Some(Some("id")), 5, counts(10, 5), &opts);
+        assert_eq!(
+            p.rebuild,
+            Some(RebuildReason::WrongPrimaryKey {
+                actual: Some("id".into())
+            })
+        );
+        let p = decide_for(Some(None), 0, counts(10, 0), &opts);
+        assert!(matches!(
+            p.rebuild,
+            Some(RebuildReason::WrongPrimaryKey { actual: None })
+        ));
+    }
+
+    #[test]
+    fn an_emptied_index_is_rebuilt_in_place() {
+        let opts = SyncOptions::default();
+        let p = decide_for(Some(Some("messageId")), 0, counts(5000, 4000), &opts);
+        assert!(matches!(p.rebuild, Some(RebuildReason::IndexLost { .. })));
+        assert!(!p.rebuild.unwrap().recreates_index());
+    }
+
+    #[test]
+    fn threshold_skips_only_small_backlogs_of_an_indexed_collection() {
+        let opts = SyncOptions::default();
+        let p = decide_for(Some(Some("messageId")), 4000, counts(4010, 4000), &opts);
+        assert!(p.skipped_by_threshold);
+        assert_eq!(p.documents_to_index, 0);
+        assert!(!p.drift_suspected);
+        // Nothing indexed yet: never skipped.
+        let p = decide_for(Some(Some("messageId")), 0, counts(10, 0), &opts);
+        assert!(!p.skipped_by_threshold);
+        assert_eq!(p.documents_to_index, 10);
+        // Forced: never skipped.
+        let forced = SyncOptions {
+            force: true,
+            ..SyncOptions::default()
+        };
+        let p = decide_for(Some(Some("messageId")), 4000, counts(4010, 4000), &forced);
+        assert!(!p.skipped_by_threshold);
+    }
+
+    #[test]
+    fn count_mismatch_is_drift() {
+        let opts = SyncOptions::default();
+        let p = decide_for(Some(Some("messageId")), 4003, counts(4000, 4000), &opts);
+        assert!(p.drift_suspected);
+        assert!(p.rebuild.is_none());
+    }
+}

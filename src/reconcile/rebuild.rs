@@ -1,0 +1,62 @@
+//! Rebuilding an index whose structure is wrong (DESIGN.md §3.3): create a
+//! missing index with the right primary key, or delete and recreate one whose
+//! primary key is wrong, and reset the collection's flags so everything is
+//! sent again.
+//!
+//! The flag reset runs in `_id`-range batches, each one update that checks
+//! the lease first. It is naturally resumable: after a crash the index is
+//! empty (or far smaller) while flags remain set, so the next plan decides on
+//! a rebuild again and the reset continues with the documents still flagged.
+
+use super::Ctx;
+use crate::lease::Guard;
+use crate::meili::{Meili, MeiliError};
+use crate::mongo;
+
+/// Flags cleared per range update.
+const RESET_BATCH: usize = 10_000;
+
+/// Creates `uid` with `primary_key`, deleting it first when it `exists`.
+pub async fn recreate_index(
+    meili: &Meili,
+    uid: &str,
+    primary_key: &str,
+    exists: bool,
+    guard: &Guard,
+) -> Result<(), MeiliError> {
+    if exists {
+        let task = meili.delete_index(uid, guard).await?;
+        let outcome = meili.wait_for_task(task, guard).await?;
+        if let Some(error) = &outcome.error {
+            // Someone deleted it in between: fine.
+            if error.code != "index_not_found" {
+                outcome.into_result("delete index")?;
+            }
+        }
+    }
+    let task = meili.create_index(uid, primary_key, guard).await?;
+    meili.wait_ok(task, "create index", guard).await
+}
+
+/// Clears every flag of the collection, batch by batch. Returns how many.
+pub(crate) async fn reset_flags(ctx: &Ctx<'_>) -> Result<u64, mongo::MongoError> {
+    ctx.phase("reset flags", 0);
+    let mut after = None;
+    let mut cleared = 0;
+    loop {
+        let (n, upper) = mongo::reset_flags_batch(
+            ctx.db,
+            ctx.collection,
+            after.as_ref(),
+            RESET_BATCH,
+            ctx.guard,
+        )
+        .await?;
+        cleared += n;
+        ctx.advance(n);
+        match upper {
+            Some(upper) => after = Some(upper),
+            None => return Ok(cleared),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Poison isolation (DESIGN.md §3.6). Meilisearch fails a whole task when one
+//! document is bad (e.g. `invalid_document_id`) and indexes none of it. The
+//! failed batch is bisected — both halves sent, the failing halves split
+//! again — until the rejected documents stand alone; everything else gets
+//! indexed. Rejected documents are reported with Meilisearch's error code and
+//! left unacknowledged, so each run reports them again without looping.
+
+use serde::Serialize;
+
+use super::sync::{Batch, BatchDoc};
+use super::{Ctx, ReconcileError};
+use crate::meili::TaskError;
+
+/// A document Meilisearch refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejected {
+    /// Its Meilisearch id (primary-key value), when it has one.
+    pub id: Option<String>,
+    /// Its MongoDB `_id`, as extended JSON.
+    pub mongo_id: String,
+    /// Meilisearch's error code, e.g. `invalid_document_id`.
+    pub code: String,
+    pub message: String,
+    #[serde(skip)]
+    pub(crate) mongo_id_key: String,
+}
+
+impl Rejected {
+    pub(crate) fn new(doc: &BatchDoc, error: TaskError) -> Rejected {
+        Rejected {
+            id: doc.meili_id.clone(),
+            mongo_id: doc.mongo_id.clone().into_relaxed_extjson().to_string(),
+            code: error.code,
+            message: error.message,
+            mongo_id_key: format!("{:?}", doc.mongo_id),
+        }
+    }
+}
+
+/// Whether a failed task's error is about a document (so splitting the batch
+/// isolates it) rather than about the index or the server.
+pub fn is_document_error(code: &str) -> bool {
+    code.starts_with("invalid_document")
+        || code.starts_with("missing_document")
+        || matches!(
+            code,
+            "max_fields_limit_exceeded" | "invalid_vectors" | "invalid_vector_dimensions"
+        )
+}
+
+/// Verdict per document of `batch` (`Some(error)`: rejected), found by
+/// bisection after the whole batch failed with `error`.
+pub(crate) async fn isolate(
+    ctx: &Ctx<'_>,
+    batch: &Batch,
+    error: TaskError,
+) -> Result<Vec<Option<TaskError>>, ReconcileError> {
+    let mut verdicts = vec![None; batch.len()];
+    let mut failing = vec![(0..batch.len(), error)];
+    while let Some((range, error)) = failing.pop() {
+        if range.len() <= 1 {
+            if let Some(slot) = verdicts.get_mut(range.start) {
+                *slot = Some(error);
+            }
+            continue;
+        }
+        let mid = range.start + range.len() / 2;
+        let halves = [range.start..mid, mid..range.end];
+        // Enqueue both halves before waiting so Meilisearch stays busy.
+        let mut tasks = Vec::with_capacity(2);
+        for half in &halves {
+            let task = ctx
+                .meili
+                .add_documents_ndjson(&ctx.uid, batch.payload_of(half.clone()), ctx.guard)
+                .await?;
+            tasks.push(task);
+        }
+        for (half, task) in halves.into_iter().zip(tasks) {
+            let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
+            match &outcome.error {
+                None => {}
+                Some(e) if is_document_error(&e.code) => failing.push((half, e.clone())),
+                Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
+            }
+        }
+    }
+    Ok(verdicts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_errors_are_recognised() {
+        assert!(is_document_error("invalid_document_id"));
+        assert!(is_document_error("missing_document_id"));
+        assert!(!is_document_error("index_not_found"));
+        assert!(!is_document_error("internal"));
+    }
+}

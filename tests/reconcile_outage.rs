@@ -1,0 +1,69 @@
+//! Meilisearch unavailable mid-run: calls are retried with backoff and the run
+//! completes; nothing is acknowledged that Meilisearch did not confirm.
+
+mod reconcile_support;
+mod support;
+
+use std::time::Duration;
+
+use meili_reconciler::lease::Guard;
+use meili_reconciler::progress::Progress;
+use meili_reconciler::reconcile::{reconcile, SyncOptions};
+use reconcile_support::{seed, PrivateStandin};
+use serde_json::json;
+
+async fn outage_mid_run(mode: &str) {
+    let standin = PrivateStandin::start().await;
+    let env = standin.env(&format!("outage_{mode}")).await;
+    let now = seed(&env, 3_000, 100).await;
+    standin.knob("latency", json!({"taskMs": 50})).await;
+    let opts = SyncOptions {
+        batch_docs: 300,
+        ..env.opts.clone()
+    };
+    let progress = Progress::new();
+    let run = {
+        let (db, meili, progress) = (env.db.clone(), env.meili.clone(), progress.clone());
+        tokio::spawn(
+            async move { reconcile(&db, &meili, &opts, &Guard::unfenced(), &progress).await },
+        )
+    };
+    // Once the first batches are acknowledged, take Meilisearch down.
+    loop {
+        let s = progress.snapshot();
+        if s.phase.starts_with("index") && s.done > 0 {
+            break;
+        }
+        assert!(!run.is_finished(), "the run ended before the outage");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    standin
+        .knob("outage", json!({"mode": mode, "ms": 1500}))
+        .await;
+    let summary = run
+        .await
+        .unwrap()
+        .expect("the run completes after the outage");
+    println!("{summary}");
+    env.assert_in_step(now, &[]).await;
+    if mode == "unavailable" {
+        let refused = standin
+            .requests()
+            .await
+            .iter()
+            .filter(|r| r["status"] == 503)
+            .count();
+        assert!(refused > 0, "the outage was hit and retried");
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_meilisearch_is_retried() {
+    outage_mid_run("unavailable").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_are_retried() {
+    outage_mid_run("refuse").await;
+}
