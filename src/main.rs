@@ -9,8 +9,16 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
+use meili_reconciler::job::{self, Reconciler, RunOutcome};
+use meili_reconciler::lease;
+use meili_reconciler::mongo::Collection;
+use meili_reconciler::progress::Progress;
+use meili_reconciler::reconcile::{self, ReconcileError, ReindexOptions};
 use meili_reconciler::servers::{self, StartupRetry, Unreachable};
+use meili_reconciler::serve;
+use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
+use tokio_util::sync::CancellationToken;
 
 /// Exit codes (DESIGN.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,7 +30,6 @@ enum Exit {
     /// Bad configuration (nothing was touched).
     BadConfig = 2,
     /// The lease was lost mid-run, or the wait for the owner timed out.
-    #[allow(dead_code)] // returned once the lease is wired in
     LeaseLost = 3,
     /// MongoDB or Meilisearch could not be reached.
     Unreachable = 4,
@@ -171,27 +178,167 @@ fn replica_id(settings: &Settings) -> String {
     format!("{host}-{}-{}", std::process::id(), &suffix[..6])
 }
 
-async fn dispatch(command: Command, settings: Settings, _replica: String) -> Exit {
+async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit {
     let retry = StartupRetry::default();
-    let (_mongo_client, _db) = match servers::connect_mongo(&settings.mongo, &retry).await {
+    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, &retry).await {
         Ok(connected) => connected,
         Err(error) => return unreachable(error),
     };
-    if !matches!(command, Command::Status { .. }) {
-        let meili = servers::meili_client(&settings.meili);
-        if let Err(error) = servers::check_meili(&meili, &settings.meili, &retry).await {
-            return unreachable(error);
+    let lease_opts = job::lease_options(&settings, &replica);
+    if let Command::Status { json } = command {
+        return status(&db, &lease_opts, json).await;
+    }
+    let meili = servers::meili_client(&settings.meili);
+    if let Err(error) = servers::check_meili(&meili, &settings.meili, &retry).await {
+        return unreachable(error);
+    }
+    let reconciler = Reconciler {
+        db,
+        meili,
+        sync: job::sync_options(&settings),
+    };
+    let plan_only = settings.sync.plan_only;
+    match command {
+        Command::Plan { json } => plan(&reconciler, json).await,
+        Command::Once { .. } | Command::Run if plan_only => {
+            tracing::info!("MEILI_NO_SYNC is set: printing the plan, writing nothing");
+            plan(&reconciler, false).await
+        }
+        Command::Once {
+            force,
+            deep,
+            wait_timeout,
+        } => {
+            let mut lease_opts = lease_opts;
+            lease_opts.force = force;
+            lease_opts.wait_timeout = Some(wait_timeout);
+            let mut reconciler = reconciler;
+            reconciler.sync.force = force;
+            reconciler.sync.deep = deep;
+            let shutdown = Shutdown::on_signals();
+            let outcome = with_progress(|progress| {
+                job::reconcile_once(&reconciler, &lease_opts, progress, shutdown.token())
+            })
+            .await;
+            finish(outcome)
+        }
+        Command::Reindex {
+            index,
+            in_place,
+            wait_timeout,
+        } => {
+            let mut lease_opts = lease_opts;
+            lease_opts.force = true;
+            lease_opts.wait_timeout = Some(wait_timeout);
+            let options = ReindexOptions {
+                only: index.map(|i| match i {
+                    IndexArg::Messages => Collection::Messages,
+                    IndexArg::Convos => Collection::Conversations,
+                }),
+                in_place,
+            };
+            let shutdown = Shutdown::on_signals();
+            let outcome = with_progress(|progress| {
+                job::reindex(&reconciler, &options, &lease_opts, progress, shutdown.token())
+            })
+            .await;
+            finish(outcome)
+        }
+        Command::Run => {
+            let shutdown = Shutdown::on_signals();
+            match serve::run(&settings, reconciler, lease_opts, replica, shutdown).await {
+                Ok(()) => Exit::Done,
+                Err(error) => {
+                    eprintln!("meili-reconciler: {error}");
+                    Exit::BadConfig
+                }
+            }
+        }
+        Command::Status { .. } => unreachable!("handled above"),
+    }
+}
+
+/// Runs `work` with a progress reporter (log lines, and a bar on a terminal).
+async fn with_progress<F, Fut>(work: F) -> RunOutcome
+where
+    F: FnOnce(Progress) -> Fut,
+    Fut: std::future::Future<Output = RunOutcome>,
+{
+    let progress = Progress::new();
+    let stop = CancellationToken::new();
+    let reporter = telemetry::spawn_progress_reporter(progress.clone(), stop.clone());
+    let outcome = work(progress).await;
+    stop.cancel();
+    let _ = reporter.await;
+    outcome
+}
+
+/// Prints the outcome for the operator and picks the exit code.
+fn finish(outcome: RunOutcome) -> Exit {
+    match &outcome {
+        RunOutcome::Completed { summary, rejects } => {
+            let nothing = summary["nothingToDo"].as_bool().unwrap_or(false);
+            if *rejects > 0 {
+                println!("completed with {rejects} rejects (see the log for their ids)");
+            } else if nothing {
+                println!("completed: nothing to do");
+            } else {
+                println!("completed");
+            }
+        }
+        RunOutcome::DoneByOther { owner, .. } => println!(
+            "done by {} (this replica waited for its completion)",
+            owner.as_deref().unwrap_or("another replica")
+        ),
+        RunOutcome::Failed { error }
+        | RunOutcome::Unreachable { error }
+        | RunOutcome::LeaseLost { error } => eprintln!("meili-reconciler: {error}"),
+    }
+    match outcome.exit_code() {
+        0 => Exit::Done,
+        1 => Exit::Failed,
+        3 => Exit::LeaseLost,
+        _ => Exit::Unreachable,
+    }
+}
+
+async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
+    match reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
+        Ok(plan) if json => {
+            println!("{}", serde_json::to_string_pretty(&plan).expect("plan serializes"));
+            Exit::Done
+        }
+        Ok(plan) => {
+            println!("{plan}");
+            Exit::Done
+        }
+        Err(error) => {
+            eprintln!("meili-reconciler: {error}");
+            match error {
+                ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
+                    Exit::Unreachable
+                }
+                _ => Exit::Failed,
+            }
         }
     }
-    let name = match command {
-        Command::Run => "run",
-        Command::Once { .. } => "once",
-        Command::Reindex { .. } => "reindex",
-        Command::Plan { .. } => "plan",
-        Command::Status { .. } => "status",
-    };
-    tracing::error!("`{name}` is not implemented yet");
-    Exit::Failed
+}
+
+async fn status(db: &mongodb::Database, lease_opts: &lease::LeaseOptions, json: bool) -> Exit {
+    match lease::read_status(db, lease_opts).await {
+        Ok(status) if json => {
+            println!("{}", serde_json::to_string_pretty(&status).expect("status serializes"));
+            Exit::Done
+        }
+        Ok(status) => {
+            print!("{status}");
+            Exit::Done
+        }
+        Err(error) => {
+            eprintln!("meili-reconciler: {error}");
+            Exit::Unreachable
+        }
+    }
 }
 
 fn unreachable(error: Unreachable) -> Exit {

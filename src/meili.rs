@@ -27,6 +27,9 @@ use crate::lease::{Guard, LeaseLost};
 /// How long transient failures are retried, by default, before a call gives up.
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(300);
 
+/// How long one HTTP answer may take, by default.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a Meilisearch call failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MeiliError {
@@ -118,6 +121,8 @@ pub struct Meili {
     http: ReqwestClient,
     host: String,
     retry_for: Duration,
+    /// Longest wait for one HTTP answer; a slower one counts as transient.
+    request_timeout: Duration,
     /// First interval between polls of a task (doubles up to `poll_max`).
     poll_min: Duration,
     poll_max: Duration,
@@ -137,6 +142,7 @@ impl Meili {
             http,
             host: host.trim_end_matches('/').to_string(),
             retry_for: DEFAULT_RETRY_FOR,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             poll_min: Duration::from_millis(10),
             poll_max: Duration::from_millis(250),
         })
@@ -149,6 +155,29 @@ impl Meili {
         self
     }
 
+    /// The longest wait for one HTTP answer before it is retried.
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Meili {
+        self.request_timeout = request_timeout;
+        self
+    }
+
+    /// Runs one HTTP exchange, turning a missing answer into a transient error.
+    async fn timed<T>(
+        &self,
+        what: &str,
+        exchange: impl std::future::Future<Output = Result<T, MeiliError>>,
+    ) -> Result<T, MeiliError> {
+        tokio::time::timeout(self.request_timeout, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(MeiliError::Unreachable {
+                    host: self.host.clone(),
+                    what: what.to_string(),
+                    detail: format!("no answer within {:?}", self.request_timeout),
+                })
+            })
+    }
+
     pub fn host(&self) -> &str {
         &self.host
     }
@@ -157,10 +186,13 @@ impl Meili {
     pub async fn health(&self) -> Result<String, MeiliError> {
         let url = format!("{}/health", self.host);
         let answer: Value = self
-            .http
-            .request::<(), (), Value>(&url, Method::Get { query: () }, 200)
-            .await
-            .map_err(|e| self.classify("health", e))?;
+            .timed("health", async {
+                self.http
+                    .request::<(), (), Value>(&url, Method::Get { query: () }, 200)
+                    .await
+                    .map_err(|e| self.classify("health", e))
+            })
+            .await?;
         Ok(answer["status"].as_str().unwrap_or("unknown").to_string())
     }
 
@@ -270,15 +302,18 @@ impl Meili {
             let body = Cursor::new(ndjson.clone());
             async move {
                 guard.check()?;
-                self.http
-                    .stream_request::<(), _, Value>(
-                        &url,
-                        Method::Post { query: (), body },
-                        "application/x-ndjson",
-                        202,
-                    )
-                    .await
-                    .map_err(|e| self.classify(what, e))
+                self.timed(what, async {
+                    self.http
+                        .stream_request::<(), _, Value>(
+                            &url,
+                            Method::Post { query: (), body },
+                            "application/x-ndjson",
+                            202,
+                        )
+                        .await
+                        .map_err(|e| self.classify(what, e))
+                })
+                .await
             }
         };
         let v = attempt
@@ -477,41 +512,44 @@ impl Meili {
             if let Some(guard) = guard {
                 guard.check()?;
             }
-            let result = match verb {
-                Verb::Get => {
-                    self.http
-                        .request::<(), (), Value>(&url, Method::Get { query: () }, expected)
-                        .await
-                }
-                Verb::Delete => {
-                    self.http
-                        .request::<(), (), Value>(&url, Method::Delete { query: () }, expected)
-                        .await
-                }
-                Verb::Post => {
-                    self.http
-                        .request::<(), Option<&B>, Value>(
-                            &url,
-                            Method::Post { query: (), body },
-                            expected,
-                        )
-                        .await
-                }
-                Verb::Patch => {
-                    self.http
-                        .request::<(), Option<&B>, Value>(
-                            &url,
-                            Method::Patch { query: (), body },
-                            expected,
-                        )
-                        .await
+            let exchange = async {
+                let result = match verb {
+                    Verb::Get => {
+                        self.http
+                            .request::<(), (), Value>(&url, Method::Get { query: () }, expected)
+                            .await
+                    }
+                    Verb::Delete => {
+                        self.http
+                            .request::<(), (), Value>(&url, Method::Delete { query: () }, expected)
+                            .await
+                    }
+                    Verb::Post => {
+                        self.http
+                            .request::<(), Option<&B>, Value>(
+                                &url,
+                                Method::Post { query: (), body },
+                                expected,
+                            )
+                            .await
+                    }
+                    Verb::Patch => {
+                        self.http
+                            .request::<(), Option<&B>, Value>(
+                                &url,
+                                Method::Patch { query: (), body },
+                                expected,
+                            )
+                            .await
+                    }
+                };
+                match result {
+                    Err(SdkError::ParseError(_)) => Err(self.unexpected(what, "unparsable answer")),
+                    Err(e) => Err(self.classify(what, e)),
+                    Ok(v) => Ok(v),
                 }
             };
-            match result {
-                Err(SdkError::ParseError(_)) => Err(self.unexpected(what, "unparsable answer")),
-                Err(e) => Err(self.classify(what, e)),
-                Ok(v) => Ok(v),
-            }
+            self.timed(what, exchange).await
         };
         attempt
             .retry(self.backoff())

@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use meilisearch_sdk::client::Client as MeiliClient;
 use mongodb::bson::doc;
 use mongodb::options::ClientOptions;
 
 use crate::config::{redact_uri, MeiliSettings, MongoSettings};
+use crate::meili::{Meili, MeiliError};
 
 /// A server could not be reached within the start-up retries.
 #[derive(Debug, thiserror::Error)]
@@ -103,45 +103,41 @@ pub async fn connect_mongo(
 }
 
 /// Builds the Meilisearch client (no request is made).
-pub fn meili_client(settings: &MeiliSettings) -> MeiliClient {
-    let key = (!settings.master_key.is_empty()).then(|| settings.master_key.expose());
-    MeiliClient::new(settings.host.as_str(), key).expect("the host was validated by config")
+pub fn meili_client(settings: &MeiliSettings) -> Meili {
+    Meili::new(&settings.host, Some(settings.master_key.expose()))
+        .expect("the master key was validated as a header value by config")
+        .with_request_timeout(settings.request_timeout)
 }
 
-/// Checks Meilisearch answers `/health` (and that the key is accepted, via
-/// `/version`, which needs it).
+/// Checks Meilisearch answers `/health` and accepts the key (by listing one
+/// task, which needs it). A rejected key is not retried.
 pub async fn check_meili(
-    client: &MeiliClient,
+    meili: &Meili,
     settings: &MeiliSettings,
     retry: &StartupRetry,
 ) -> Result<(), Unreachable> {
     let server = format!("Meilisearch at {}", redact_uri(&settings.host));
-    let secret = settings.master_key.expose().to_string();
+    // Each probe tries once: the start-up retry below is the only retry loop.
+    let probe_client = meili.clone().with_retry_for(Duration::ZERO);
     let probe = || async {
-        tokio::time::timeout(settings.request_timeout, async {
-            client.health().await?;
-            client.get_version().await
-        })
-        .await
-        .map_err(|_| {
-            format!(
-                "no answer within {}",
-                humantime::format_duration(settings.request_timeout)
-            )
-        })?
-        .map_err(|e| scrub(e.to_string(), &[&secret]))
+        probe_client.health().await?;
+        probe_client.tasks("limit=1").await.map(|_| ())
     };
     probe
         .retry(retry.backoff())
-        .when(|e: &String| !e.contains("invalid_api_key") && !e.contains("missing_authorization"))
+        .when(|e: &MeiliError| matches!(e, MeiliError::Unreachable { .. }))
         .notify(|e, delay| {
             tracing::warn!(server = %server, error = %e, retry_in = ?delay, "Meilisearch not reachable yet")
         })
         .await
-        .map(|_| ())
-        .map_err(|reason| Unreachable {
+        .map_err(|e| Unreachable {
             server: server.clone(),
-            reason,
+            reason: match e {
+                MeiliError::Refused { code, .. } if code.contains("api_key") || code.contains("authorization") => {
+                    format!("the master key was rejected ({code}); check MEILI_MASTER_KEY")
+                }
+                other => other.to_string(),
+            },
         })
 }
 

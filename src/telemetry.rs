@@ -3,8 +3,8 @@
 //! `tracing` with a human format on a terminal and JSON lines otherwise
 //! (overridable by `log.format`), level from `RUST_LOG` (default `info`).
 //! Every line carries this replica's id, so the logs of many replicas can be
-//! merged and still read. Progress of a run goes to the log every few seconds
-//! and, when stderr is a terminal, to a progress bar.
+//! merged and still read. When stderr is a terminal, a run's progress is also
+//! drawn as a bar.
 
 use std::fmt;
 use std::io::IsTerminal;
@@ -91,58 +91,37 @@ where
     }
 }
 
-/// Reports `progress` every `every` until `stop` fires: a log line each
-/// time, and a live bar when stderr is a terminal.
+/// Draws `progress` as a live bar on stderr until `stop` fires, when stderr
+/// is a terminal. (The engine itself logs progress every few seconds, so
+/// non-terminal output — containers, CI — gets log lines, not bar frames.)
 pub fn spawn_progress_reporter(
     progress: Progress,
-    every: Duration,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::new(0);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})",
-                )
-                .expect("static template")
-                .progress_chars("=> "),
-            );
-            bar
-        });
-        let mut log_tick = tokio::time::interval(every);
-        let mut bar_tick = tokio::time::interval(Duration::from_millis(200));
-        let mut last_logged = None;
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg:>20} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = bar_tick.tick(), if bar.is_some() => {
+                _ = tick.tick() => {
                     let snap = progress.snapshot();
-                    if let Some(bar) = &bar {
-                        bar.set_message(snap.phase.clone());
-                        bar.set_length(snap.total.max(snap.done));
-                        bar.set_position(snap.done);
-                    }
-                }
-                _ = log_tick.tick() => {
-                    let snap = progress.snapshot();
-                    let key = (snap.phase.clone(), snap.done);
-                    if snap.total > 0 && last_logged.as_ref() != Some(&key) {
-                        tracing::info!(
-                            phase = %snap.phase,
-                            done = snap.done,
-                            total = snap.total,
-                            docs_per_sec = format!("{:.0}", snap.docs_per_sec),
-                            eta = snap.eta_secs.map(|s| humantime::format_duration(Duration::from_secs(s)).to_string()).unwrap_or_else(|| "unknown".into()),
-                            "progress"
-                        );
-                        last_logged = Some(key);
-                    }
+                    bar.set_message(snap.phase.clone());
+                    bar.set_length(snap.total.max(snap.done));
+                    bar.set_position(snap.done);
                 }
             }
         }
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
+        bar.finish_and_clear();
     })
 }
