@@ -28,7 +28,10 @@ fn env_file() -> HashMap<String, String> {
         .filter_map(|line| {
             let line = line.trim().strip_prefix("export ").unwrap_or(line.trim());
             let (k, v) = line.split_once('=')?;
-            Some((k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
+            Some((
+                k.to_string(),
+                v.trim_matches(|c| c == '"' || c == '\'').to_string(),
+            ))
         })
         .collect()
 }
@@ -75,3 +78,4 @@ pub fn unique_name(tag: &str) -> String {
         .collect();
     format!("t_{tag}_{}_{n}_{nanos:x}", std::process::id())
 }
+pub mod lease_harness;
