@@ -112,7 +112,7 @@ pub(crate) struct Claimed {
 /// Where waiting ended.
 pub(crate) enum Turn {
     Finished(Outcome),
-    Claimed(Claimed),
+    Claimed(Box<Claimed>),
 }
 
 /// Polls until the job is done for us or we hold the lease.
@@ -179,16 +179,17 @@ pub(crate) async fn wait_for_turn(
                 let seen_epoch = record.as_ref().and_then(|r| r.epoch);
                 match store.claim(&opts.owner, now, seen_epoch).await {
                     Ok(ClaimResult::Won(claimed)) => {
+                        let claimed = *claimed;
                         log_claim(opts, record.as_ref(), &claimed, now);
                         let epoch = claimed.epoch.unwrap_or_default();
-                        return Ok(Turn::Claimed(Claimed {
+                        return Ok(Turn::Claimed(Box::new(Claimed {
                             fence: Fence {
                                 owner: opts.owner.clone(),
                                 epoch,
                             },
                             record: claimed,
                             sent_at,
-                        }));
+                        })));
                     }
                     Ok(ClaimResult::Lost) => {
                         debug!(job = %opts.job, owner = %opts.owner, "another replica claimed first; following");

@@ -60,7 +60,7 @@ pub async fn run_single_flight(
     match follower::wait_for_turn(&store, opts, &shutdown).await? {
         Turn::Finished(outcome) => Ok(outcome),
         Turn::Claimed(claimed) => {
-            run_as_owner(&store, opts, claimed, job, progress, shutdown).await
+            run_as_owner(&store, opts, *claimed, job, progress, shutdown).await
         }
     }
 }

@@ -134,7 +134,7 @@ pub struct Fence {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClaimResult {
     /// We hold the lease; the document as we wrote it.
-    Won(JobRecord),
+    Won(Box<JobRecord>),
     /// Someone else claimed first (E11000, or another owner in the result).
     Lost,
 }
@@ -211,7 +211,7 @@ impl JobStore {
             Ok(Some(doc)) => {
                 let record = JobRecord::from_document(&doc);
                 Ok(if record.owner.as_deref() == Some(owner) {
-                    ClaimResult::Won(record)
+                    ClaimResult::Won(Box::new(record))
                 } else {
                     ClaimResult::Lost
                 })

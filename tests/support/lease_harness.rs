@@ -184,6 +184,7 @@ impl ChildProcess {
             .env(CHILD_MODE, "1")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         for (key, value) in env {
             command.env(key, value);
@@ -191,12 +192,21 @@ impl ChildProcess {
         let mut child = command.spawn().expect("spawn the child test process");
         let stdout = child.stdout.take().unwrap();
         let stdin = child.stdin.take().unwrap();
+        // The child's stderr (logs, panics) shows with this test's output.
+        let stderr = child.stderr.take().unwrap();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("[child] {line}");
+            }
+        });
         let (tx, events) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(event) = line.strip_prefix("@@ ") {
-                    if tx.send(event.to_string()).is_err() {
+                // The test harness may print "test name ... " first on the line.
+                if let Some(at) = line.find("@@ ") {
+                    if tx.send(line[at + 3..].to_string()).is_err() {
                         break;
                     }
                 }
@@ -255,5 +265,7 @@ pub fn child_env(name: &str) -> String {
 
 /// Prints an event for the parent (child mode).
 pub fn emit(event: impl std::fmt::Display) {
-    println!("@@ {event}");
+    use std::io::Write;
+    // The parent may be gone (it killed us or failed); that is not our error.
+    let _ = writeln!(std::io::stdout(), "@@ {event}");
 }
