@@ -397,8 +397,10 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
     )
     .await;
     slow.expect("started", Duration::from_secs(30)).await;
-    let now = server_now(&db).await;
+    // Document first, then clock, so a renewal in between cannot overstate
+    // the expiry.
     let record = read_job(&db, &opts).await.unwrap();
+    let now = server_now(&db).await;
     let expires_in = clock::millis_between(now, record.expires_at.unwrap());
     assert!(
         expires_in > 0 && expires_in <= opts.ttl.as_millis() as i64,
@@ -455,8 +457,8 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
     )
     .await;
     for _ in 0..3 {
-        let now = server_now(&db).await;
         let record = read_job(&db, &opts).await.unwrap();
+        let now = server_now(&db).await;
         let expires_in = clock::millis_between(now, record.expires_at.unwrap());
         assert!(
             expires_in > 0 && expires_in <= opts.ttl.as_millis() as i64,

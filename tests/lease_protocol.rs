@@ -467,8 +467,8 @@ async fn a_partitioned_owner_stops_before_its_lease_expires() {
     let cancelled_at = Instant::now();
     // Read over the healthy connection, after the cancellation: the lease
     // must still be unexpired by the server's clock.
-    let now = server_now(&db).await;
     let record = read_job(&db, &opts).await.unwrap();
+    let now = server_now(&db).await;
     assert_eq!(record.owner.as_deref(), Some("cut-off"));
     let expires_at = record.expires_at.unwrap();
     assert!(

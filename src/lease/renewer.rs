@@ -24,10 +24,18 @@ use super::retry;
 use super::store::{Fence, JobStore};
 use crate::progress::Progress;
 
-/// A running renewal timer; stop it with [`Renewer::stop`].
+/// A running renewal timer; stop it with [`Renewer::stop`]. Dropping it
+/// (the job panicked, or the caller dropped `run_single_flight`) also stops
+/// it, so a lease is never renewed for work that no longer runs.
 pub(crate) struct Renewer {
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// The timing the renewer needs.
@@ -58,14 +66,19 @@ impl Renewer {
             claimed_sent_at,
             stop.clone(),
         ));
-        Renewer { stop, task }
+        Renewer {
+            stop,
+            task: Some(task),
+        }
     }
 
     /// Stops the timer and waits for it, so no renewal runs concurrently with
     /// the owner's final write.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         self.stop.cancel();
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 

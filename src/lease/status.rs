@@ -63,8 +63,10 @@ pub struct LeaseStatus {
 pub async fn read_status(db: &Database, opts: &LeaseOptions) -> Result<LeaseStatus, LeaseError> {
     let store = JobStore::new(db, &opts.collection, &opts.job, opts.ttl);
     let unavailable = |e: mongodb::error::Error| LeaseError::MongoUnavailable(e.to_string());
-    let now = store.server_now().await.map_err(unavailable)?;
+    // The document first, then the clock: "expires in" is never overstated
+    // by a renewal landing between the two reads.
     let record = store.read().await.map_err(unavailable)?;
+    let now = store.server_now().await.map_err(unavailable)?;
     Ok(LeaseStatus::from_record(&opts.job, record.as_ref(), now))
 }
 
