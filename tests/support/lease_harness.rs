@@ -258,6 +258,19 @@ impl ChildProcess {
     }
 }
 
+impl Drop for ChildProcess {
+    /// Kills the process running the test even when a wrapper (`faketime`)
+    /// stands between it and us, so a failed test leaves no process behind.
+    /// Only while the direct child still runs: the wrapper has then not
+    /// reaped the test process, so its pid cannot have been reused.
+    fn drop(&mut self) {
+        if let (Some(pid), Ok(None)) = (self.pid, self.child.try_wait()) {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
 /// Reads a child's environment variable (child mode only).
 pub fn child_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("child mode needs {name}"))
