@@ -105,75 +105,104 @@ async fn run_as_owner(
     renewer.stop().await;
 
     match guard.check() {
-        Err(LeaseLost::ShuttingDown) => {
-            let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(&guard));
-            let snapshot = progress.snapshot();
-            match fenced_write(store, until, |now| store.release(&fence, now, &snapshot)).await {
-                Written::Yes => {
-                    info!(owner = %fence.owner, epoch, "shut down; lease released");
-                    Err(LeaseError::ShutDown { released: true })
-                }
-                Written::MatchedNothing => lost(&fence, LeaseLost::TakenOver),
-                Written::Unconfirmed(err) => {
-                    warn!(owner = %fence.owner, epoch, error = %err, "shut down; could not release the lease (it will expire)");
-                    Err(LeaseError::ShutDown { released: false })
-                }
-            }
-        }
+        Err(LeaseLost::ShuttingDown) => release(store, &fence, &guard, &progress).await,
         Err(reason) => {
             if let Some(Err(job_error)) = &finished {
-                warn!(owner = %fence.owner, epoch, error = format!("{job_error:#}"), "the job ended after the lease was lost");
+                warn!(owner = %fence.owner, epoch, error = format!("{job_error:#}"),
+                    "the job ended after the lease was lost; not recorded");
             }
             lost(&fence, reason)
         }
-        Ok(()) => match finished {
-            Some(Ok(summary)) => {
-                let until = deadline_of(&guard);
-                let snapshot = progress.snapshot();
-                match fenced_write(store, until, |now| {
-                    store.complete(&fence, now, &summary, &snapshot)
-                })
-                .await
-                {
-                    Written::Yes => {
-                        info!(owner = %fence.owner, epoch, %summary, "job completed");
-                        Ok(Outcome::Ran { epoch, summary })
-                    }
-                    Written::MatchedNothing => lost(&fence, LeaseLost::TakenOver),
-                    Written::Unconfirmed(err) => unconfirmed(&fence, "completion", err),
-                }
-            }
-            Some(Err(job_error)) => {
-                let message = format!("{job_error:#}");
+        Ok(()) => match finished.expect("only a cancelled guard interrupts the job") {
+            Ok(summary) => complete(store, &fence, &guard, &progress, summary).await,
+            Err(job_error) => {
                 let attempt = record.attempt.saturating_add(1);
-                let backoff = opts.failure_backoff_for(attempt);
-                let mut retry_at = DateTime::MIN;
-                let until = deadline_of(&guard);
-                match fenced_write(store, until, |now| {
-                    retry_at = clock::later(now, backoff);
-                    store.fail(&fence, now, &message, attempt, retry_at)
-                })
-                .await
-                {
-                    Written::Yes => {
-                        error!(owner = %fence.owner, epoch, attempt, error = %message,
-                            retry_in_ms = backoff.as_millis() as u64, "job failed");
-                        Err(LeaseError::JobFailed {
-                            epoch,
-                            error: message,
-                            attempt,
-                            retry_at,
-                        })
-                    }
-                    Written::MatchedNothing => {
-                        warn!(owner = %fence.owner, epoch, error = %message, "the job failed and the lease is lost");
-                        lost(&fence, LeaseLost::TakenOver)
-                    }
-                    Written::Unconfirmed(err) => unconfirmed(&fence, "failure", err),
-                }
+                record_failure(store, opts, &fence, &guard, attempt, job_error).await
             }
-            None => unreachable!("the job is only interrupted by cancelling the guard"),
         },
+    }
+}
+
+/// Shutdown: sets `released` so a follower claims at once.
+async fn release(
+    store: &JobStore,
+    fence: &Fence,
+    guard: &Guard,
+    progress: &Progress,
+) -> Result<Outcome, LeaseError> {
+    let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(guard));
+    let snapshot = progress.snapshot();
+    match fenced_write(store, until, |now| store.release(fence, now, &snapshot)).await {
+        Written::Yes => {
+            info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
+            Err(LeaseError::ShutDown { released: true })
+        }
+        Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
+        Written::Unconfirmed(err) => {
+            warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
+                "shut down; could not release the lease (it will expire)");
+            Err(LeaseError::ShutDown { released: false })
+        }
+    }
+}
+
+/// Success: sets `completed` with the summary.
+async fn complete(
+    store: &JobStore,
+    fence: &Fence,
+    guard: &Guard,
+    progress: &Progress,
+    summary: serde_json::Value,
+) -> Result<Outcome, LeaseError> {
+    let snapshot = progress.snapshot();
+    let write = |now| store.complete(fence, now, &summary, &snapshot);
+    match fenced_write(store, deadline_of(guard), write).await {
+        Written::Yes => {
+            info!(owner = %fence.owner, epoch = fence.epoch, %summary, "job completed");
+            Ok(Outcome::Ran {
+                epoch: fence.epoch,
+                summary,
+            })
+        }
+        Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
+        Written::Unconfirmed(err) => unconfirmed(fence, "completion", err),
+    }
+}
+
+/// Failure: sets `failed` with the error, the consecutive `attempt` and a
+/// `retryAt` backed off exponentially.
+async fn record_failure(
+    store: &JobStore,
+    opts: &LeaseOptions,
+    fence: &Fence,
+    guard: &Guard,
+    attempt: u32,
+    job_error: anyhow::Error,
+) -> Result<Outcome, LeaseError> {
+    let message = format!("{job_error:#}");
+    let backoff = opts.failure_backoff_for(attempt);
+    let mut retry_at = DateTime::MIN;
+    let write = |now| {
+        retry_at = clock::later(now, backoff);
+        store.fail(fence, now, &message, attempt, retry_at)
+    };
+    match fenced_write(store, deadline_of(guard), write).await {
+        Written::Yes => {
+            error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
+                retry_in_ms = backoff.as_millis() as u64, "job failed");
+            Err(LeaseError::JobFailed {
+                epoch: fence.epoch,
+                error: message,
+                attempt,
+                retry_at,
+            })
+        }
+        Written::MatchedNothing => {
+            warn!(owner = %fence.owner, epoch = fence.epoch, error = %message,
+                "the job failed and the lease is lost");
+            lost(fence, LeaseLost::TakenOver)
+        }
+        Written::Unconfirmed(err) => unconfirmed(fence, "failure", err),
     }
 }
 
