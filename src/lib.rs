@@ -5,10 +5,14 @@
 //! tests drive the same entry points.
 
 pub mod config;
+pub mod job;
 pub mod lease;
 pub mod meili;
+pub mod metrics;
 pub mod mongo;
 pub mod progress;
 pub mod reconcile;
 pub mod servers;
+pub mod serve;
+pub mod shutdown;
 pub mod telemetry;

@@ -1,5 +1,32 @@
-//! The single-flight lease over `distributedJobs` (DESIGN.md §4).
+//! The single-flight lease over `distributedJobs` (DESIGN.md §4): many
+//! replicas call [`run_single_flight`]; exactly one runs the job at a time,
+//! the others wait for its completion or take over when it dies.
+//!
+//! Where each rule lives:
+//! - `clock`: every protocol time is MongoDB's (`hello.localTime`);
+//! - `store`: every read and write of the job document (claim, renew,
+//!   complete, fail, release) and the fence they share;
+//! - `follower`: polling, freshness, `retryAt`, takeover, wait timeout;
+//! - `renewer`: the renewal timer and self-fencing;
+//! - `runner`: the owner's life cycle and how a run is recorded;
+//! - `guard`: what the job checks before each side effect;
+//! - `status`: the operator's view.
 
+pub mod clock;
+mod follower;
 pub mod guard;
+mod job;
+mod options;
+mod outcome;
+mod renewer;
+mod retry;
+mod runner;
+pub mod status;
+pub mod store;
 
 pub use guard::{Guard, LeaseLost};
+pub use job::LeasedJob;
+pub use options::{default_owner_id, LeaseOptions};
+pub use outcome::{LeaseError, Outcome};
+pub use runner::run_single_flight;
+pub use status::{read_status, LeaseState, LeaseStatus};

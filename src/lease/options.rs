@@ -1,0 +1,149 @@
+//! The knobs of one single-flight lease ([`LeaseOptions`]) and the failure
+//! backoff they imply.
+//!
+//! Defaults are DESIGN.md §4's. Configuration (`src/config.rs`) validates user
+//! input with friendly errors; [`LeaseOptions::assert_sane`] only guards the
+//! invariants the protocol's safety rests on.
+
+use std::time::Duration;
+
+/// How one replica takes part in one job's lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseOptions {
+    /// The collection holding one document per job (`distributedJobs`).
+    pub collection: String,
+    /// The job document's `_id` (`meili-index-sync`).
+    pub job: String,
+    /// This replica's id, written as `owner` (see [`default_owner_id`]).
+    pub owner: String,
+    /// How long a claim or renewal holds the lease (server time).
+    pub ttl: Duration,
+    /// Renewal period while the job runs (a timer, not per batch).
+    pub renew_every: Duration,
+    /// A follower's poll period (each sleep is jittered within `[½, 1] ×`).
+    pub poll_every: Duration,
+    /// The owner stops itself once its last good renewal is older than
+    /// `ttl - safety_margin` by its local monotonic clock.
+    pub safety_margin: Duration,
+    /// A completion younger than this satisfies a replica that starts
+    /// afterwards, unless `force`.
+    pub reuse_completion_for: Duration,
+    /// A follower gives up after waiting this long (`once --wait-timeout`);
+    /// `None` waits for as long as it takes.
+    pub wait_timeout: Option<Duration>,
+    /// Run even if a fresh completion exists or a failed run's `retryAt` has
+    /// not come yet. Never steals a live lease.
+    pub force: bool,
+    /// `retryAt` after the first failure; doubled per further consecutive
+    /// failure.
+    pub failure_backoff: Duration,
+    /// Cap on the failure backoff.
+    pub failure_backoff_max: Duration,
+    /// How long MongoDB may stay unreachable while we are not the owner
+    /// before giving up with [`LeaseError::MongoUnavailable`](super::LeaseError).
+    pub unreachable_timeout: Duration,
+}
+
+impl LeaseOptions {
+    /// DESIGN.md's defaults for `owner`.
+    pub fn new(owner: impl Into<String>) -> Self {
+        LeaseOptions {
+            collection: "distributedJobs".into(),
+            job: "meili-index-sync".into(),
+            owner: owner.into(),
+            ttl: Duration::from_secs(180),
+            renew_every: Duration::from_secs(60),
+            poll_every: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(15),
+            reuse_completion_for: Duration::from_secs(60),
+            wait_timeout: None,
+            force: false,
+            failure_backoff: Duration::from_secs(30),
+            failure_backoff_max: Duration::from_secs(30 * 60),
+            unreachable_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Panics unless a renewal can land before the owner's own safety
+    /// deadline: `0 < renew_every < ttl - safety_margin`, `poll_every > 0`.
+    pub fn assert_sane(&self) {
+        assert!(!self.job.is_empty(), "lease job name is empty");
+        assert!(!self.owner.is_empty(), "lease owner id is empty");
+        assert!(
+            self.safety_margin < self.ttl,
+            "lease safety_margin ({:?}) must be below ttl ({:?})",
+            self.safety_margin,
+            self.ttl
+        );
+        assert!(
+            !self.renew_every.is_zero() && self.renew_every < self.ttl - self.safety_margin,
+            "lease renew_every ({:?}) must be above zero and below ttl - safety_margin ({:?})",
+            self.renew_every,
+            self.ttl - self.safety_margin
+        );
+        assert!(
+            !self.poll_every.is_zero(),
+            "lease poll_every must be above zero"
+        );
+    }
+
+    /// How long after its `attempt`-th consecutive failure (1-based) a job
+    /// may be retried: `failure_backoff × 2^(attempt-1)`, capped.
+    pub fn failure_backoff_for(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(32);
+        self.failure_backoff
+            .saturating_mul(1_u32 << doublings.min(31))
+            .min(self.failure_backoff_max)
+    }
+
+    /// The local safety deadline's distance from a renewal's send time.
+    pub(crate) fn holds_for(&self) -> Duration {
+        self.ttl - self.safety_margin
+    }
+}
+
+/// A replica id that is unique per process and readable in `status`:
+/// `host:pid:random`.
+pub fn default_owner_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "replica".into());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &random[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_backoff_doubles_and_caps() {
+        let mut opts = LeaseOptions::new("me");
+        opts.failure_backoff = Duration::from_secs(30);
+        opts.failure_backoff_max = Duration::from_secs(100);
+        assert_eq!(opts.failure_backoff_for(1), Duration::from_secs(30));
+        assert_eq!(opts.failure_backoff_for(2), Duration::from_secs(60));
+        assert_eq!(opts.failure_backoff_for(3), Duration::from_secs(100));
+        assert_eq!(opts.failure_backoff_for(60), Duration::from_secs(100));
+    }
+
+    #[test]
+    fn defaults_are_sane() {
+        LeaseOptions::new("me").assert_sane();
+    }
+
+    #[test]
+    #[should_panic(expected = "renew_every")]
+    fn renewing_slower_than_the_deadline_is_refused() {
+        let mut opts = LeaseOptions::new("me");
+        opts.renew_every = Duration::from_secs(170);
+        opts.assert_sane();
+    }
+}

@@ -1,0 +1,88 @@
+//! What [`run_single_flight`](super::run_single_flight) ends with, and the
+//! exit codes of DESIGN.md §1 they map to.
+
+use std::time::Duration;
+
+use mongodb::bson::DateTime;
+
+use super::guard::LeaseLost;
+
+/// The job's work is done, by us or by another replica.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// We claimed the lease, ran the job and recorded its completion.
+    Ran {
+        epoch: i64,
+        summary: serde_json::Value,
+    },
+    /// Another replica completed the job while we waited (or, when forced,
+    /// completed a run it claimed after we started waiting).
+    CompletedByOther {
+        owner: Option<String>,
+        epoch: Option<i64>,
+        summary: Option<serde_json::Value>,
+    },
+    /// A completion younger than `reuse_completion_for` already existed when
+    /// we started, so we did not run again (not when forced).
+    ReusedCompletion {
+        owner: Option<String>,
+        epoch: Option<i64>,
+        age: Duration,
+        summary: Option<serde_json::Value>,
+    },
+}
+
+impl Outcome {
+    /// Always 0: done, by us or by the owner we waited for.
+    pub fn exit_code(&self) -> i32 {
+        0
+    }
+}
+
+/// Why the job's work is not (known to be) done.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LeaseError {
+    /// We ran the job, it failed, and the failure is recorded in the lease
+    /// document (`error`, `attempt`, `retryAt`). Exit 1.
+    #[error("the job failed (attempt {attempt}; no retry before {retry_at}): {error}")]
+    JobFailed {
+        epoch: i64,
+        error: String,
+        attempt: u32,
+        retry_at: DateTime,
+    },
+    /// We held the lease and lost it: taken over (a fenced write matched
+    /// nothing) or self-fenced (renewals failed for `ttl - safety_margin`).
+    /// The job was stopped and nothing more was written. Exit 3.
+    #[error("lost the lease at epoch {epoch}: {reason}")]
+    LeaseLost { epoch: i64, reason: LeaseLost },
+    /// `wait_timeout` passed while another replica held the lease (or a
+    /// failed run's `retryAt` had not come). Exit 3.
+    #[error("gave up after waiting {waited:?} for the job (owner {owner:?})")]
+    WaitTimedOut {
+        waited: Duration,
+        owner: Option<String>,
+    },
+    /// Shutdown was requested. If we were the owner the job was stopped and
+    /// the lease released (`released`) so a follower can claim at once. Exit 3.
+    #[error("shut down before the job finished (lease released: {released})")]
+    ShutDown { released: bool },
+    /// MongoDB could not be reached for longer than we may wait, or a
+    /// fenced write could not be confirmed before our lease's local deadline.
+    /// Exit 4.
+    #[error("MongoDB is unreachable: {0}")]
+    MongoUnavailable(String),
+}
+
+impl LeaseError {
+    /// The process exit code of DESIGN.md §1 (`once`, `reindex`).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LeaseError::JobFailed { .. } => 1,
+            LeaseError::LeaseLost { .. }
+            | LeaseError::WaitTimedOut { .. }
+            | LeaseError::ShutDown { .. } => 3,
+            LeaseError::MongoUnavailable(_) => 4,
+        }
+    }
+}

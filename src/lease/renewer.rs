@@ -1,0 +1,147 @@
+//! The owner's renewal timer (DESIGN.md §4, "Renew").
+//!
+//! Every `renew_every` after the last good renewal it reads the server clock
+//! and extends the lease (`store.renew`, fenced), copying the job's progress
+//! into the document. Outcomes:
+//!
+//! - matched: the guard's local deadline moves to `sent + ttl - safety_margin`,
+//!   where `sent` is the local monotonic time *before* the clock read, so the
+//!   deadline always falls before the server-side `expiresAt`;
+//! - matched nothing: the lease is lost — the guard is cancelled
+//!   ([`LeaseLost::TakenOver`]) at once and the timer stops;
+//! - an error: retried with backoff; if the local deadline comes first the
+//!   guard is cancelled ([`LeaseLost::SelfFenced`]) before any other replica
+//!   can claim. An attempt still in flight at the deadline is abandoned.
+
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, warn};
+
+use super::guard::{Guard, LeaseLost};
+use super::retry;
+use super::store::{Fence, JobStore};
+use crate::progress::Progress;
+
+/// A running renewal timer; stop it with [`Renewer::stop`]. Dropping it
+/// (the job panicked, or the caller dropped `run_single_flight`) also stops
+/// it, so a lease is never renewed for work that no longer runs.
+pub(crate) struct Renewer {
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The timing the renewer needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RenewTiming {
+    pub renew_every: Duration,
+    /// `ttl - safety_margin`.
+    pub holds_for: Duration,
+}
+
+impl Renewer {
+    /// Starts renewing the lease claimed at local time `claimed_sent_at`.
+    pub fn start(
+        store: JobStore,
+        fence: Fence,
+        guard: Guard,
+        progress: Progress,
+        timing: RenewTiming,
+        claimed_sent_at: Instant,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(renew_until_stopped(
+            store,
+            fence,
+            guard,
+            progress,
+            timing,
+            claimed_sent_at,
+            stop.clone(),
+        ));
+        Renewer {
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// Stops the timer and waits for it, so no renewal runs concurrently with
+    /// the owner's final write.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn renew_until_stopped(
+    store: JobStore,
+    fence: Fence,
+    guard: Guard,
+    progress: Progress,
+    timing: RenewTiming,
+    mut last_good_sent: Instant,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = guard.cancelled() => return,
+            _ = tokio::time::sleep_until((last_good_sent + timing.renew_every).into()) => {}
+        }
+        let deadline = last_good_sent + timing.holds_for;
+        let mut delays = retry::delays(timing.renew_every);
+        loop {
+            let sent = Instant::now();
+            let attempt = async {
+                let now = store.server_now().await?;
+                store.renew(&fence, now, &progress.snapshot()).await
+            };
+            let result = tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    error!(owner = %fence.owner, epoch = fence.epoch,
+                        "lease renewals failed for ttl - safety_margin; stopping the job before the lease can expire");
+                    guard.cancel(LeaseLost::SelfFenced);
+                    return;
+                }
+                result = attempt => result,
+            };
+            match result {
+                Ok(true) => {
+                    debug!(owner = %fence.owner, epoch = fence.epoch, "lease renewed");
+                    last_good_sent = sent;
+                    guard.extend_to(sent + timing.holds_for);
+                    break;
+                }
+                Ok(false) => {
+                    error!(owner = %fence.owner, epoch = fence.epoch,
+                        "lease lost: the renewal matched nothing (taken over or expired); stopping the job");
+                    guard.cancel(LeaseLost::TakenOver);
+                    return;
+                }
+                Err(err) => {
+                    let delay = delays.next().unwrap_or(timing.renew_every);
+                    warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
+                        left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+                        "lease renewal failed; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                        // The deadline branch above fires on the next pass.
+                        _ = tokio::time::sleep_until(deadline.into()) => {}
+                    }
+                }
+            }
+        }
+    }
+}

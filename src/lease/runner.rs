@@ -1,0 +1,260 @@
+//! [`run_single_flight`]: wait for our turn, then run the job as the owner
+//! under renewals, and record how it ended with a fenced write.
+
+use std::time::{Duration, Instant};
+
+use mongodb::bson::DateTime;
+use mongodb::Database;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::clock;
+use super::follower::{self, Claimed, Turn};
+use super::guard::{Guard, LeaseLost};
+use super::job::LeasedJob;
+use super::options::LeaseOptions;
+use super::outcome::{LeaseError, Outcome};
+use super::renewer::{RenewTiming, Renewer};
+use super::retry;
+use super::store::{Fence, JobStore};
+use crate::progress::Progress;
+
+/// How long a shutting-down owner keeps trying to release its lease.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Runs `job` on exactly one replica at a time.
+///
+/// Polls the lease (see `follower.rs`) until the work is done for us or we
+/// claim it; as the owner, runs `job` while a timer renews the lease, then
+/// records the result with a write fenced by our owner id and epoch.
+///
+/// Returns:
+/// - `Ok(Outcome::Ran)`: we ran the job and recorded its completion;
+/// - `Ok(Outcome::CompletedByOther)`: another replica completed it while we
+///   waited;
+/// - `Ok(Outcome::ReusedCompletion)`: a completion younger than
+///   `reuse_completion_for` existed when we started (never when `force`);
+/// - `Err(LeaseError::JobFailed)`: we ran it, it failed, and `error`,
+///   `attempt` and `retryAt` are recorded;
+/// - `Err(LeaseError::LeaseLost)`: our lease was taken over or we self-fenced;
+///   the job was stopped and nothing more was written (its result, if it had
+///   one, is logged, not recorded);
+/// - `Err(LeaseError::WaitTimedOut)`: `wait_timeout` passed while we waited;
+/// - `Err(LeaseError::ShutDown)`: `shutdown` was cancelled; as the owner we
+///   stopped the job and released the lease so a follower claims at once;
+/// - `Err(LeaseError::MongoUnavailable)`: MongoDB stayed unreachable for
+///   `unreachable_timeout` while we waited, or our final write could not be
+///   confirmed before our lease's local deadline.
+///
+/// `progress` is handed to the job and copied into the lease document with
+/// every renewal; callers keep a clone to show it elsewhere.
+pub async fn run_single_flight(
+    db: &Database,
+    opts: &LeaseOptions,
+    job: &mut impl LeasedJob,
+    progress: Progress,
+    shutdown: CancellationToken,
+) -> Result<Outcome, LeaseError> {
+    opts.assert_sane();
+    let store = JobStore::new(db, &opts.collection, &opts.job, opts.ttl);
+    match follower::wait_for_turn(&store, opts, &shutdown).await? {
+        Turn::Finished(outcome) => Ok(outcome),
+        Turn::Claimed(claimed) => {
+            run_as_owner(&store, opts, *claimed, job, progress, shutdown).await
+        }
+    }
+}
+
+async fn run_as_owner(
+    store: &JobStore,
+    opts: &LeaseOptions,
+    claimed: Claimed,
+    job: &mut impl LeasedJob,
+    progress: Progress,
+    shutdown: CancellationToken,
+) -> Result<Outcome, LeaseError> {
+    let Claimed {
+        fence,
+        record,
+        sent_at,
+    } = claimed;
+    let epoch = fence.epoch;
+    let guard = Guard::with_deadline(sent_at + opts.holds_for());
+    let renewer = Renewer::start(
+        store.clone(),
+        fence.clone(),
+        guard.clone(),
+        progress.clone(),
+        RenewTiming {
+            renew_every: opts.renew_every,
+            holds_for: opts.holds_for(),
+        },
+        sent_at,
+    );
+
+    // Losing the lease or shutting down drops the job's future at once.
+    let finished = tokio::select! {
+        biased;
+        _ = guard.cancelled() => None,
+        _ = shutdown.cancelled() => {
+            guard.cancel(LeaseLost::ShuttingDown);
+            None
+        }
+        result = job.run(guard.clone(), progress.clone()) => Some(result),
+    };
+    renewer.stop().await;
+
+    match guard.check() {
+        Err(LeaseLost::ShuttingDown) => release(store, &fence, &guard, &progress).await,
+        Err(reason) => {
+            if let Some(Err(job_error)) = &finished {
+                warn!(owner = %fence.owner, epoch, error = format!("{job_error:#}"),
+                    "the job ended after the lease was lost; not recorded");
+            }
+            lost(&fence, reason)
+        }
+        Ok(()) => match finished.expect("only a cancelled guard interrupts the job") {
+            Ok(summary) => complete(store, &fence, &guard, &progress, summary).await,
+            Err(job_error) => {
+                let attempt = record.attempt.saturating_add(1);
+                record_failure(store, opts, &fence, &guard, attempt, job_error).await
+            }
+        },
+    }
+}
+
+/// Shutdown: sets `released` so a follower claims at once.
+async fn release(
+    store: &JobStore,
+    fence: &Fence,
+    guard: &Guard,
+    progress: &Progress,
+) -> Result<Outcome, LeaseError> {
+    let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(guard));
+    let snapshot = progress.snapshot();
+    match fenced_write(store, until, |now| store.release(fence, now, &snapshot)).await {
+        Written::Yes => {
+            info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
+            Err(LeaseError::ShutDown { released: true })
+        }
+        Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
+        Written::Unconfirmed(err) => {
+            warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
+                "shut down; could not release the lease (it will expire)");
+            Err(LeaseError::ShutDown { released: false })
+        }
+    }
+}
+
+/// Success: sets `completed` with the summary.
+async fn complete(
+    store: &JobStore,
+    fence: &Fence,
+    guard: &Guard,
+    progress: &Progress,
+    summary: serde_json::Value,
+) -> Result<Outcome, LeaseError> {
+    let snapshot = progress.snapshot();
+    let write = |now| store.complete(fence, now, &summary, &snapshot);
+    match fenced_write(store, deadline_of(guard), write).await {
+        Written::Yes => {
+            info!(owner = %fence.owner, epoch = fence.epoch, %summary, "job completed");
+            Ok(Outcome::Ran {
+                epoch: fence.epoch,
+                summary,
+            })
+        }
+        Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
+        Written::Unconfirmed(err) => unconfirmed(fence, "completion", err),
+    }
+}
+
+/// Failure: sets `failed` with the error, the consecutive `attempt` and a
+/// `retryAt` backed off exponentially.
+async fn record_failure(
+    store: &JobStore,
+    opts: &LeaseOptions,
+    fence: &Fence,
+    guard: &Guard,
+    attempt: u32,
+    job_error: anyhow::Error,
+) -> Result<Outcome, LeaseError> {
+    let message = format!("{job_error:#}");
+    let backoff = opts.failure_backoff_for(attempt);
+    let mut retry_at = DateTime::MIN;
+    let write = |now| {
+        retry_at = clock::later(now, backoff);
+        store.fail(fence, now, &message, attempt, retry_at)
+    };
+    match fenced_write(store, deadline_of(guard), write).await {
+        Written::Yes => {
+            error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
+                retry_in_ms = backoff.as_millis() as u64, "job failed");
+            Err(LeaseError::JobFailed {
+                epoch: fence.epoch,
+                error: message,
+                attempt,
+                retry_at,
+            })
+        }
+        Written::MatchedNothing => {
+            warn!(owner = %fence.owner, epoch = fence.epoch, error = %message,
+                "the job failed and the lease is lost");
+            lost(fence, LeaseLost::TakenOver)
+        }
+        Written::Unconfirmed(err) => unconfirmed(fence, "failure", err),
+    }
+}
+
+fn deadline_of(guard: &Guard) -> Instant {
+    guard.deadline().unwrap_or_else(Instant::now)
+}
+
+fn lost(fence: &Fence, reason: LeaseLost) -> Result<Outcome, LeaseError> {
+    error!(owner = %fence.owner, epoch = fence.epoch, %reason, "lease lost");
+    Err(LeaseError::LeaseLost {
+        epoch: fence.epoch,
+        reason,
+    })
+}
+
+fn unconfirmed(fence: &Fence, what: &str, err: String) -> Result<Outcome, LeaseError> {
+    error!(owner = %fence.owner, epoch = fence.epoch, error = %err, "could not record the job's {what}");
+    Err(LeaseError::MongoUnavailable(err))
+}
+
+enum Written {
+    Yes,
+    MatchedNothing,
+    Unconfirmed(String),
+}
+
+/// One of the owner's final fenced writes, with a fresh server time per
+/// attempt, retried on errors until `until` (never past the lease's local
+/// deadline: after it the lease may belong to someone else).
+async fn fenced_write<F, Fut>(store: &JobStore, until: Instant, mut write: F) -> Written
+where
+    F: FnMut(DateTime) -> Fut,
+    Fut: std::future::Future<Output = mongodb::error::Result<bool>>,
+{
+    let mut delays = retry::delays(Duration::from_secs(1));
+    let mut last_error = String::from("the lease's local deadline passed before the write");
+    while Instant::now() < until {
+        let attempt = async {
+            let now = store.server_now().await?;
+            write(now).await
+        };
+        match tokio::time::timeout_at(until.into(), attempt).await {
+            Ok(Ok(true)) => return Written::Yes,
+            Ok(Ok(false)) => return Written::MatchedNothing,
+            Ok(Err(err)) => {
+                last_error = err.to_string();
+                warn!(error = %last_error, "fenced lease write failed; retrying");
+            }
+            Err(_elapsed) => break,
+        }
+        let delay = delays.next().unwrap_or(Duration::from_secs(1));
+        tokio::time::sleep(delay.min(until.saturating_duration_since(Instant::now()))).await;
+    }
+    Written::Unconfirmed(last_error)
+}

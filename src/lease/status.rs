@@ -1,0 +1,230 @@
+//! The `status` reader: the lease as an operator sees it (`meili-reconciler
+//! status [--json]`), with every duration computed against the server's
+//! clock, never the local one.
+
+use std::fmt;
+
+use mongodb::bson::DateTime;
+use mongodb::Database;
+use serde::Serialize;
+
+use super::clock;
+use super::options::LeaseOptions;
+use super::outcome::LeaseError;
+use super::store::{JobRecord, JobStatus, JobStore};
+use crate::progress::ProgressSnapshot;
+
+/// Where the job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseState {
+    /// No job document yet.
+    NeverRun,
+    /// An owner holds an unexpired lease.
+    Running,
+    /// The owner stopped renewing (crashed or partitioned); claimable.
+    Expired,
+    Completed,
+    Failed,
+    Released,
+    /// A status this version does not know.
+    Unknown,
+}
+
+/// The lease and the last run, as of `server_time`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseStatus {
+    pub job: String,
+    pub state: LeaseState,
+    pub owner: Option<String>,
+    pub epoch: Option<i64>,
+    /// The server's clock when this was read (RFC 3339).
+    pub server_time: String,
+    pub claimed_at: Option<String>,
+    pub renewed_at: Option<String>,
+    pub expires_at: Option<String>,
+    /// Seconds until `expiresAt` by the server's clock (negative: expired).
+    pub expires_in_secs: Option<f64>,
+    pub progress: Option<ProgressSnapshot>,
+    pub completed_at: Option<String>,
+    pub summary: Option<serde_json::Value>,
+    pub failed_at: Option<String>,
+    pub error: Option<String>,
+    /// Consecutive failures (0 after a completion).
+    pub attempt: u32,
+    pub retry_at: Option<String>,
+    /// Seconds until a retry may start (negative: it may now).
+    pub retry_in_secs: Option<f64>,
+    pub released_at: Option<String>,
+}
+
+/// Reads the job's lease document and the server's clock.
+pub async fn read_status(db: &Database, opts: &LeaseOptions) -> Result<LeaseStatus, LeaseError> {
+    let store = JobStore::new(db, &opts.collection, &opts.job, opts.ttl);
+    let unavailable = |e: mongodb::error::Error| LeaseError::MongoUnavailable(e.to_string());
+    // The document first, then the clock: "expires in" is never overstated
+    // by a renewal landing between the two reads.
+    let record = store.read().await.map_err(unavailable)?;
+    let now = store.server_now().await.map_err(unavailable)?;
+    Ok(LeaseStatus::from_record(&opts.job, record.as_ref(), now))
+}
+
+impl LeaseStatus {
+    /// The status of `record` (absent: never run) at server time `now`.
+    pub fn from_record(job: &str, record: Option<&JobRecord>, now: DateTime) -> Self {
+        let rfc3339 = |at: Option<DateTime>| {
+            at.map(|at| {
+                at.try_to_rfc3339_string()
+                    .unwrap_or_else(|_| at.to_string())
+            })
+        };
+        let secs_until =
+            |at: Option<DateTime>| at.map(|at| clock::millis_between(now, at) as f64 / 1000.0);
+        let Some(record) = record else {
+            return LeaseStatus {
+                job: job.to_string(),
+                state: LeaseState::NeverRun,
+                owner: None,
+                epoch: None,
+                server_time: rfc3339(Some(now)).unwrap_or_default(),
+                claimed_at: None,
+                renewed_at: None,
+                expires_at: None,
+                expires_in_secs: None,
+                progress: None,
+                completed_at: None,
+                summary: None,
+                failed_at: None,
+                error: None,
+                attempt: 0,
+                retry_at: None,
+                retry_in_secs: None,
+                released_at: None,
+            };
+        };
+        let state = match &record.status {
+            JobStatus::Running if record.is_live(now) => LeaseState::Running,
+            JobStatus::Running => LeaseState::Expired,
+            JobStatus::Completed => LeaseState::Completed,
+            JobStatus::Failed => LeaseState::Failed,
+            JobStatus::Released => LeaseState::Released,
+            JobStatus::Other(_) => LeaseState::Unknown,
+        };
+        LeaseStatus {
+            job: job.to_string(),
+            state,
+            owner: record.owner.clone(),
+            epoch: record.epoch,
+            server_time: rfc3339(Some(now)).unwrap_or_default(),
+            claimed_at: rfc3339(record.claimed_at),
+            renewed_at: rfc3339(record.renewed_at),
+            expires_at: rfc3339(record.expires_at),
+            expires_in_secs: secs_until(record.expires_at),
+            progress: record.progress.clone(),
+            completed_at: rfc3339(record.completed_at),
+            summary: record.summary.clone(),
+            failed_at: rfc3339(record.failed_at),
+            error: record.error.clone(),
+            attempt: record.attempt,
+            retry_at: rfc3339(record.retry_at),
+            retry_in_secs: secs_until(record.retry_at),
+            released_at: rfc3339(record.released_at),
+        }
+    }
+}
+
+impl fmt::Display for LeaseStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let state = match self.state {
+            LeaseState::NeverRun => "never run",
+            LeaseState::Running => "running",
+            LeaseState::Expired => "expired (owner stopped renewing)",
+            LeaseState::Completed => "completed",
+            LeaseState::Failed => "failed",
+            LeaseState::Released => "released",
+            LeaseState::Unknown => "unknown",
+        };
+        writeln!(f, "job:        {}", self.job)?;
+        writeln!(f, "state:      {state}")?;
+        if self.state == LeaseState::NeverRun {
+            return Ok(());
+        }
+        let epoch = self.epoch.map_or("-".into(), |e| e.to_string());
+        writeln!(f, "owner:      {} (epoch {epoch})", or_dash(&self.owner))?;
+        if matches!(self.state, LeaseState::Running | LeaseState::Expired) {
+            if let Some(secs) = self.expires_in_secs {
+                if secs >= 0.0 {
+                    writeln!(f, "expires in: {secs:.1}s")?;
+                } else {
+                    writeln!(f, "expired:    {:.1}s ago", -secs)?;
+                }
+            }
+        }
+        if let Some(p) = &self.progress {
+            let total = if p.total > 0 {
+                format!("/{}", p.total)
+            } else {
+                String::new()
+            };
+            let eta = p.eta_secs.map_or(String::new(), |s| format!(", ETA {s}s"));
+            writeln!(
+                f,
+                "progress:   {} {}{total} ({:.0} docs/s{eta})",
+                p.phase, p.done, p.docs_per_sec
+            )?;
+        }
+        if let Some(at) = &self.completed_at {
+            writeln!(f, "completed:  {at}")?;
+        }
+        if let Some(summary) = &self.summary {
+            writeln!(f, "summary:    {summary}")?;
+        }
+        if let Some(error) = &self.error {
+            writeln!(
+                f,
+                "last error: {error} (attempt {}, failed {})",
+                self.attempt,
+                or_dash(&self.failed_at)
+            )?;
+            if let (Some(at), Some(secs)) = (&self.retry_at, self.retry_in_secs) {
+                if secs > 0.0 {
+                    writeln!(f, "retry at:   {at} (in {secs:.1}s)")?;
+                } else {
+                    writeln!(f, "retry at:   {at} (due)")?;
+                }
+            }
+        }
+        write!(f, "server time: {}", self.server_time)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_run_and_expired_read_against_server_time() {
+        let now = DateTime::from_millis(10_000);
+        let status = LeaseStatus::from_record("job", None, now);
+        assert_eq!(status.state, LeaseState::NeverRun);
+        assert!(status.to_string().contains("never run"));
+
+        let mut record = JobRecord::from_document(&mongodb::bson::doc! {
+            "owner": "a", "epoch": 2_i64, "status": "running", "expiresAt": DateTime::from_millis(8_000),
+        });
+        let status = LeaseStatus::from_record("job", Some(&record), now);
+        assert_eq!(status.state, LeaseState::Expired);
+        assert_eq!(status.expires_in_secs, Some(-2.0));
+        assert!(status.to_string().contains("expired:    2.0s ago"));
+
+        record.expires_at = Some(DateTime::from_millis(13_500));
+        let status = LeaseStatus::from_record("job", Some(&record), now);
+        assert_eq!(status.state, LeaseState::Running);
+        assert!(status.to_string().contains("expires in: 3.5s"));
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["state"], "running");
+        assert_eq!(json["expiresInSecs"], 3.5);
+    }
+}

@@ -1,0 +1,820 @@
+//! The single-flight lease (DESIGN.md §4) in one process: contention between
+//! 16 clients, a task longer than the ttl, a stale owner, a partition, a
+//! release on shutdown, failure backoff, freshness, timeouts and `status`.
+//! Each replica is a separate MongoDB client; timings are short.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use meili_reconciler::lease::store::{ClaimResult, Fence, JobStatus, JobStore};
+use meili_reconciler::lease::{
+    clock, read_status, run_single_flight, Guard, LeaseError, LeaseLost, LeaseOptions, LeaseState,
+    Outcome,
+};
+use meili_reconciler::progress::{Progress, ProgressSnapshot};
+use mongodb::bson::{doc, DateTime};
+use mongodb::Database;
+use serde_json::json;
+use support::lease_harness::*;
+use tokio::sync::{oneshot, Barrier};
+use tokio_util::sync::CancellationToken;
+
+/// A job that signals its start, then does side effects every 20 ms (each
+/// after a `guard.check()`) until it is stopped.
+async fn run_until_stopped(
+    guard: Guard,
+    progress: Progress,
+    started: Option<oneshot::Sender<Guard>>,
+    effects: Effects,
+) -> anyhow::Result<serde_json::Value> {
+    progress.phase("endless", 0);
+    if let Some(started) = started {
+        let _ = started.send(guard.clone());
+    }
+    loop {
+        let decided_at = Instant::now();
+        guard.check()?;
+        effects.record(decided_at);
+        progress.advance(1);
+        tokio::select! {
+            _ = guard.cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// Starts an owner running `run_until_stopped` and waits until its job runs.
+async fn start_endless_owner(
+    db: &Database,
+    opts: LeaseOptions,
+    effects: Effects,
+) -> (
+    tokio::task::JoinHandle<Result<Outcome, LeaseError>>,
+    Guard,
+    CancellationToken,
+) {
+    let db = same_database(db).await;
+    let shutdown = CancellationToken::new();
+    let (started_tx, started_rx) = oneshot::channel();
+    let stop = shutdown.clone();
+    let owner = tokio::spawn(async move {
+        let mut started = Some(started_tx);
+        let mut job = move |guard: Guard, progress: Progress| {
+            run_until_stopped(guard, progress, started.take(), effects.clone())
+        };
+        run_single_flight(&db, &opts, &mut job, Progress::new(), stop).await
+    });
+    let guard = tokio::time::timeout(Duration::from_secs(10), started_rx)
+        .await
+        .expect("the owner's job starts")
+        .expect("the owner's job starts");
+    (owner, guard, shutdown)
+}
+
+/// A replica whose job records its start (local and server time) and returns
+/// `{"by": owner}` after `work`.
+async fn run_recording(
+    db: &Database,
+    opts: &LeaseOptions,
+    work: Duration,
+    starts: Arc<std::sync::Mutex<Vec<(String, Instant, DateTime)>>>,
+) -> Result<Outcome, LeaseError> {
+    let owner = opts.owner.clone();
+    let clock_db = db.clone();
+    let mut job = move |guard: Guard, _progress: Progress| {
+        let (owner, clock_db, starts) = (owner.clone(), clock_db.clone(), starts.clone());
+        async move {
+            let started = Instant::now();
+            let server_time = clock::server_now(&clock_db).await?;
+            starts
+                .lock()
+                .unwrap()
+                .push((owner.clone(), started, server_time));
+            tokio::select! {
+                _ = guard.cancelled() => {}
+                _ = tokio::time::sleep(work) => {}
+            }
+            guard.check()?;
+            Ok(json!({ "by": owner }))
+        }
+    };
+    run_single_flight(
+        db,
+        opts,
+        &mut job,
+        Progress::new(),
+        CancellationToken::new(),
+    )
+    .await
+}
+
+type Starts = Arc<std::sync::Mutex<Vec<(String, Instant, DateTime)>>>;
+
+/// What a round's job document looks like before the racers start.
+async fn seed_round(db: &Database, opts: &LeaseOptions, round: usize) -> i64 {
+    let jobs = db.collection::<mongodb::bson::Document>(&opts.collection);
+    let now = server_now(db).await;
+    let hour_ago = clock::earlier(now, Duration::from_secs(3600));
+    let seeded = match round % 4 {
+        0 => return 0, // no document: the racers' upserts collide (E11000)
+        1 => {
+            doc! { "_id": &opts.job, "owner": "old", "epoch": 7_i64, "status": "completed", "completedAt": hour_ago, "claimedAt": hour_ago }
+        }
+        2 => {
+            doc! { "_id": &opts.job, "owner": "crashed", "epoch": 3_i64, "status": "running", "expiresAt": clock::earlier(now, Duration::from_secs(1)) }
+        }
+        _ => {
+            doc! { "_id": &opts.job, "owner": "stopped", "epoch": 5_i64, "status": "released", "releasedAt": now }
+        }
+    };
+    let epoch = seeded.get_i64("epoch").unwrap();
+    jobs.insert_one(seeded).await.unwrap();
+    epoch
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_clients_race_and_exactly_one_runs_per_round() {
+    const CLIENTS: usize = 16;
+    const ROUNDS: usize = 50;
+    let db = database("lease_contend").await;
+    let mut replicas = Vec::new();
+    for _ in 0..CLIENTS {
+        replicas.push(same_database(&db).await);
+    }
+    for round in 0..ROUNDS {
+        let job = format!("contend-{round}");
+        let seed_opts = fast_options(&job, "seeder");
+        let seeded_epoch = seed_round(&db, &seed_opts, round).await;
+        let barrier = Arc::new(Barrier::new(CLIENTS));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let active = Arc::new(AtomicUsize::new(0));
+        let mut racers = tokio::task::JoinSet::new();
+        for (i, replica) in replicas.iter().enumerate() {
+            let mut opts = fast_options(&job, &format!("client-{i}"));
+            opts.poll_every = Duration::from_millis(30);
+            let (replica, barrier, runs, active) = (
+                replica.clone(),
+                barrier.clone(),
+                runs.clone(),
+                active.clone(),
+            );
+            racers.spawn(async move {
+                let mut job = move |guard: Guard, _progress: Progress| {
+                    let (runs, active) = (runs.clone(), active.clone());
+                    async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        let concurrent = active.fetch_add(1, Ordering::SeqCst) + 1;
+                        tokio::time::sleep(Duration::from_millis(40)).await;
+                        active.fetch_sub(1, Ordering::SeqCst);
+                        guard.check()?;
+                        Ok(json!({ "concurrent": concurrent }))
+                    }
+                };
+                barrier.wait().await;
+                run_single_flight(
+                    &replica,
+                    &opts,
+                    &mut job,
+                    Progress::new(),
+                    CancellationToken::new(),
+                )
+                .await
+            });
+        }
+        let mut ran = 0;
+        while let Some(result) = racers.join_next().await {
+            match result.unwrap() {
+                Ok(Outcome::Ran { summary, .. }) => {
+                    ran += 1;
+                    assert_eq!(
+                        summary["concurrent"], 1,
+                        "round {round}: two jobs overlapped"
+                    );
+                }
+                Ok(Outcome::CompletedByOther { .. } | Outcome::ReusedCompletion { .. }) => {}
+                Err(error) => panic!("round {round}: a racer failed: {error}"),
+            }
+        }
+        assert_eq!(
+            ran, 1,
+            "round {round}: exactly one racer reports running the job"
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "round {round}: exactly one job ran"
+        );
+        let record = read_job(&db, &seed_opts).await.unwrap();
+        assert_eq!(record.status, JobStatus::Completed);
+        assert_eq!(
+            record.epoch,
+            Some(seeded_epoch + 1),
+            "round {round}: exactly one claim happened"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_job_longer_than_the_ttl_keeps_the_lease() {
+    let db = database("lease_long").await;
+    let opts = fast_options("long", "owner"); // ttl 1 s, renew 200 ms
+    let long = opts.ttl * 5;
+    let (started_tx, started_rx) = oneshot::channel::<()>();
+    let owner_db = same_database(&db).await;
+    let owner_opts = opts.clone();
+    let owner = tokio::spawn(async move {
+        let mut started = Some(started_tx);
+        let mut job = move |guard: Guard, progress: Progress| {
+            let started = started.take();
+            async move {
+                progress.phase("long", 100);
+                if let Some(started) = started {
+                    let _ = started.send(());
+                }
+                let until = Instant::now() + long;
+                while Instant::now() < until {
+                    guard.check()?;
+                    progress.advance(1);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(json!({ "long": true }))
+            }
+        };
+        run_single_flight(
+            &owner_db,
+            &owner_opts,
+            &mut job,
+            Progress::new(),
+            CancellationToken::new(),
+        )
+        .await
+    });
+    started_rx.await.unwrap();
+
+    let starts: Starts = Default::default();
+    let mut followers = Vec::new();
+    for name in ["follower-a", "follower-b"] {
+        let (db, opts, starts) = (
+            same_database(&db).await,
+            fast_options("long", name),
+            starts.clone(),
+        );
+        followers.push(tokio::spawn(async move {
+            run_recording(&db, &opts, Duration::ZERO, starts).await
+        }));
+    }
+
+    // While it runs, renewals keep moving expiresAt and carry the progress.
+    let mut expiries = Vec::new();
+    let mut saw_progress = false;
+    while !owner.is_finished() {
+        if let Some(record) = read_job(&db, &opts).await {
+            if record.status == JobStatus::Running {
+                assert_eq!(record.epoch, Some(1), "nobody else claimed");
+                expiries.push(record.expires_at.unwrap());
+                saw_progress |= record
+                    .progress
+                    .as_ref()
+                    .is_some_and(|p| p.phase == "long" && p.done > 0);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let outcome = owner.await.unwrap().expect("the owner completes");
+    assert!(
+        matches!(outcome, Outcome::Ran { epoch: 1, .. }),
+        "{outcome:?}"
+    );
+    for follower in followers {
+        let outcome = follower.await.unwrap().unwrap();
+        assert!(
+            matches!(outcome, Outcome::CompletedByOther { epoch: Some(1), .. }),
+            "{outcome:?}"
+        );
+    }
+    assert!(starts.lock().unwrap().is_empty(), "no follower ran the job");
+    expiries.dedup();
+    assert!(
+        expiries.len() >= 5,
+        "the lease was renewed throughout: {expiries:?}"
+    );
+    assert!(
+        saw_progress,
+        "renewals wrote the job's progress into the lease"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
+    let db = database("lease_stale").await;
+    let opts = fast_options("stale", "a");
+    let ttl = Duration::from_millis(300);
+    let a = JobStore::new(&same_database(&db).await, &opts.collection, &opts.job, ttl);
+    let b = JobStore::new(
+        &same_database(&db).await,
+        &opts.collection,
+        &opts.job,
+        Duration::from_secs(60),
+    );
+
+    let now = a.server_now().await.unwrap();
+    let ClaimResult::Won(claimed) = a.claim("a", now, None).await.unwrap() else {
+        panic!("a claims a fresh lease")
+    };
+    assert_eq!(claimed.epoch, Some(1));
+    let stale = Fence {
+        owner: "a".into(),
+        epoch: 1,
+    };
+
+    // b cannot claim the live lease, with or without the right epoch.
+    let now = b.server_now().await.unwrap();
+    assert_eq!(b.claim("b", now, Some(1)).await.unwrap(), ClaimResult::Lost);
+    assert_eq!(b.claim("b", now, None).await.unwrap(), ClaimResult::Lost);
+
+    // Once it expired (by the server's clock), b takes over.
+    let now = loop {
+        let now = b.server_now().await.unwrap();
+        if now >= claimed.expires_at.unwrap() {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ClaimResult::Won(taken) = b.claim("b", now, Some(1)).await.unwrap() else {
+        panic!("b takes over the expired lease")
+    };
+    assert_eq!(taken.epoch, Some(2));
+    let before = read_job(&db, &opts).await.unwrap();
+
+    let now = a.server_now().await.unwrap();
+    let progress = ProgressSnapshot::default();
+    assert!(
+        !a.renew(&stale, now, &progress).await.unwrap(),
+        "renew must match nothing"
+    );
+    assert!(
+        !a.complete(&stale, now, &json!({}), &progress)
+            .await
+            .unwrap(),
+        "complete must match nothing"
+    );
+    assert!(
+        !a.fail(&stale, now, "boom", 1, now).await.unwrap(),
+        "fail must match nothing"
+    );
+    assert!(
+        !a.release(&stale, now, &progress).await.unwrap(),
+        "release must match nothing"
+    );
+    // Even with b's epoch, a is not the owner.
+    let wrong_owner = Fence {
+        owner: "a".into(),
+        epoch: 2,
+    };
+    assert!(!a.release(&wrong_owner, now, &progress).await.unwrap());
+    assert_eq!(
+        read_job(&db, &opts).await.unwrap(),
+        before,
+        "b's lease is untouched"
+    );
+
+    // b, the owner, can.
+    let fence = Fence {
+        owner: "b".into(),
+        epoch: 2,
+    };
+    assert!(b
+        .complete(&fence, now, &json!({ "ok": 1 }), &progress)
+        .await
+        .unwrap());
+}
+
+#[tokio::test]
+async fn an_owner_whose_lease_was_taken_over_stops_and_reports_it() {
+    let db = database("lease_taken").await;
+    let opts = fast_options("taken", "a");
+    let effects = Effects::default();
+    let (owner, guard, _shutdown) = start_endless_owner(&db, opts.clone(), effects.clone()).await;
+
+    // Another replica's claim, as it would land after an expiry.
+    let now = server_now(&db).await;
+    let jobs = db.collection::<mongodb::bson::Document>(&opts.collection);
+    jobs.update_one(
+        doc! { "_id": &opts.job },
+        doc! { "$set": { "owner": "b", "epoch": 2_i64, "claimedAt": now, "expiresAt": clock::later(now, Duration::from_secs(60)) } },
+    )
+    .await
+    .unwrap();
+    let taken = read_job(&db, &opts).await.unwrap();
+
+    tokio::time::timeout(Duration::from_secs(5), guard.cancelled())
+        .await
+        .expect("the next renewal notices the takeover and cancels the job");
+    let cancelled_at = Instant::now();
+    let result = owner.await.unwrap();
+    assert_eq!(
+        result,
+        Err(LeaseError::LeaseLost {
+            epoch: 1,
+            reason: LeaseLost::TakenOver
+        })
+    );
+    assert_eq!(result.unwrap_err().exit_code(), 3);
+    assert!(
+        effects.all().iter().all(|at| *at < cancelled_at),
+        "no side effect after the loss"
+    );
+    assert_eq!(
+        read_job(&db, &opts).await.unwrap(),
+        taken,
+        "the stale owner wrote nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_partitioned_owner_stops_before_its_lease_expires() {
+    let db = database("lease_partition").await;
+    let proxy = MongoProxy::start(primary_address(&db).await).await;
+    let owner_db = client_via(&proxy).await.database(db.name());
+    let mut opts = fast_options("partition", "cut-off");
+    opts.ttl = Duration::from_millis(1500);
+    opts.safety_margin = Duration::from_millis(500);
+
+    let effects = Effects::default();
+    let shutdown = CancellationToken::new();
+    let (started_tx, started_rx) = oneshot::channel();
+    let owner_opts = opts.clone();
+    let owner_effects = effects.clone();
+    let owner = tokio::spawn(async move {
+        let mut started = Some(started_tx);
+        let mut job = move |guard: Guard, progress: Progress| {
+            run_until_stopped(guard, progress, started.take(), owner_effects.clone())
+        };
+        run_single_flight(&owner_db, &owner_opts, &mut job, Progress::new(), shutdown).await
+    });
+    let guard = started_rx.await.unwrap();
+    // Let a couple of renewals through, then cut the network.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.cut();
+    let cut_at = Instant::now();
+
+    tokio::time::timeout(Duration::from_secs(5), guard.cancelled())
+        .await
+        .expect("the owner self-fences");
+    let cancelled_at = Instant::now();
+    // Read over the healthy connection, after the cancellation: the lease
+    // must still be unexpired by the server's clock.
+    let record = read_job(&db, &opts).await.unwrap();
+    let now = server_now(&db).await;
+    assert_eq!(record.owner.as_deref(), Some("cut-off"));
+    let expires_at = record.expires_at.unwrap();
+    assert!(
+        now < expires_at,
+        "cancelled at server time {now}, after expiresAt {expires_at}"
+    );
+
+    let result = tokio::time::timeout(Duration::from_secs(5), owner)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        result,
+        Err(LeaseError::LeaseLost {
+            epoch: 1,
+            reason: LeaseLost::SelfFenced
+        })
+    );
+    let count = effects.len();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(effects.len(), count, "the job stopped");
+    let all = effects.all();
+    assert!(
+        all.iter().any(|at| *at > cut_at),
+        "the job kept working during the grace period"
+    );
+    assert!(
+        all.iter().all(|at| *at < cancelled_at),
+        "no side effect after the cancellation"
+    );
+}
+
+#[tokio::test]
+async fn a_released_lease_is_claimed_within_one_poll() {
+    let db = database("lease_release").await;
+    let mut opts = fast_options("release", "leaving");
+    // A ttl far longer than the test: only the release can explain a takeover.
+    opts.ttl = Duration::from_secs(60);
+    opts.safety_margin = Duration::from_secs(10);
+    opts.renew_every = Duration::from_secs(5);
+    let effects = Effects::default();
+    let (owner, _guard, shutdown) = start_endless_owner(&db, opts.clone(), effects.clone()).await;
+
+    let mut follower_opts = opts.clone();
+    follower_opts.owner = "next".into();
+    follower_opts.poll_every = Duration::from_millis(300);
+    let starts: Starts = Default::default();
+    let follower = {
+        let (db, opts, starts) = (
+            same_database(&db).await,
+            follower_opts.clone(),
+            starts.clone(),
+        );
+        tokio::spawn(async move { run_recording(&db, &opts, Duration::ZERO, starts).await })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        starts.lock().unwrap().is_empty(),
+        "the follower waits while the owner runs"
+    );
+
+    shutdown.cancel();
+    let result = owner.await.unwrap();
+    let released_at = Instant::now();
+    assert_eq!(result, Err(LeaseError::ShutDown { released: true }));
+    assert!(effects.all().iter().all(|at| *at < released_at));
+
+    let outcome = tokio::time::timeout(Duration::from_secs(10), follower)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Ran { epoch: 2, .. }),
+        "{outcome:?}"
+    );
+    let (_, started, _) = starts.lock().unwrap()[0].clone();
+    let slack = Duration::from_millis(700);
+    assert!(
+        started.duration_since(released_at) <= follower_opts.poll_every + slack,
+        "claimed {:?} after the release",
+        started.duration_since(released_at)
+    );
+}
+
+#[tokio::test]
+async fn a_failed_job_is_retried_only_after_retry_at() {
+    let db = database("lease_fail").await;
+    let mut opts = fast_options("failing", "first");
+    opts.failure_backoff = Duration::from_secs(1);
+    opts.failure_backoff_max = Duration::from_millis(1500);
+    opts.poll_every = Duration::from_millis(50);
+    let starts: Starts = Default::default();
+
+    let failing = |opts: LeaseOptions, starts: Starts| {
+        let db = db.clone();
+        async move {
+            let clock_db = db.clone();
+            let me = opts.owner.clone();
+            let mut job = move |_guard: Guard, _progress: Progress| {
+                let (clock_db, starts, owner) = (clock_db.clone(), starts.clone(), me.clone());
+                async move {
+                    let server_time = clock::server_now(&clock_db).await?;
+                    starts
+                        .lock()
+                        .unwrap()
+                        .push((owner, Instant::now(), server_time));
+                    anyhow::bail!("meilisearch said no")
+                }
+            };
+            run_single_flight(
+                &db,
+                &opts,
+                &mut job,
+                Progress::new(),
+                CancellationToken::new(),
+            )
+            .await
+        }
+    };
+
+    // 1. The first failure records the error and a 1 s backoff.
+    let first = failing(opts.clone(), starts.clone()).await.unwrap_err();
+    let LeaseError::JobFailed {
+        attempt: 1,
+        retry_at,
+        ref error,
+        ..
+    } = first
+    else {
+        panic!("{first:?}")
+    };
+    assert!(error.contains("meilisearch said no"));
+    assert_eq!(first.exit_code(), 1);
+    let record = read_job(&db, &opts).await.unwrap();
+    assert_eq!(record.status, JobStatus::Failed);
+    assert_eq!(record.attempt, 1);
+    assert_eq!(record.retry_at, Some(retry_at));
+    assert_eq!(
+        clock::millis_between(record.failed_at.unwrap(), retry_at),
+        1000
+    );
+
+    // 2. A replica started at once waits for retryAt, retries, fails again:
+    //    the backoff doubles, capped at 1.5 s.
+    let mut second = opts.clone();
+    second.owner = "second".into();
+    let again = failing(second, starts.clone()).await.unwrap_err();
+    let LeaseError::JobFailed {
+        attempt: 2,
+        retry_at: retry_at_2,
+        ..
+    } = again
+    else {
+        panic!("{again:?}")
+    };
+    let second_start = starts.lock().unwrap()[1].2;
+    assert!(
+        second_start >= retry_at,
+        "retried at {second_start}, before retryAt {retry_at}"
+    );
+    let record = read_job(&db, &opts).await.unwrap();
+    assert_eq!(
+        clock::millis_between(record.failed_at.unwrap(), retry_at_2),
+        1500
+    );
+
+    // 3. Three replicas: exactly one retries, after retryAt; it succeeds and
+    //    the failure count resets.
+    let retries: Starts = Default::default();
+    let mut replicas = Vec::new();
+    for name in ["r1", "r2", "r3"] {
+        let mut replica_opts = opts.clone();
+        replica_opts.owner = name.into();
+        let (db, retries) = (same_database(&db).await, retries.clone());
+        replicas.push(tokio::spawn(async move {
+            run_recording(&db, &replica_opts, Duration::from_millis(50), retries).await
+        }));
+    }
+    let mut ran = 0;
+    for replica in replicas {
+        if let Outcome::Ran { .. } = replica.await.unwrap().unwrap() {
+            ran += 1;
+        }
+    }
+    assert_eq!(ran, 1);
+    let retries = retries.lock().unwrap().clone();
+    assert_eq!(retries.len(), 1);
+    assert!(retries[0].2 >= retry_at_2, "retried before retryAt");
+    let record = read_job(&db, &opts).await.unwrap();
+    assert_eq!(
+        (record.status, record.attempt, record.error),
+        (JobStatus::Completed, 0, None)
+    );
+
+    // 4. --force retries a failed job before its retryAt.
+    let mut stale_ok = opts.clone();
+    stale_ok.reuse_completion_for = Duration::ZERO;
+    stale_ok.owner = "third".into();
+    let LeaseError::JobFailed {
+        retry_at: retry_at_3,
+        ..
+    } = failing(stale_ok, starts.clone()).await.unwrap_err()
+    else {
+        panic!("the job fails again")
+    };
+    let mut forced = opts.clone();
+    forced.force = true;
+    forced.owner = "forced".into();
+    let forced_starts: Starts = Default::default();
+    let outcome = run_recording(&db, &forced, Duration::ZERO, forced_starts.clone())
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Ran { .. }));
+    assert!(
+        forced_starts.lock().unwrap()[0].2 < retry_at_3,
+        "--force does not wait for retryAt"
+    );
+}
+
+#[tokio::test]
+async fn a_fresh_completion_is_reused_unless_forced() {
+    let db = database("lease_fresh").await;
+    let opts = fast_options("fresh", "first"); // reuse_completion_for 60 s
+    let starts: Starts = Default::default();
+    let outcome = run_recording(&db, &opts, Duration::ZERO, starts.clone())
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Ran { epoch: 1, .. }));
+
+    let mut later = opts.clone();
+    later.owner = "later".into();
+    let outcome = run_recording(&db, &later, Duration::ZERO, starts.clone())
+        .await
+        .unwrap();
+    let Outcome::ReusedCompletion {
+        owner,
+        epoch: Some(1),
+        summary,
+        ..
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(owner.as_deref(), Some("first"));
+    assert_eq!(summary, Some(json!({ "by": "first" })));
+    assert_eq!(
+        starts.lock().unwrap().len(),
+        1,
+        "the later replica did not run"
+    );
+
+    later.force = true;
+    let outcome = run_recording(&db, &later, Duration::ZERO, starts.clone())
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Ran { epoch: 2, .. }),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_bounded_wait_times_out_while_the_owner_runs() {
+    let db = database("lease_wait").await;
+    let opts = fast_options("wait", "owner");
+    let (owner, _guard, shutdown) =
+        start_endless_owner(&db, opts.clone(), Effects::default()).await;
+    let mut waiting = opts.clone();
+    waiting.owner = "waiter".into();
+    waiting.wait_timeout = Some(Duration::from_millis(600));
+    let starts: Starts = Default::default();
+    let result = run_recording(&db, &waiting, Duration::ZERO, starts.clone()).await;
+    let Err(error @ LeaseError::WaitTimedOut { .. }) = result else {
+        panic!("{result:?}")
+    };
+    assert_eq!(error.exit_code(), 3);
+    assert!(starts.lock().unwrap().is_empty());
+    shutdown.cancel();
+    owner.await.unwrap().unwrap_err();
+}
+
+#[tokio::test]
+async fn an_unreachable_mongodb_is_reported_as_such() {
+    let db = mongodb::Client::with_uri_str(
+        "mongodb://127.0.0.1:1/?directConnection=true&serverSelectionTimeoutMS=200",
+    )
+    .await
+    .unwrap()
+    .database("nowhere");
+    let mut opts = fast_options("unreachable", "lonely");
+    opts.unreachable_timeout = Duration::from_millis(500);
+    let result = run_recording(&db, &opts, Duration::ZERO, Default::default()).await;
+    let Err(error @ LeaseError::MongoUnavailable(_)) = result else {
+        panic!("{result:?}")
+    };
+    assert_eq!(error.exit_code(), 4);
+}
+
+#[tokio::test]
+async fn status_shows_the_owner_expiry_progress_and_summary() {
+    let db = database("lease_status").await;
+    let opts = fast_options("status", "owner");
+    let before = read_status(&db, &opts).await.unwrap();
+    assert_eq!(before.state, LeaseState::NeverRun);
+
+    let (owner, _guard, shutdown) =
+        start_endless_owner(&db, opts.clone(), Effects::default()).await;
+    // Wait for a renewal to carry the progress.
+    let status = loop {
+        let status = read_status(&db, &opts).await.unwrap();
+        if status
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.phase == "endless")
+        {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.state, LeaseState::Running);
+    assert_eq!(status.owner.as_deref(), Some("owner"));
+    assert_eq!(status.epoch, Some(1));
+    let expires_in = status.expires_in_secs.unwrap();
+    assert!(
+        expires_in > 0.0 && expires_in <= opts.ttl.as_secs_f64(),
+        "{expires_in}"
+    );
+    let text = status.to_string();
+    assert!(
+        text.contains("running") && text.contains("owner") && text.contains("endless"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["state"], "running");
+    assert_eq!(json["epoch"], 1);
+
+    shutdown.cancel();
+    owner.await.unwrap().unwrap_err();
+    let mut next = opts.clone();
+    next.owner = "next".into();
+    run_recording(&db, &next, Duration::ZERO, Default::default())
+        .await
+        .unwrap();
+    let status = read_status(&db, &opts).await.unwrap();
+    assert_eq!(status.state, LeaseState::Completed);
+    assert_eq!(status.summary, Some(json!({ "by": "next" })));
+    assert!(status.to_string().contains("summary"));
+}

@@ -1,0 +1,284 @@
+//! Helpers for the lease tests: a database per test, fast lease timings, the
+//! server clock, a record of side effects, a cuttable TCP proxy in front of
+//! MongoDB, and child processes that re-execute the test binary.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use meili_reconciler::lease::store::{JobRecord, JobStore};
+use meili_reconciler::lease::{clock, LeaseOptions};
+use mongodb::bson::DateTime;
+use mongodb::options::{ClientOptions, ServerAddress};
+use mongodb::{Client, Database};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::{servers, unique_name};
+
+/// A fresh client (its own connection pool, like a separate replica).
+pub async fn client() -> Client {
+    Client::with_uri_str(&servers().mongo_uri)
+        .await
+        .expect("MONGO_URI parses")
+}
+
+/// A database unique to this test, on a fresh client.
+pub async fn database(tag: &str) -> Database {
+    client().await.database(&unique_name(tag))
+}
+
+/// `db` through a fresh client (another replica's view of the same data).
+pub async fn same_database(db: &Database) -> Database {
+    client().await.database(db.name())
+}
+
+/// Short timings for tests: ttl 1 s, renew every 200 ms, safety margin
+/// 300 ms, poll every 100 ms, failure backoff 1 s.
+pub fn fast_options(job: &str, owner: &str) -> LeaseOptions {
+    let mut opts = LeaseOptions::new(owner);
+    opts.job = job.to_string();
+    opts.ttl = Duration::from_millis(1000);
+    opts.renew_every = Duration::from_millis(200);
+    opts.safety_margin = Duration::from_millis(300);
+    opts.poll_every = Duration::from_millis(100);
+    opts.failure_backoff = Duration::from_secs(1);
+    opts.failure_backoff_max = Duration::from_secs(10);
+    opts.unreachable_timeout = Duration::from_secs(10);
+    opts
+}
+
+pub async fn server_now(db: &Database) -> DateTime {
+    clock::server_now(db).await.expect("server time")
+}
+
+/// The job document as the protocol reads it.
+pub async fn read_job(db: &Database, opts: &LeaseOptions) -> Option<JobRecord> {
+    JobStore::new(db, &opts.collection, &opts.job, opts.ttl)
+        .read()
+        .await
+        .expect("read the job document")
+}
+
+/// Side effects a test job performed, stamped with the local monotonic time
+/// at which it decided to perform them (just before its `guard.check()`).
+#[derive(Clone, Default)]
+pub struct Effects(Arc<Mutex<Vec<Instant>>>);
+
+impl Effects {
+    pub fn record(&self, at: Instant) {
+        self.0.lock().unwrap().push(at);
+    }
+    pub fn all(&self) -> Vec<Instant> {
+        self.0.lock().unwrap().clone()
+    }
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// A TCP proxy to MongoDB that a test can cut: [`MongoProxy::cut`] closes the
+/// listener and every forwarded connection, as a network partition would.
+pub struct MongoProxy {
+    pub addr: SocketAddr,
+    accept: tokio::task::JoinHandle<()>,
+    connections: Arc<Mutex<JoinSet<()>>>,
+}
+
+impl MongoProxy {
+    /// Proxies to `upstream` ("host:port").
+    pub async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(Mutex::new(JoinSet::new()));
+        let tracked = connections.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                tracked.lock().unwrap().spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        MongoProxy {
+            addr,
+            accept,
+            connections,
+        }
+    }
+
+    /// Stops accepting and drops every forwarded connection.
+    pub fn cut(&self) {
+        self.accept.abort();
+        self.connections.lock().unwrap().abort_all();
+    }
+}
+
+/// The primary's address ("host:port") as the server names it.
+pub async fn primary_address(db: &Database) -> String {
+    let hello = db
+        .run_command(mongodb::bson::doc! { "hello": 1 })
+        .await
+        .unwrap();
+    if let Ok(primary) = hello.get_str("primary") {
+        return primary.to_string();
+    }
+    let options = ClientOptions::parse(&servers().mongo_uri).await.unwrap();
+    options.hosts[0].to_string()
+}
+
+/// A client that reaches MongoDB only through `proxy` (credentials and
+/// options from MONGO_URI), with short timeouts so a cut shows quickly.
+pub async fn client_via(proxy: &MongoProxy) -> Client {
+    let mut options = ClientOptions::parse(&servers().mongo_uri).await.unwrap();
+    options.hosts = vec![ServerAddress::Tcp {
+        host: proxy.addr.ip().to_string(),
+        port: Some(proxy.addr.port()),
+    }];
+    options.direct_connection = Some(true);
+    options.server_selection_timeout = Some(Duration::from_millis(500));
+    options.connect_timeout = Some(Duration::from_millis(500));
+    Client::with_options(options).unwrap()
+}
+
+/// The environment variable that puts a re-executed test binary in child mode.
+pub const CHILD_MODE: &str = "LEASE_TEST_CHILD";
+
+/// A child process running `child_test` of the current test binary, with
+/// `env` set; lines it prints starting with `@@ ` arrive on `events`.
+pub struct ChildProcess {
+    pub child: Child,
+    pub stdin: ChildStdin,
+    pub events: mpsc::UnboundedReceiver<String>,
+    /// The pid of the process running the test (under `faketime` it is not
+    /// `child`'s pid); known after [`ChildProcess::expect`] `"pid"`.
+    pub pid: Option<i32>,
+}
+
+impl ChildProcess {
+    /// Spawns `[wrapper..] current_exe --exact child_test --ignored`.
+    pub fn spawn(wrapper: &[&str], child_test: &str, env: &[(&str, String)]) -> Self {
+        let exe = std::env::current_exe().unwrap();
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&exe);
+                command
+            }
+            None => Command::new(&exe),
+        };
+        command
+            .args([
+                "--exact",
+                child_test,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_MODE, "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn the child test process");
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        // The child's stderr (logs, panics) shows with this test's output.
+        let stderr = child.stderr.take().unwrap();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("[child] {line}");
+            }
+        });
+        let (tx, events) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                // The test harness may print "test name ... " first on the line.
+                if let Some(at) = line.find("@@ ") {
+                    if tx.send(line[at + 3..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        ChildProcess {
+            child,
+            stdin,
+            events,
+            pid: None,
+        }
+    }
+
+    /// The next event, which must start with `prefix`; returns the rest.
+    pub async fn expect(&mut self, prefix: &str, within: Duration) -> String {
+        let event = tokio::time::timeout(within, self.events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no `{prefix}` event from the child within {within:?}"))
+            .unwrap_or_else(|| panic!("the child exited before `{prefix}`"));
+        let rest = event
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("expected `{prefix}…` from the child, got `{event}`"));
+        if prefix == "pid" {
+            self.pid = Some(rest.trim().parse().unwrap());
+        }
+        rest.trim().to_string()
+    }
+
+    /// The next event, whatever it is.
+    pub async fn next(&mut self, within: Duration) -> Option<String> {
+        tokio::time::timeout(within, self.events.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    pub async fn send(&mut self, line: &str) {
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// Sends `signal` to the process running the test.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self.pid.expect("the child's pid event was read");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+    }
+}
+
+impl Drop for ChildProcess {
+    /// Kills the process running the test even when a wrapper (`faketime`)
+    /// stands between it and us, so a failed test leaves no process behind.
+    /// Only while the direct child still runs: the wrapper has then not
+    /// reaped the test process, so its pid cannot have been reused.
+    fn drop(&mut self) {
+        if let (Some(pid), Ok(None)) = (self.pid, self.child.try_wait()) {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Reads a child's environment variable (child mode only).
+pub fn child_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("child mode needs {name}"))
+}
+
+/// Prints an event for the parent (child mode).
+pub fn emit(event: impl std::fmt::Display) {
+    use std::io::Write;
+    // The parent may be gone (it killed us or failed); that is not our error.
+    let _ = writeln!(std::io::stdout(), "@@ {event}");
+}
