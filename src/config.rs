@@ -177,6 +177,9 @@ pub struct LeaseSettings {
     pub reuse_completion_for: Duration,
     /// Empty: derived from the host name, the pid and a random suffix.
     pub owner: String,
+    pub failure_backoff: Duration,
+    pub failure_backoff_max: Duration,
+    pub unreachable_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -583,6 +586,18 @@ impl Raw {
                 ),
             ));
         }
+        let failure_backoff = self.positive_duration("lease.failure_backoff")?;
+        let failure_backoff_max = self.positive_duration("lease.failure_backoff_max")?;
+        if failure_backoff_max < failure_backoff {
+            return Err(ConfigError::invalid(
+                "lease.failure_backoff_max",
+                self.shown("lease.failure_backoff_max"),
+                format!(
+                    "a duration at least lease.failure_backoff ({})",
+                    humantime::format_duration(failure_backoff)
+                ),
+            ));
+        }
         let collection = self.string("lease.collection");
         let job = self.string("lease.job");
         for (key, value) in [("lease.collection", &collection), ("lease.job", &job)] {
@@ -603,6 +618,9 @@ impl Raw {
             safety_margin,
             reuse_completion_for: self.duration("lease.reuse_completion_for")?,
             owner: self.string("lease.owner"),
+            failure_backoff,
+            failure_backoff_max,
+            unreachable_timeout: self.positive_duration("lease.unreachable_timeout")?,
         })
     }
 

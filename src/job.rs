@@ -30,6 +30,9 @@ pub fn lease_options(settings: &Settings, owner: &str) -> LeaseOptions {
     opts.poll_every = settings.lease.poll_every;
     opts.safety_margin = settings.lease.safety_margin;
     opts.reuse_completion_for = settings.lease.reuse_completion_for;
+    opts.failure_backoff = settings.lease.failure_backoff;
+    opts.failure_backoff_max = settings.lease.failure_backoff_max;
+    opts.unreachable_timeout = settings.lease.unreachable_timeout;
     opts
 }
 
@@ -136,7 +139,10 @@ where
                         record_documents(&summary);
                         *rejects.lock().expect("poisoned") = summary.rejected_count();
                         if summary.rejected_count() > 0 {
-                            tracing::warn!(rejects = summary.rejected_count(), "completed with rejects:\n{summary}");
+                            tracing::warn!(
+                                rejects = summary.rejected_count(),
+                                "completed with rejects:\n{summary}"
+                            );
                         } else {
                             tracing::info!("reconciliation finished:\n{summary}");
                         }
@@ -204,10 +210,16 @@ pub async fn reconcile_once(
     progress: Progress,
     shutdown: CancellationToken,
 ) -> RunOutcome {
-    run_leased(&reconciler.db, lease, progress, shutdown, |guard, progress| {
-        let r = reconciler.clone();
-        async move { reconcile::reconcile(&r.db, &r.meili, &r.sync, &guard, &progress).await }
-    })
+    run_leased(
+        &reconciler.db,
+        lease,
+        progress,
+        shutdown,
+        |guard, progress| {
+            let r = reconciler.clone();
+            async move { reconcile::reconcile(&r.db, &r.meili, &r.sync, &guard, &progress).await }
+        },
+    )
     .await
 }
 
@@ -217,22 +229,4 @@ pub async fn pause(duration: Duration, shutdown: &CancellationToken) -> bool {
         _ = tokio::time::sleep(duration) => true,
         _ = shutdown.cancelled() => false,
     }
-}
-
-/// A forced full reindex under the lease (`reindex`).
-pub async fn reindex(
-    reconciler: &Reconciler,
-    options: &reconcile::ReindexOptions,
-    lease: &LeaseOptions,
-    progress: Progress,
-    shutdown: CancellationToken,
-) -> RunOutcome {
-    run_leased(&reconciler.db, lease, progress, shutdown, |guard, progress| {
-        let r = reconciler.clone();
-        let options = options.clone();
-        async move {
-            reconcile::reindex(&r.db, &r.meili, &r.sync, &options, &guard, &progress).await
-        }
-    })
-    .await
 }

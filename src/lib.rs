@@ -12,7 +12,7 @@ pub mod metrics;
 pub mod mongo;
 pub mod progress;
 pub mod reconcile;
-pub mod servers;
 pub mod serve;
+pub mod servers;
 pub mod shutdown;
 pub mod telemetry;

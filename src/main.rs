@@ -11,11 +11,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
 use meili_reconciler::job::{self, Reconciler, RunOutcome};
 use meili_reconciler::lease;
-use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
-use meili_reconciler::reconcile::{self, ReconcileError, ReindexOptions};
-use meili_reconciler::servers::{self, StartupRetry, Unreachable};
+use meili_reconciler::reconcile::{self, ReconcileError};
 use meili_reconciler::serve;
+use meili_reconciler::servers::{self, StartupRetry, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use tokio_util::sync::CancellationToken;
@@ -161,21 +160,11 @@ fn main() -> ExitCode {
 
 /// This replica's owner id in the lease and in every log line.
 fn replica_id(settings: &Settings) -> String {
-    if !settings.lease.owner.is_empty() {
-        return settings.lease.owner.clone();
+    if settings.lease.owner.is_empty() {
+        lease::default_owner_id()
+    } else {
+        settings.lease.owner.clone()
     }
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "replica".into());
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}-{}-{}", std::process::id(), &suffix[..6])
 }
 
 async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit {
@@ -222,27 +211,9 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             .await;
             finish(outcome)
         }
-        Command::Reindex {
-            index,
-            in_place,
-            wait_timeout,
-        } => {
-            let mut lease_opts = lease_opts;
-            lease_opts.force = true;
-            lease_opts.wait_timeout = Some(wait_timeout);
-            let options = ReindexOptions {
-                only: index.map(|i| match i {
-                    IndexArg::Messages => Collection::Messages,
-                    IndexArg::Convos => Collection::Conversations,
-                }),
-                in_place,
-            };
-            let shutdown = Shutdown::on_signals();
-            let outcome = with_progress(|progress| {
-                job::reindex(&reconciler, &options, &lease_opts, progress, shutdown.token())
-            })
-            .await;
-            finish(outcome)
+        Command::Reindex { .. } => {
+            tracing::error!("`reindex` is not implemented yet");
+            Exit::Failed
         }
         Command::Run => {
             let shutdown = Shutdown::on_signals();
@@ -305,7 +276,10 @@ fn finish(outcome: RunOutcome) -> Exit {
 async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
     match reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
         Ok(plan) if json => {
-            println!("{}", serde_json::to_string_pretty(&plan).expect("plan serializes"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&plan).expect("plan serializes")
+            );
             Exit::Done
         }
         Ok(plan) => {
@@ -327,7 +301,10 @@ async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
 async fn status(db: &mongodb::Database, lease_opts: &lease::LeaseOptions, json: bool) -> Exit {
     match lease::read_status(db, lease_opts).await {
         Ok(status) if json => {
-            println!("{}", serde_json::to_string_pretty(&status).expect("status serializes"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&status).expect("status serializes")
+            );
             Exit::Done
         }
         Ok(status) => {

@@ -24,7 +24,10 @@ impl Shutdown {
         let trigger = shutdown.clone();
         tokio::spawn(async move {
             let signal = wait_for_signal().await;
-            tracing::info!(signal, "shutdown requested; stopping at the next safe point");
+            tracing::info!(
+                signal,
+                "shutdown requested; stopping at the next safe point"
+            );
             trigger.request();
         });
         shutdown

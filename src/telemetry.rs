@@ -104,11 +104,9 @@ pub fn spawn_progress_reporter(
         }
         let bar = ProgressBar::new(0);
         bar.set_style(
-            ProgressStyle::with_template(
-                "{msg:>20} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
+            ProgressStyle::with_template("{msg:>20} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})")
+                .expect("static template")
+                .progress_chars("=> "),
         );
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {

@@ -178,6 +178,9 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__LEASE__SAFETY_MARGIN", "500ms"),
         ("RECONCILER__LEASE__REUSE_COMPLETION_FOR", "0s"),
         ("RECONCILER__LEASE__OWNER", "me"),
+        ("RECONCILER__LEASE__FAILURE_BACKOFF", "7s"),
+        ("RECONCILER__LEASE__FAILURE_BACKOFF_MAX", "70s"),
+        ("RECONCILER__LEASE__UNREACHABLE_TIMEOUT", "9s"),
         ("RECONCILER__SYNC__BATCH_DOCS", "10"),
         ("RECONCILER__SYNC__BATCH_BYTES", "64KiB"),
         ("RECONCILER__SYNC__IN_FLIGHT", "4"),
@@ -225,6 +228,9 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.lease.safety_margin, Duration::from_millis(500));
     assert_eq!(s.lease.reuse_completion_for, Duration::ZERO);
     assert_eq!(s.lease.owner, "me");
+    assert_eq!(s.lease.failure_backoff, Duration::from_secs(7));
+    assert_eq!(s.lease.failure_backoff_max, Duration::from_secs(70));
+    assert_eq!(s.lease.unreachable_timeout, Duration::from_secs(9));
     assert_eq!(s.sync.batch_docs, 10);
     assert_eq!(s.sync.batch_bytes, 64 * 1024);
     assert_eq!(s.sync.in_flight, 4);

@@ -202,6 +202,63 @@ pub(crate) fn decide(
     }
 }
 
+impl fmt::Display for Plan {
+    /// The plan as an operator reads it (`meili-reconciler plan`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "Meilisearch: {} · MongoDB time: {}",
+            self.meili_health, self.server_time
+        )?;
+        for i in &self.indexes {
+            writeln!(f)?;
+            writeln!(f, "{} → index {}", i.collection.name(), i.index_uid)?;
+            let pk = i.primary_key.as_deref().unwrap_or("(none)");
+            if i.exists {
+                writeln!(
+                    f,
+                    "  index:     {} documents, primary key {pk} (expected {})",
+                    i.meili_documents, i.expected_primary_key
+                )?;
+            } else {
+                writeln!(f, "  index:     missing")?;
+            }
+            writeln!(
+                f,
+                "  mongo:     {} indexable, {} indexed, {} unindexed",
+                i.mongo.indexable, i.mongo.indexed, i.mongo.unindexed
+            )?;
+            if i.settings_to_apply.is_empty() {
+                writeln!(f, "  settings:  as desired")?;
+            } else {
+                let change = serde_json::to_string(&i.settings_to_apply).unwrap_or_default();
+                writeln!(f, "  settings:  would apply {change}")?;
+            }
+            if let Some(reason) = &i.rebuild {
+                writeln!(f, "  rebuild:   yes ({reason})")?;
+            }
+            if i.drift_suspected {
+                writeln!(f, "  drift:     counts disagree; id sets would be compared")?;
+            }
+            if i.skipped_by_threshold {
+                writeln!(
+                    f,
+                    "  index:     {} unindexed left below the threshold",
+                    i.mongo.unindexed
+                )?;
+            } else {
+                writeln!(f, "  would index: {} documents", i.documents_to_index)?;
+            }
+        }
+        writeln!(f)?;
+        if self.nothing_to_do {
+            write!(f, "Nothing to do.")
+        } else {
+            write!(f, "A reconciliation would change the above.")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,65 +337,5 @@ mod tests {
         let p = decide_for(Some(Some("messageId")), 4003, counts(4000, 4000), &opts);
         assert!(p.drift_suspected);
         assert!(p.rebuild.is_none());
-    }
-}
-
-impl fmt::Display for Plan {
-    /// The plan as an operator reads it (`meili-reconciler plan`).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "Meilisearch: {} · MongoDB time: {}",
-            self.meili_health, self.server_time
-        )?;
-        for i in &self.indexes {
-            writeln!(f)?;
-            writeln!(f, "{} → index {}", i.collection.name(), i.index_uid)?;
-            let pk = i.primary_key.as_deref().unwrap_or("(none)");
-            if i.exists {
-                writeln!(
-                    f,
-                    "  index:     {} documents, primary key {pk} (expected {})",
-                    i.meili_documents, i.expected_primary_key
-                )?;
-            } else {
-                writeln!(f, "  index:     missing")?;
-            }
-            writeln!(
-                f,
-                "  mongo:     {} indexable, {} indexed, {} unindexed",
-                i.mongo.indexable, i.mongo.indexed, i.mongo.unindexed
-            )?;
-            if i.settings_to_apply.is_empty() {
-                writeln!(f, "  settings:  as desired")?;
-            } else {
-                let change = serde_json::to_string(&i.settings_to_apply).unwrap_or_default();
-                writeln!(f, "  settings:  would apply {change}")?;
-            }
-            if let Some(reason) = &i.rebuild {
-                writeln!(f, "  rebuild:   yes ({reason})")?;
-            }
-            if i.drift_suspected {
-                writeln!(
-                    f,
-                    "  drift:     counts disagree; id sets would be compared"
-                )?;
-            }
-            if i.skipped_by_threshold {
-                writeln!(
-                    f,
-                    "  index:     {} unindexed left below the threshold",
-                    i.mongo.unindexed
-                )?;
-            } else {
-                writeln!(f, "  would index: {} documents", i.documents_to_index)?;
-            }
-        }
-        writeln!(f)?;
-        if self.nothing_to_do {
-            write!(f, "Nothing to do.")
-        } else {
-            write!(f, "A reconciliation would change the above.")
-        }
     }
 }

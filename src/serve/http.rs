@@ -62,11 +62,12 @@ async fn readyz(State(ctx): State<HttpContext>) -> Response {
 }
 
 async fn status(State(ctx): State<HttpContext>) -> Response {
-    let lease = match tokio::time::timeout(PROBE_TIMEOUT, lease::read_status(&ctx.db, &ctx.lease)).await {
-        Ok(Ok(status)) => serde_json::to_value(status).unwrap_or_default(),
-        Ok(Err(e)) => json!({ "error": e.to_string() }),
-        Err(_) => json!({ "error": "MongoDB did not answer in time" }),
-    };
+    let lease =
+        match tokio::time::timeout(PROBE_TIMEOUT, lease::read_status(&ctx.db, &ctx.lease)).await {
+            Ok(Ok(status)) => serde_json::to_value(status).unwrap_or_default(),
+            Ok(Err(e)) => json!({ "error": e.to_string() }),
+            Err(_) => json!({ "error": "MongoDB did not answer in time" }),
+        };
     let body = json!({
         "replica": ctx.state.replica,
         "role": ctx.state.role(),
