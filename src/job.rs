@@ -58,6 +58,9 @@ pub enum RunOutcome {
     /// We ran it; `rejects` documents were refused by Meilisearch.
     Completed {
         summary: serde_json::Value,
+        /// The summary as an operator reads it.
+        #[serde(skip)]
+        text: String,
         rejects: usize,
     },
     /// Another replica completed it while we waited, or a fresh completion was reused.
@@ -126,25 +129,27 @@ where
     // failure record, so the job remembers it for the exit code.
     let last_error: Arc<Mutex<Option<ReconcileError>>> = Arc::default();
     let rejects: Arc<Mutex<usize>> = Arc::default();
+    let summary_text: Arc<Mutex<String>> = Arc::default();
     let mut job = {
         let last_error = last_error.clone();
         let rejects = rejects.clone();
+        let summary_text = summary_text.clone();
         move |guard: Guard, progress: Progress| {
             let last_error = last_error.clone();
             let rejects = rejects.clone();
+            let summary_text = summary_text.clone();
             let run = work(guard, progress);
             async move {
                 match run.await {
                     Ok(summary) => {
                         record_documents(&summary);
                         *rejects.lock().expect("poisoned") = summary.rejected_count();
+                        *summary_text.lock().expect("poisoned") = summary.to_string();
                         if summary.rejected_count() > 0 {
                             tracing::warn!(
                                 rejects = summary.rejected_count(),
-                                "completed with rejects:\n{summary}"
+                                "completed with rejects: Meilisearch refused some documents; they stay unindexed"
                             );
-                        } else {
-                            tracing::info!("reconciliation finished:\n{summary}");
                         }
                         Ok(serde_json::to_value(&summary)?)
                     }
@@ -160,6 +165,7 @@ where
     let outcome = match result {
         Ok(Outcome::Ran { summary, .. }) => RunOutcome::Completed {
             summary,
+            text: summary_text.lock().expect("poisoned").clone(),
             rejects: *rejects.lock().expect("poisoned"),
         },
         Ok(Outcome::CompletedByOther { owner, summary, .. })

@@ -247,14 +247,10 @@ where
 /// Prints the outcome for the operator and picks the exit code.
 fn finish(outcome: RunOutcome) -> Exit {
     match &outcome {
-        RunOutcome::Completed { summary, rejects } => {
-            let nothing = summary["nothingToDo"].as_bool().unwrap_or(false);
+        RunOutcome::Completed { text, rejects, .. } => {
+            println!("{text}");
             if *rejects > 0 {
-                println!("completed with {rejects} rejects (see the log for their ids)");
-            } else if nothing {
-                println!("completed: nothing to do");
-            } else {
-                println!("completed");
+                println!("(the rejected documents are listed in the lease's summary: `meili-reconciler status --json`; they stay unindexed)");
             }
         }
         RunOutcome::DoneByOther { owner, .. } => println!(

@@ -21,6 +21,10 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 use crate::progress::Progress;
 
+/// Without `RUST_LOG`: our `info`, and only the SDK's errors (it warns on
+/// every 404, which for us is the normal answer to "does this index exist?").
+const DEFAULT_FILTER: &str = "info,meilisearch_sdk=error";
+
 /// Installs the global subscriber. Safe to call once per process.
 pub fn init(format: &LogFormat, replica: &str) {
     let json = match format {
@@ -28,7 +32,7 @@ pub fn init(format: &LogFormat, replica: &str) {
         LogFormat::Pretty => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
