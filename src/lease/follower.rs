@@ -294,6 +294,8 @@ fn log_done(opts: &LeaseOptions, outcome: &Outcome) {
 
 fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecord, now: DateTime) {
     let epoch = claimed.epoch;
+    let takeover = before.is_some_and(|previous| previous.status == JobStatus::Running);
+    crate::metrics::lease_claimed(takeover);
     match before {
         Some(previous) if previous.status == JobStatus::Running => {
             let expired_for_ms = previous.expires_at.map(|at| clock::millis_between(at, now));

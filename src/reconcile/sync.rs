@@ -248,11 +248,12 @@ async fn send_batches(
             }
             batch = rx.recv(), if open && pending.len() < in_flight => match batch {
                 Some(batch) => {
+                    let sent = std::time::Instant::now();
                     let task = ctx
                         .meili
                         .add_documents_ndjson(&ctx.uid, batch.payload_of(0..batch.len()), ctx.guard)
                         .await?;
-                    pending.push(settle(ctx, batch, task));
+                    pending.push(settle(ctx, batch, task, sent));
                 }
                 None => open = false,
             },
@@ -267,8 +268,10 @@ async fn settle(
     ctx: &Ctx<'_>,
     batch: Batch,
     task: u64,
+    sent: std::time::Instant,
 ) -> Result<(u64, Vec<Rejected>), ReconcileError> {
     let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
+    crate::metrics::batch_latency(sent.elapsed());
     let verdicts = match &outcome.error {
         None => vec![None; batch.len()],
         Some(error) if rejects::is_document_error(&error.code) => {
