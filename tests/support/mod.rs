@@ -81,3 +81,4 @@ pub fn unique_name(tag: &str) -> String {
 
 pub mod lease_harness;
 pub mod standin;
+pub mod cli;

@@ -1,0 +1,199 @@
+//! Runs the real `meili-reconciler` binary as a subprocess against the test
+//! servers, in the test's own database and index prefix, with short lease
+//! timings so timing-sensitive tests finish quickly.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use mongodb::bson::{doc, Document};
+use serde_json::Value;
+
+/// Where one test's replicas point.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub database: String,
+    pub prefix: String,
+    pub meili_host: String,
+    pub meili_key: String,
+    /// Extra `RECONCILER__…` settings for every replica.
+    pub env: Vec<(String, String)>,
+}
+
+impl Target {
+    /// The shared servers, a fresh database and index prefix.
+    pub fn new(tag: &str) -> Self {
+        let servers = super::servers();
+        let name = super::unique_name(tag);
+        Target {
+            database: name.clone(),
+            prefix: format!("{name}_"),
+            meili_host: servers.meili_host.clone(),
+            meili_key: servers.meili_key.clone(),
+            env: vec![
+                // Short lease timings: a crashed owner is replaced in ~2 s.
+                ("RECONCILER__LEASE__TTL".into(), "2s".into()),
+                ("RECONCILER__LEASE__RENEW_EVERY".into(), "500ms".into()),
+                ("RECONCILER__LEASE__SAFETY_MARGIN".into(), "500ms".into()),
+                ("RECONCILER__LEASE__POLL_EVERY".into(), "200ms".into()),
+                ("RECONCILER__SYNC__THRESHOLD".into(), "0".into()),
+            ],
+        }
+    }
+
+    /// Points the replicas at another Meilisearch (a private stand-in).
+    pub fn with_meili(mut self, host: &str, key: &str) -> Self {
+        self.meili_host = host.to_string();
+        self.meili_key = key.to_string();
+        self
+    }
+
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// The binary with this target's environment (and nothing inherited
+    /// but PATH, so a developer's own settings cannot leak in).
+    pub fn command(&self, owner: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_meili-reconciler"));
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("MONGO_URI", &super::servers().mongo_uri)
+            .env("RECONCILER__MONGO__DATABASE", &self.database)
+            .env("MEILI_HOST", &self.meili_host)
+            .env("MEILI_MASTER_KEY", &self.meili_key)
+            .env("RECONCILER__MEILI__INDEX_PREFIX", &self.prefix)
+            .env("RECONCILER__LEASE__OWNER", owner)
+            .env("RECONCILER__LOG__FORMAT", "json")
+            .env("RUST_LOG", "info");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Runs to completion and returns its output.
+    pub fn run(&self, owner: &str, args: &[&str]) -> Output {
+        self.command(owner, args).output().expect("run meili-reconciler")
+    }
+
+    /// Starts it in the background, output captured.
+    pub fn spawn(&self, owner: &str, args: &[&str]) -> Child {
+        self.command(owner, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn meili-reconciler")
+    }
+
+    pub async fn db(&self) -> mongodb::Database {
+        let client = mongodb::Client::with_uri_str(&super::servers().mongo_uri)
+            .await
+            .expect("mongo client");
+        client.database(&self.database)
+    }
+
+    /// The lease document, if any.
+    pub async fn lease(&self) -> Option<Document> {
+        self.db()
+            .await
+            .collection::<Document>("distributedJobs")
+            .find_one(doc! { "_id": "meili-index-sync" })
+            .await
+            .expect("read the lease")
+    }
+
+    /// `GET` on Meilisearch, as JSON.
+    pub async fn meili_get(&self, path: &str) -> Value {
+        reqwest::Client::new()
+            .get(format!("{}{path}", self.meili_host))
+            .bearer_auth(&self.meili_key)
+            .send()
+            .await
+            .expect("meilisearch answers")
+            .json()
+            .await
+            .expect("json")
+    }
+
+    /// Documents in one of this target's indexes (0 if it does not exist).
+    pub async fn meili_count(&self, index: &str) -> u64 {
+        let stats = self
+            .meili_get(&format!("/indexes/{}{index}/stats", self.prefix))
+            .await;
+        stats["numberOfDocuments"].as_u64().unwrap_or(0)
+    }
+
+    /// Drops the database and the indexes.
+    pub async fn cleanup(&self) {
+        let _ = self.db().await.drop().await;
+        for index in ["messages", "convos"] {
+            let _ = reqwest::Client::new()
+                .delete(format!("{}/indexes/{}{index}", self.meili_host, self.prefix))
+                .bearer_auth(&self.meili_key)
+                .send()
+                .await;
+        }
+    }
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics after `limit`
+/// naming `what`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends SIGTERM to a child.
+pub fn terminate(child: &Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("send SIGTERM");
+}
+
+/// Waits for a child to exit, at most `limit`; kills it and panics past that.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything a finished child wrote.
+pub fn output_of(child: Child) -> (String, String) {
+    let out = child.wait_with_output().expect("output");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
