@@ -7,6 +7,8 @@
 //! (`.test-servers/env` at the repository root) is read instead.
 #![allow(dead_code)]
 
+pub mod seeder;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -28,7 +30,10 @@ fn env_file() -> HashMap<String, String> {
         .filter_map(|line| {
             let line = line.trim().strip_prefix("export ").unwrap_or(line.trim());
             let (k, v) = line.split_once('=')?;
-            Some((k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
+            Some((
+                k.to_string(),
+                v.trim_matches(|c| c == '"' || c == '\'').to_string(),
+            ))
         })
         .collect()
 }
