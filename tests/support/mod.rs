@@ -7,6 +7,8 @@
 //! (`.test-servers/env` at the repository root) is read instead.
 #![allow(dead_code)]
 
+pub mod seeder;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
