@@ -1,0 +1,238 @@
+//! `meili-reconciler run`, the sidecar beside every API replica: its four
+//! HTTP endpoints, its periodic runs, and its clean hand-over on SIGTERM.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};
+use serde_json::Value;
+use support::cli::{eventually, free_port, output_of, terminate, wait_exit, Target};
+use support::seeder::{seed, SeedSpec};
+
+async fn get(url: &str) -> (u16, String) {
+    match reqwest::get(url).await {
+        Ok(r) => {
+            let code = r.status().as_u16();
+            (code, r.text().await.unwrap_or_default())
+        }
+        Err(_) => (0, String::new()),
+    }
+}
+
+fn small_spec(messages: usize) -> SeedSpec {
+    SeedSpec {
+        messages,
+        conversations: messages / 10,
+        ..SeedSpec::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_answers_health_ready_status_and_metrics() {
+    let target = Target::new("run_http");
+    let report = seed(&target.db().await, &small_spec(600)).await.unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let base = format!("http://{listen}");
+    let target = target
+        .set("RECONCILER__SERVE__LISTEN", &listen)
+        .set("RECONCILER__SERVE__INTERVAL", "1h");
+    let mut child = target.spawn("replica-http", &["run"]);
+
+    // The first run completes, as /status shows.
+    let status: Value = eventually(Duration::from_secs(60), "a completed first run", || async {
+        let (code, body) = get(&format!("{base}/status")).await;
+        let status: Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && status["lastRun"]["outcome"] == "completed").then_some(status)
+    })
+    .await;
+    assert_eq!(status["replica"], "replica-http");
+    assert_eq!(status["role"], "idle");
+    assert_eq!(status["lease"]["state"], "completed");
+    assert_eq!(status["lease"]["owner"], "replica-http");
+    assert!(status["lease"]["epoch"].as_i64().unwrap() >= 1);
+    assert!(status["nextRunInSecs"].as_u64().unwrap() > 3000, "{status}");
+    let indexed: u64 = status["lastRun"]["summary"]["collections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["indexed"].as_u64().unwrap())
+        .sum();
+    let indexable = (report.messages.indexable + report.conversations.indexable) as u64;
+    assert_eq!(indexed, indexable);
+
+    let (code, body) = get(&format!("{base}/healthz")).await;
+    assert_eq!((code, body.contains("ok")), (200, true));
+    let (code, body) = get(&format!("{base}/readyz")).await;
+    let ready: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(code, 200);
+    assert_eq!((ready["mongo"].as_str(), ready["meili"].as_str()), (Some("ok"), Some("ok")));
+
+    // /metrics is Prometheus text with the series the README lists.
+    let (code, text) = get(&format!("{base}/metrics")).await;
+    assert_eq!(code, 200);
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
+    let mut values: HashMap<String, f64> = HashMap::new();
+    let mut histogram_seen = false;
+    for sample in &scrape.samples {
+        let labels: Vec<String> = {
+            let mut l: Vec<String> = sample.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            l.sort();
+            l
+        };
+        let key = format!("{}{{{}}}", sample.metric, labels.join(","));
+        match &sample.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => {
+                values.insert(key, *v);
+            }
+            prometheus_parse::Value::Histogram(buckets) => {
+                if sample.metric == "reconciler_batch_seconds" && !buckets.is_empty() {
+                    histogram_seen = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let metric = |key: &str| values.get(key).copied().unwrap_or_else(|| panic!("{key} missing from /metrics:\n{text}"));
+    assert_eq!(metric("reconciler_runs_total{outcome=completed}"), 1.0);
+    assert_eq!(
+        metric(&format!("reconciler_documents_indexed_total{{index={}messages}}", target.prefix)),
+        report.messages.indexable as f64
+    );
+    assert_eq!(
+        metric(&format!("reconciler_documents_indexed_total{{index={}convos}}", target.prefix)),
+        report.conversations.indexable as f64
+    );
+    assert_eq!(metric("reconciler_lease_claims_total{}"), 1.0);
+    assert_eq!(metric("reconciler_unindexed_documents{collection=messages}"), 0.0);
+    assert!(metric("reconciler_seconds_since_last_success{}") < 3600.0);
+    assert!(histogram_seen, "reconciler_batch_seconds histogram missing:\n{text}");
+
+    terminate(&child);
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(status.success(), "run exits 0 on SIGTERM: {status:?}");
+    target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn periodic_run_picks_up_documents_inserted_after_the_first() {
+    let target = Target::new("run_periodic");
+    let db = target.db().await;
+    let report = seed(&db, &small_spec(300)).await.unwrap();
+    let target = target
+        .set("RECONCILER__SERVE__LISTEN", &format!("127.0.0.1:{}", free_port()))
+        .set("RECONCILER__SERVE__INTERVAL", "1s");
+    let mut child = target.spawn("replica-periodic", &["run"]);
+
+    let first = report.messages.indexable as u64;
+    eventually(Duration::from_secs(60), "the first run's documents", || async {
+        (target.meili_count("messages").await == first).then_some(())
+    })
+    .await;
+
+    // New messages arrive after the first run.
+    let messages = db.collection::<Document>("messages");
+    let now = DateTime::now();
+    let fresh: Vec<Document> = (0..25)
+        .map(|i| {
+            doc! {
+                "_id": ObjectId::new(),
+                "messageId": format!("late-{i}"),
+                "conversationId": "late-conversation",
+                "user": "late-user",
+                "sender": "User",
+                "text": format!("arrived late {i}"),
+                "isCreatedByUser": true,
+                "createdAt": now,
+                "updatedAt": now,
+            }
+        })
+        .collect();
+    messages.insert_many(fresh).await.unwrap();
+
+    eventually(Duration::from_secs(60), "a later run to index the new messages", || async {
+        (target.meili_count("messages").await == first + 25).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(10), "their flags", || async {
+        let flagged = messages
+            .count_documents(doc! { "messageId": { "$regex": "^late-" }, "_meiliIndex": true })
+            .await
+            .unwrap();
+        (flagged == 25).then_some(())
+    })
+    .await;
+
+    terminate(&child);
+    assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
+    target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll() {
+    let Some(standin) = support::standin::private_standin() else {
+        return;
+    };
+    // Slow tasks keep the first owner busy long enough to be interrupted.
+    standin.knobs().set_latency(300).await;
+    let poll = Duration::from_millis(200);
+    let target = Target::new("run_sigterm")
+        .with_meili(&standin.host, &standin.key)
+        .set("RECONCILER__SYNC__BATCH_DOCS", "50")
+        .set("RECONCILER__SERVE__INTERVAL", "1h")
+        // A long ttl: only the release, not expiry, can explain a quick takeover.
+        .set("RECONCILER__LEASE__TTL", "60s")
+        .set("RECONCILER__LEASE__RENEW_EVERY", "5s")
+        .set("RECONCILER__LEASE__SAFETY_MARGIN", "5s");
+    seed(&target.db().await, &small_spec(2000)).await.unwrap();
+
+    let a = target
+        .clone()
+        .set("RECONCILER__SERVE__LISTEN", &format!("127.0.0.1:{}", free_port()));
+    let mut owner = a.spawn("replica-a", &["run"]);
+    eventually(Duration::from_secs(30), "replica-a to own a running lease", || async {
+        let lease = target.lease().await?;
+        (lease.get_str("owner").ok() == Some("replica-a")
+            && lease.get_str("status").ok() == Some("running"))
+        .then_some(())
+    })
+    .await;
+    let b = target
+        .clone()
+        .set("RECONCILER__SERVE__LISTEN", &format!("127.0.0.1:{}", free_port()));
+    let follower = b.spawn("replica-b", &["run"]);
+    // Let the follower start polling.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lease = target.lease().await.unwrap();
+    assert_eq!(lease.get_str("owner").unwrap(), "replica-a", "no takeover of a live lease");
+    let epoch_a = lease.get_i64("epoch").unwrap();
+
+    terminate(&owner);
+    let status = wait_exit(&mut owner, Duration::from_secs(30));
+    assert!(status.success(), "the owner exits 0 after SIGTERM: {status:?}");
+
+    let lease = eventually(Duration::from_secs(10), "replica-b to claim", || async {
+        let lease = target.lease().await?;
+        (lease.get_str("owner").ok() == Some("replica-b")).then_some(lease)
+    })
+    .await;
+    assert!(lease.get_i64("epoch").unwrap() > epoch_a);
+    let released = lease.get_datetime("releasedAt").expect("the owner released its lease");
+    let claimed = lease.get_datetime("claimedAt").unwrap();
+    let gap = claimed.timestamp_millis() - released.timestamp_millis();
+    // Within one poll (jittered ≤ poll) plus a round trip of slack.
+    assert!(
+        gap >= 0 && gap <= poll.as_millis() as i64 + 700,
+        "claimed {gap} ms after the release; poll is {poll:?}"
+    );
+
+    terminate(&follower);
+    let (_, stderr) = output_of(follower);
+    assert!(stderr.contains("replica-b"), "every log line carries the replica id");
+    target.cleanup().await;
+}
