@@ -79,4 +79,5 @@ pub fn unique_name(tag: &str) -> String {
     format!("t_{tag}_{}_{n}_{nanos:x}", std::process::id())
 }
 
+pub mod chat_data;
 pub mod standin;
