@@ -236,3 +236,27 @@ pub async fn pause(duration: Duration, shutdown: &CancellationToken) -> bool {
         _ = shutdown.cancelled() => false,
     }
 }
+
+/// A forced full reindex under the lease (`reindex`).
+pub async fn reindex(
+    reconciler: &Reconciler,
+    options: &reconcile::ReindexOptions,
+    lease: &LeaseOptions,
+    progress: Progress,
+    shutdown: CancellationToken,
+) -> RunOutcome {
+    run_leased(
+        &reconciler.db,
+        lease,
+        progress,
+        shutdown,
+        |guard, progress| {
+            let r = reconciler.clone();
+            let options = options.clone();
+            async move {
+                reconcile::reindex(&r.db, &r.meili, &r.sync, &options, &guard, &progress).await
+            }
+        },
+    )
+    .await
+}

@@ -11,8 +11,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
 use meili_reconciler::job::{self, Reconciler, RunOutcome};
 use meili_reconciler::lease;
+use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
-use meili_reconciler::reconcile::{self, ReconcileError};
+use meili_reconciler::reconcile::{self, ReconcileError, ReindexOptions};
 use meili_reconciler::serve;
 use meili_reconciler::servers::{self, StartupRetry, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
@@ -211,9 +212,33 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             .await;
             finish(outcome)
         }
-        Command::Reindex { .. } => {
-            tracing::error!("`reindex` is not implemented yet");
-            Exit::Failed
+        Command::Reindex {
+            index,
+            in_place,
+            wait_timeout,
+        } => {
+            let mut lease_opts = lease_opts;
+            lease_opts.force = true;
+            lease_opts.wait_timeout = Some(wait_timeout);
+            let options = ReindexOptions {
+                only: index.map(|i| match i {
+                    IndexArg::Messages => Collection::Messages,
+                    IndexArg::Convos => Collection::Conversations,
+                }),
+                in_place,
+            };
+            let shutdown = Shutdown::on_signals();
+            let outcome = with_progress(|progress| {
+                job::reindex(
+                    &reconciler,
+                    &options,
+                    &lease_opts,
+                    progress,
+                    shutdown.token(),
+                )
+            })
+            .await;
+            finish(outcome)
         }
         Command::Run => {
             let shutdown = Shutdown::on_signals();

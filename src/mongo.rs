@@ -202,7 +202,42 @@ pub async fn read_unindexed_page(
     after: Option<&Bson>,
     limit: usize,
 ) -> Result<Vec<Document>, MongoError> {
-    let mut filter = unindexed_filter(collection, now);
+    read_page(
+        db,
+        collection,
+        unindexed_filter(collection, now),
+        after,
+        limit,
+    )
+    .await
+}
+
+/// The next page of every indexable document at server time `now`, whatever
+/// its flag — only those changed at or after `changed_since` when given (a
+/// document without `updatedAt` has not changed) — projected like
+/// [`read_unindexed_page`]. What a forced reindex builds from.
+pub async fn read_indexable_page(
+    db: &Database,
+    collection: Collection,
+    now: DateTime,
+    changed_since: Option<DateTime>,
+    after: Option<&Bson>,
+    limit: usize,
+) -> Result<Vec<Document>, MongoError> {
+    let mut filter = indexable_filter(collection, now);
+    if let Some(since) = changed_since {
+        filter.insert("updatedAt", doc! { "$gte": since });
+    }
+    read_page(db, collection, filter, after, limit).await
+}
+
+async fn read_page(
+    db: &Database,
+    collection: Collection,
+    mut filter: Document,
+    after: Option<&Bson>,
+    limit: usize,
+) -> Result<Vec<Document>, MongoError> {
     if let Some(after) = after {
         filter.insert("_id", doc! { "$gt": after.clone() });
     }
@@ -273,11 +308,27 @@ pub async fn ack_range(
     last: &Bson,
     guard: &Guard,
 ) -> Result<u64, MongoError> {
+    flag_range(db, collection, read_time, read_time, first, last, guard).await
+}
+
+/// Sets the flag on the unflagged documents with `_id` in `[first, last]`
+/// that are indexable at `now` and unchanged since `unchanged_since`
+/// (`updatedAt ≤ unchanged_since`, or no `updatedAt`): the version
+/// Meilisearch holds is theirs. One update, fenced by the guard.
+pub async fn flag_range(
+    db: &Database,
+    collection: Collection,
+    now: DateTime,
+    unchanged_since: DateTime,
+    first: &Bson,
+    last: &Bson,
+    guard: &Guard,
+) -> Result<u64, MongoError> {
     let filter = doc! {
         "$and": [
-            unindexed_filter(collection, read_time),
+            unindexed_filter(collection, now),
             { "_id": { "$gte": first.clone(), "$lte": last.clone() } },
-            { "$or": [ { "updatedAt": { "$lte": read_time } }, { "updatedAt": { "$exists": false } } ] },
+            { "$or": [ { "updatedAt": { "$lte": unchanged_since } }, { "updatedAt": { "$exists": false } } ] },
         ]
     };
     guard.check()?;
@@ -285,7 +336,7 @@ pub async fn ack_range(
         .handle(db)
         .update_many(filter, doc! { "$set": { FLAG: true } })
         .await
-        .map_err(mongo_err("acknowledge"))?;
+        .map_err(mongo_err("set flags"))?;
     Ok(result.modified_count)
 }
 

@@ -37,9 +37,19 @@ async fn three_once_processes_one_indexes_two_wait_all_exit_zero() {
     for child in children {
         outputs.push(output_of(child));
     }
-    let ran: Vec<&(String, String)> = outputs.iter().filter(|(out, _)| out.contains("docs/s")).collect();
-    let waited = outputs.iter().filter(|(out, _)| out.contains("done by once-")).count();
-    assert_eq!(ran.len(), 1, "exactly one process ran the reconciliation: {outputs:#?}");
+    let ran: Vec<&(String, String)> = outputs
+        .iter()
+        .filter(|(out, _)| out.contains("docs/s"))
+        .collect();
+    let waited = outputs
+        .iter()
+        .filter(|(out, _)| out.contains("done by once-"))
+        .count();
+    assert_eq!(
+        ran.len(),
+        1,
+        "exactly one process ran the reconciliation: {outputs:#?}"
+    );
     assert_eq!(waited, 2, "two processes waited for it: {outputs:#?}");
 
     let lease = target.lease().await.unwrap();
@@ -51,7 +61,11 @@ async fn three_once_processes_one_indexes_two_wait_all_exit_zero() {
         ("messages", "messages", &report.messages),
         ("conversations", "convos", &report.conversations),
     ] {
-        assert_eq!(target.meili_count(index).await, counts.indexable as u64, "{index}");
+        assert_eq!(
+            target.meili_count(index).await,
+            counts.indexable as u64,
+            "{index}"
+        );
         let flagged = db
             .collection::<Document>(collection)
             .count_documents(doc! { "_meiliIndex": true })

@@ -2,7 +2,6 @@
 //! acknowledged by the stale batch: it is re-read and re-sent, and
 //! Meilisearch ends with its latest version.
 
-mod reconcile_support;
 mod support;
 
 use std::time::Duration;
@@ -12,16 +11,19 @@ use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{reconcile, SyncOptions};
 use mongodb::bson::{doc, Document};
-use reconcile_support::{seed, server_now, PrivateStandin};
 use serde_json::json;
+use support::chat_data::{seed, server_now, Env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_during_the_task_ends_in_meilisearch() {
-    let standin = PrivateStandin::start().await;
-    let env = standin.env("edit").await;
+    let Some(standin) = support::standin::private_standin() else {
+        return;
+    };
+    let knobs = standin.knobs();
+    let env = Env::on_standin(&standin, "edit").await;
     seed(&env, 1_000, 10).await;
     // Widen the read → ack window: every task takes 400 ms.
-    standin.knob("latency", json!({"taskMs": 400})).await;
+    knobs.set_latency(400).await;
     let first = env.mongo_docs(Collection::Messages).await.remove(0);
     let first_id = first.get_str("messageId").unwrap().to_string();
     let opts = SyncOptions {
@@ -37,7 +39,7 @@ async fn an_edit_during_the_task_ends_in_meilisearch() {
     };
     // Wait until the first batch (which holds the first document) is sent.
     loop {
-        let sent = standin.requests().await.iter().any(|r| {
+        let sent = knobs.requests().await.iter().any(|r| {
             r["method"] == "POST" && r["path"].as_str().unwrap().ends_with("messages/documents")
         });
         if sent {
@@ -66,7 +68,7 @@ async fn an_edit_during_the_task_ends_in_meilisearch() {
         .mongo_docs(Collection::Messages)
         .await
         .iter()
-        .filter(|d| reconcile_support::expected(Collection::Messages, d, now).is_some())
+        .filter(|d| support::chat_data::expected(Collection::Messages, d, now).is_some())
         .count() as u64;
     assert_eq!(summary.collections[0].indexed, indexable + 1);
     // ...and Meilisearch holds its latest version.

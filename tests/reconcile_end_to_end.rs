@@ -2,13 +2,12 @@
 //! expected projection of every indexable document, all of them flagged, and
 //! nothing else — including stale entries put into Meilisearch beforehand.
 
-mod reconcile_support;
 mod support;
 
 use meili_reconciler::mongo::Collection;
 use mongodb::bson::{doc, Document};
-use reconcile_support::{seed, Env};
 use serde_json::json;
+use support::chat_data::{seed, Env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn meilisearch_ends_equal_to_the_indexable_projection() {

@@ -1,11 +1,10 @@
 //! Idempotence: a second run right after a complete one changes nothing and
 //! says so.
 
-mod reconcile_support;
 mod support;
 
 use meili_reconciler::mongo::Collection;
-use reconcile_support::{seed, Env};
+use support::chat_data::{seed, Env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_run_changes_nothing() {

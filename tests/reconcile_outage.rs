@@ -1,7 +1,6 @@
 //! Meilisearch unavailable mid-run: calls are retried with backoff and the run
 //! completes; nothing is acknowledged that Meilisearch did not confirm.
 
-mod reconcile_support;
 mod support;
 
 use std::time::Duration;
@@ -9,14 +8,16 @@ use std::time::Duration;
 use meili_reconciler::lease::Guard;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{reconcile, SyncOptions};
-use reconcile_support::{seed, PrivateStandin};
-use serde_json::json;
+use support::chat_data::{seed, Env};
 
 async fn outage_mid_run(mode: &str) {
-    let standin = PrivateStandin::start().await;
-    let env = standin.env(&format!("outage_{mode}")).await;
+    let Some(standin) = support::standin::private_standin() else {
+        return;
+    };
+    let knobs = standin.knobs();
+    let env = Env::on_standin(&standin, &format!("outage_{mode}")).await;
     let now = seed(&env, 3_000, 100).await;
-    standin.knob("latency", json!({"taskMs": 50})).await;
+    knobs.set_latency(50).await;
     let opts = SyncOptions {
         batch_docs: 300,
         ..env.opts.clone()
@@ -37,9 +38,7 @@ async fn outage_mid_run(mode: &str) {
         assert!(!run.is_finished(), "the run ended before the outage");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    standin
-        .knob("outage", json!({"mode": mode, "ms": 1500}))
-        .await;
+    knobs.outage(mode, 1500).await;
     let summary = run
         .await
         .unwrap()
@@ -47,7 +46,7 @@ async fn outage_mid_run(mode: &str) {
     println!("{summary}");
     env.assert_in_step(now, &[]).await;
     if mode == "unavailable" {
-        let refused = standin
+        let refused = knobs
             .requests()
             .await
             .iter()

@@ -1,13 +1,12 @@
 //! `plan` writes nothing: both servers' state is identical before and after,
 //! while the plan reports every decision a run would take.
 
-mod reconcile_support;
 mod support;
 
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::reconcile::{plan, RebuildReason};
-use reconcile_support::{seed, Env};
 use serde_json::{json, Value};
+use support::chat_data::{seed, Env};
 
 async fn meili_state(env: &Env) -> Value {
     let mut state = serde_json::Map::new();

@@ -3,13 +3,12 @@
 //! error code and left unacknowledged; the next run reports it again and
 //! completes.
 
-mod reconcile_support;
 mod support;
 
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::reconcile::SyncOptions;
 use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};
-use reconcile_support::{server_now, Env};
+use support::chat_data::{server_now, Env};
 
 fn plain_message(i: usize, now: DateTime) -> Document {
     doc! {

@@ -2,7 +2,6 @@
 //! (re)created with the right key and refilled, flags reset first; a run
 //! interrupted during the flag reset is resumed by the next run.
 
-mod reconcile_support;
 mod support;
 
 use std::time::Duration;
@@ -12,8 +11,8 @@ use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{reconcile, RebuildReason, ReconcileError};
 use mongodb::bson::{doc, Document};
-use reconcile_support::{seed, Env};
 use serde_json::json;
+use support::chat_data::{seed, Env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_index_is_created_and_filled_even_when_flags_say_indexed() {

@@ -2,12 +2,11 @@
 //! Meilisearch's own task list: the settings task finished before the first
 //! document task was enqueued. And settings that are right are not re-sent.
 
-mod reconcile_support;
 mod support;
 
 use meili_reconciler::mongo::Collection;
-use reconcile_support::{seed, Env};
 use serde_json::Value;
+use support::chat_data::{seed, Env};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 

@@ -68,7 +68,10 @@ async fn run_answers_health_ready_status_and_metrics() {
     let (code, body) = get(&format!("{base}/readyz")).await;
     let ready: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(code, 200);
-    assert_eq!((ready["mongo"].as_str(), ready["meili"].as_str()), (Some("ok"), Some("ok")));
+    assert_eq!(
+        (ready["mongo"].as_str(), ready["meili"].as_str()),
+        (Some("ok"), Some("ok"))
+    );
 
     // /metrics is Prometheus text with the series the README lists.
     let (code, text) = get(&format!("{base}/metrics")).await;
@@ -79,7 +82,11 @@ async fn run_answers_health_ready_status_and_metrics() {
     let mut histogram_seen = false;
     for sample in &scrape.samples {
         let labels: Vec<String> = {
-            let mut l: Vec<String> = sample.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let mut l: Vec<String> = sample
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             l.sort();
             l
         };
@@ -90,28 +97,45 @@ async fn run_answers_health_ready_status_and_metrics() {
             | prometheus_parse::Value::Untyped(v) => {
                 values.insert(key, *v);
             }
-            prometheus_parse::Value::Histogram(buckets) => {
-                if sample.metric == "reconciler_batch_seconds" && !buckets.is_empty() {
-                    histogram_seen = true;
-                }
+            prometheus_parse::Value::Histogram(buckets)
+                if sample.metric == "reconciler_batch_seconds" && !buckets.is_empty() =>
+            {
+                histogram_seen = true;
             }
             _ => {}
         }
     }
-    let metric = |key: &str| values.get(key).copied().unwrap_or_else(|| panic!("{key} missing from /metrics:\n{text}"));
+    let metric = |key: &str| {
+        values
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| panic!("{key} missing from /metrics:\n{text}"))
+    };
     assert_eq!(metric("reconciler_runs_total{outcome=completed}"), 1.0);
     assert_eq!(
-        metric(&format!("reconciler_documents_indexed_total{{index={}messages}}", target.prefix)),
+        metric(&format!(
+            "reconciler_documents_indexed_total{{index={}messages}}",
+            target.prefix
+        )),
         report.messages.indexable as f64
     );
     assert_eq!(
-        metric(&format!("reconciler_documents_indexed_total{{index={}convos}}", target.prefix)),
+        metric(&format!(
+            "reconciler_documents_indexed_total{{index={}convos}}",
+            target.prefix
+        )),
         report.conversations.indexable as f64
     );
     assert_eq!(metric("reconciler_lease_claims_total{}"), 1.0);
-    assert_eq!(metric("reconciler_unindexed_documents{collection=messages}"), 0.0);
+    assert_eq!(
+        metric("reconciler_unindexed_documents{collection=messages}"),
+        0.0
+    );
     assert!(metric("reconciler_seconds_since_last_success{}") < 3600.0);
-    assert!(histogram_seen, "reconciler_batch_seconds histogram missing:\n{text}");
+    assert!(
+        histogram_seen,
+        "reconciler_batch_seconds histogram missing:\n{text}"
+    );
 
     terminate(&child);
     let status = wait_exit(&mut child, Duration::from_secs(30));
@@ -125,14 +149,19 @@ async fn periodic_run_picks_up_documents_inserted_after_the_first() {
     let db = target.db().await;
     let report = seed(&db, &small_spec(300)).await.unwrap();
     let target = target
-        .set("RECONCILER__SERVE__LISTEN", &format!("127.0.0.1:{}", free_port()))
+        .set(
+            "RECONCILER__SERVE__LISTEN",
+            &format!("127.0.0.1:{}", free_port()),
+        )
         .set("RECONCILER__SERVE__INTERVAL", "1s");
     let mut child = target.spawn("replica-periodic", &["run"]);
 
     let first = report.messages.indexable as u64;
-    eventually(Duration::from_secs(60), "the first run's documents", || async {
-        (target.meili_count("messages").await == first).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the first run's documents",
+        || async { (target.meili_count("messages").await == first).then_some(()) },
+    )
     .await;
 
     // New messages arrive after the first run.
@@ -155,9 +184,11 @@ async fn periodic_run_picks_up_documents_inserted_after_the_first() {
         .collect();
     messages.insert_many(fresh).await.unwrap();
 
-    eventually(Duration::from_secs(60), "a later run to index the new messages", || async {
-        (target.meili_count("messages").await == first + 25).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "a later run to index the new messages",
+        || async { (target.meili_count("messages").await == first + 25).then_some(()) },
+    )
     .await;
     eventually(Duration::from_secs(10), "their flags", || async {
         let flagged = messages
@@ -191,30 +222,43 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
         .set("RECONCILER__LEASE__SAFETY_MARGIN", "5s");
     seed(&target.db().await, &small_spec(2000)).await.unwrap();
 
-    let a = target
-        .clone()
-        .set("RECONCILER__SERVE__LISTEN", &format!("127.0.0.1:{}", free_port()));
+    let a = target.clone().set(
+        "RECONCILER__SERVE__LISTEN",
+        &format!("127.0.0.1:{}", free_port()),
+    );
     let mut owner = a.spawn("replica-a", &["run"]);
-    eventually(Duration::from_secs(30), "replica-a to own a running lease", || async {
-        let lease = target.lease().await?;
-        (lease.get_str("owner").ok() == Some("replica-a")
-            && lease.get_str("status").ok() == Some("running"))
-        .then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "replica-a to own a running lease",
+        || async {
+            let lease = target.lease().await?;
+            (lease.get_str("owner").ok() == Some("replica-a")
+                && lease.get_str("status").ok() == Some("running"))
+            .then_some(())
+        },
+    )
     .await;
-    let b = target
-        .clone()
-        .set("RECONCILER__SERVE__LISTEN", &format!("127.0.0.1:{}", free_port()));
+    let b = target.clone().set(
+        "RECONCILER__SERVE__LISTEN",
+        &format!("127.0.0.1:{}", free_port()),
+    );
     let follower = b.spawn("replica-b", &["run"]);
     // Let the follower start polling.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let lease = target.lease().await.unwrap();
-    assert_eq!(lease.get_str("owner").unwrap(), "replica-a", "no takeover of a live lease");
+    assert_eq!(
+        lease.get_str("owner").unwrap(),
+        "replica-a",
+        "no takeover of a live lease"
+    );
     let epoch_a = lease.get_i64("epoch").unwrap();
 
     terminate(&owner);
     let status = wait_exit(&mut owner, Duration::from_secs(30));
-    assert!(status.success(), "the owner exits 0 after SIGTERM: {status:?}");
+    assert!(
+        status.success(),
+        "the owner exits 0 after SIGTERM: {status:?}"
+    );
 
     let lease = eventually(Duration::from_secs(10), "replica-b to claim", || async {
         let lease = target.lease().await?;
@@ -222,7 +266,9 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
     })
     .await;
     assert!(lease.get_i64("epoch").unwrap() > epoch_a);
-    let released = lease.get_datetime("releasedAt").expect("the owner released its lease");
+    let released = lease
+        .get_datetime("releasedAt")
+        .expect("the owner released its lease");
     let claimed = lease.get_datetime("claimedAt").unwrap();
     let gap = claimed.timestamp_millis() - released.timestamp_millis();
     // Within one poll (jittered ≤ poll) plus a round trip of slack.
@@ -233,6 +279,9 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
 
     terminate(&follower);
     let (_, stderr) = output_of(follower);
-    assert!(stderr.contains("replica-b"), "every log line carries the replica id");
+    assert!(
+        stderr.contains("replica-b"),
+        "every log line carries the replica id"
+    );
     target.cleanup().await;
 }

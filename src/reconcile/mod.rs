@@ -8,10 +8,12 @@
 pub mod orphans;
 pub mod plan;
 pub mod rebuild;
+pub mod reindex;
 pub mod rejects;
 pub mod settings;
 pub mod sync;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,6 +27,7 @@ use crate::mongo::{self, Collection, MongoError};
 use crate::progress::Progress;
 
 pub use plan::{plan, IndexPlan, Plan, RebuildReason};
+pub use reindex::{reindex, ReindexOptions};
 pub use rejects::Rejected;
 
 /// What a reconciliation may do and how hard it pushes.
@@ -243,7 +246,42 @@ pub(crate) struct Ctx<'a> {
     last_log: Mutex<Instant>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// The context of `collection`'s work on index `uid`.
+    pub fn new(
+        db: &'a Database,
+        meili: &'a Meili,
+        opts: &'a SyncOptions,
+        guard: &'a Guard,
+        progress: &'a Progress,
+        collection: Collection,
+        uid: String,
+    ) -> Ctx<'a> {
+        Ctx {
+            db,
+            meili,
+            opts,
+            guard,
+            progress,
+            collection,
+            uid,
+            last_log: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// The same work aimed at another index (e.g. a reindex's build target).
+    pub fn on_index(&self, uid: String) -> Ctx<'a> {
+        Ctx::new(
+            self.db,
+            self.meili,
+            self.opts,
+            self.guard,
+            self.progress,
+            self.collection,
+            uid,
+        )
+    }
+
     /// Counts `n` documents done and logs the progress every few seconds.
     pub fn advance(&self, n: u64) {
         self.progress.advance(n);
@@ -292,43 +330,32 @@ pub async fn reconcile(
             index_uid: index.index_uid.clone(),
             ..Default::default()
         };
-        let recreate = index
-            .rebuild
-            .as_ref()
-            .is_some_and(RebuildReason::recreates_index);
-        let diff = if recreate {
-            progress.phase(&format!("rebuild {}", index.collection.name()), 0);
-            rebuild::recreate_index(
-                meili,
-                &index.index_uid,
-                index.collection.primary_key(),
-                index.exists,
-                guard,
-            )
-            .await?;
-            settings::diff(&meili.settings(&index.index_uid).await?, &desired)
-        } else {
-            index.settings_to_apply.clone()
-        };
-        progress.phase(&format!("settings {}", index.collection.name()), 0);
-        summary.settings_changed = settings::apply(meili, &index.index_uid, &diff, guard).await?;
+        summary.settings_changed = prepare_index(meili, index, &desired, guard, progress).await?;
         summaries.push(summary);
     }
 
     for (index, summary) in plan.indexes.iter().zip(summaries.iter_mut()) {
-        let ctx = Ctx {
-            db: mongo_db,
+        let ctx = Ctx::new(
+            mongo_db,
             meili,
             opts,
             guard,
             progress,
-            collection: index.collection,
-            uid: index.index_uid.clone(),
-            last_log: Mutex::new(Instant::now()),
-        };
+            index.collection,
+            index.index_uid.clone(),
+        );
         reconcile_collection(&ctx, index, summary).await?;
     }
 
+    Ok(finish(summaries, started, progress))
+}
+
+/// The run's summary, logged; progress moves to `done`.
+pub(crate) fn finish(
+    summaries: Vec<CollectionSummary>,
+    started: Instant,
+    progress: &Progress,
+) -> RunSummary {
     let elapsed = started.elapsed();
     let indexed: u64 = summaries.iter().map(|s| s.indexed).sum();
     let summary = RunSummary {
@@ -339,10 +366,43 @@ pub async fn reconcile(
     };
     progress.phase("done", 0);
     tracing::info!("reconciliation finished: {summary}");
-    Ok(summary)
+    summary
 }
 
-async fn reconcile_collection(
+/// The structure and settings of one index, before any document write:
+/// (re)creates it when the plan says so, then applies the settings diff and
+/// waits for it. Returns the settings keys changed.
+pub(crate) async fn prepare_index(
+    meili: &Meili,
+    index: &IndexPlan,
+    desired: &serde_json::Map<String, serde_json::Value>,
+    guard: &Guard,
+    progress: &Progress,
+) -> Result<Vec<String>, ReconcileError> {
+    let recreate = index
+        .rebuild
+        .as_ref()
+        .is_some_and(RebuildReason::recreates_index);
+    let diff = if recreate {
+        progress.phase(&format!("rebuild {}", index.collection.name()), 0);
+        rebuild::recreate_index(
+            meili,
+            &index.index_uid,
+            index.collection.primary_key(),
+            index.exists,
+            guard,
+        )
+        .await?;
+        settings::diff(&meili.settings(&index.index_uid).await?, desired)
+    } else {
+        index.settings_to_apply.clone()
+    };
+    progress.phase(&format!("settings {}", index.collection.name()), 0);
+    Ok(settings::apply(meili, &index.index_uid, &diff, guard).await?)
+}
+
+/// One collection's flag reset (when rebuilding), drift repair and indexing.
+pub(crate) async fn reconcile_collection(
     ctx: &Ctx<'_>,
     index: &IndexPlan,
     summary: &mut CollectionSummary,
@@ -383,7 +443,7 @@ async fn reconcile_collection(
         summary.skipped_by_threshold = Some(counts.unindexed);
         return Ok(());
     }
-    let outcome = sync::index_unindexed(ctx, counts.unindexed).await?;
+    let outcome = sync::index_unindexed(ctx, counts.unindexed, &HashSet::new()).await?;
     summary.indexed = outcome.indexed;
     summary.rejected = outcome.rejected;
     Ok(())

@@ -36,12 +36,17 @@ pub enum RebuildReason {
         meili_documents: u64,
         mongo_indexed: u64,
     },
+    /// An operator asked for a full reindex (`reindex`).
+    Forced,
 }
 
 impl RebuildReason {
     /// Whether the index itself must be (re)created.
     pub fn recreates_index(&self) -> bool {
-        !matches!(self, RebuildReason::IndexLost { .. })
+        !matches!(
+            self,
+            RebuildReason::IndexLost { .. } | RebuildReason::Forced
+        )
     }
 }
 
@@ -61,6 +66,7 @@ impl fmt::Display for RebuildReason {
                 f,
                 "index has {meili_documents} documents while {mongo_indexed} are flagged indexed"
             ),
+            RebuildReason::Forced => write!(f, "forced reindex"),
         }
     }
 }

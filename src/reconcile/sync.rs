@@ -10,6 +10,10 @@
 //! Meilisearch's task order leaves the latest version. Passes repeat until
 //! one finds nothing to send (bounded). Memory is bounded by the batch
 //! settings: one batch being built, one queued, `in_flight` awaiting tasks.
+//!
+//! The same pipeline feeds a forced reindex ([`Feed::Indexable`]): every
+//! indexable document, into the index `ctx.uid` names, with no
+//! acknowledgement (the flags describe the live index until the swap).
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -26,6 +30,32 @@ use crate::mongo;
 /// Passes over the unindexed documents in one run; later passes only find
 /// documents edited while the earlier ones ran.
 const MAX_PASSES: usize = 5;
+
+/// Which documents a pass reads, and whether it acknowledges them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Feed {
+    /// Unindexed documents, each batch acknowledged once its task succeeded.
+    Unindexed,
+    /// Every indexable document whatever its flag (only those changed at or
+    /// after `changed_since`, when given), not acknowledged.
+    Indexable { changed_since: Option<DateTime> },
+}
+
+impl Feed {
+    fn acknowledges(self) -> bool {
+        matches!(self, Feed::Unindexed)
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default)]
+pub(crate) struct PassOutcome {
+    /// Documents sent.
+    pub sent: u64,
+    /// Documents Meilisearch confirmed.
+    pub indexed: u64,
+    pub rejected: Vec<Rejected>,
+}
 
 /// What indexing one collection did.
 #[derive(Debug, Default)]
@@ -115,47 +145,60 @@ impl Batch {
     }
 }
 
-fn id_key(id: &Bson) -> String {
+/// The key a document's `_id` has in skip sets (see [`Rejected`]).
+pub(crate) fn id_key(id: &Bson) -> String {
     format!("{id:?}")
 }
 
-/// Indexes every unindexed indexable document of the collection.
+/// Indexes every unindexed indexable document of the collection, leaving
+/// out the documents whose `_id` key is in `already_rejected` (refused
+/// earlier in the same run, and reported there).
 pub(crate) async fn index_unindexed(
     ctx: &Ctx<'_>,
     expected: u64,
+    already_rejected: &HashSet<String>,
 ) -> Result<SyncOutcome, ReconcileError> {
     ctx.phase("index", expected);
     let mut outcome = SyncOutcome::default();
-    let mut rejected_ids: HashSet<String> = HashSet::new();
+    let mut rejected_ids = already_rejected.clone();
     for pass in 1..=MAX_PASSES {
-        let (sent, indexed, rejected) = run_pass(ctx, &rejected_ids).await?;
-        tracing::debug!(index = %ctx.uid, pass, sent, indexed, "indexing pass done");
-        outcome.indexed += indexed;
-        for r in rejected {
+        let done = run_pass(ctx, Feed::Unindexed, &rejected_ids).await?;
+        tracing::debug!(index = %ctx.uid, pass, sent = done.sent, indexed = done.indexed, "indexing pass done");
+        outcome.indexed += done.indexed;
+        for r in done.rejected {
             rejected_ids.insert(r.mongo_id_key.clone());
             outcome.rejected.push(r);
         }
-        if sent == 0 {
+        if done.sent == 0 {
             break;
         }
     }
     Ok(outcome)
 }
 
-/// One pass: returns documents sent, documents confirmed, rejects.
-async fn run_pass(
+/// One pass over the documents `feed` selects (leaving out `skip`), sent
+/// into `ctx.uid`.
+pub(crate) async fn run_pass(
     ctx: &Ctx<'_>,
+    feed: Feed,
     skip: &HashSet<String>,
-) -> Result<(u64, u64, Vec<Rejected>), ReconcileError> {
+) -> Result<PassOutcome, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
-    let (sent, (indexed, rejected)) =
-        tokio::try_join!(read_batches(ctx, tx, skip), send_batches(ctx, rx))?;
-    Ok((sent, indexed, rejected))
+    let (sent, (indexed, rejected)) = tokio::try_join!(
+        read_batches(ctx, feed, tx, skip),
+        send_batches(ctx, feed.acknowledges(), rx)
+    )?;
+    Ok(PassOutcome {
+        sent,
+        indexed,
+        rejected,
+    })
 }
 
-/// Reads pages of unindexed documents and cuts them into batches.
+/// Reads pages of the documents `feed` selects and cuts them into batches.
 async fn read_batches(
     ctx: &Ctx<'_>,
+    feed: Feed,
     tx: mpsc::Sender<Batch>,
     skip: &HashSet<String>,
 ) -> Result<u64, ReconcileError> {
@@ -165,14 +208,29 @@ async fn read_batches(
     let mut sent = 0u64;
     loop {
         let read_time = mongo::server_time(ctx.db).await?;
-        let page = mongo::read_unindexed_page(
-            ctx.db,
-            ctx.collection,
-            read_time,
-            after.as_ref(),
-            page_size,
-        )
-        .await?;
+        let page = match feed {
+            Feed::Unindexed => {
+                mongo::read_unindexed_page(
+                    ctx.db,
+                    ctx.collection,
+                    read_time,
+                    after.as_ref(),
+                    page_size,
+                )
+                .await?
+            }
+            Feed::Indexable { changed_since } => {
+                mongo::read_indexable_page(
+                    ctx.db,
+                    ctx.collection,
+                    read_time,
+                    changed_since,
+                    after.as_ref(),
+                    page_size,
+                )
+                .await?
+            }
+        };
         let full_page = page.len() == page_size;
         after = page.last().and_then(|d| d.get("_id").cloned());
         let mut batch = Batch::new(read_time);
@@ -229,9 +287,10 @@ async fn read_batches(
 }
 
 /// Sends batches, keeping at most `in_flight` tasks outstanding, and settles
-/// each (wait, isolate rejects, acknowledge).
+/// each (wait, isolate rejects, acknowledge when `acknowledge`).
 async fn send_batches(
     ctx: &Ctx<'_>,
+    acknowledge: bool,
     mut rx: mpsc::Receiver<Batch>,
 ) -> Result<(u64, Vec<Rejected>), ReconcileError> {
     let in_flight = ctx.opts.in_flight.max(1);
@@ -253,7 +312,7 @@ async fn send_batches(
                         .meili
                         .add_documents_ndjson(&ctx.uid, batch.payload_of(0..batch.len()), ctx.guard)
                         .await?;
-                    pending.push(settle(ctx, batch, task, sent));
+                    pending.push(settle(ctx, batch, task, sent, acknowledge));
                 }
                 None => open = false,
             },
@@ -263,12 +322,13 @@ async fn send_batches(
 }
 
 /// Waits for a batch's task; on a document error isolates the rejected
-/// documents; acknowledges the accepted ones by range.
+/// documents; acknowledges the accepted ones by range when `acknowledge`.
 async fn settle(
     ctx: &Ctx<'_>,
     batch: Batch,
     task: u64,
     sent: std::time::Instant,
+    acknowledge: bool,
 ) -> Result<(u64, Vec<Rejected>), ReconcileError> {
     let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
     crate::metrics::batch_latency(sent.elapsed());
@@ -282,7 +342,12 @@ async fn settle(
         Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
     };
     let accepted: Vec<bool> = verdicts.iter().map(Option::is_none).collect();
-    for (first, last) in batch.accepted_runs(&accepted) {
+    let runs = if acknowledge {
+        batch.accepted_runs(&accepted)
+    } else {
+        Vec::new()
+    };
+    for (first, last) in runs {
         mongo::ack_range(
             ctx.db,
             ctx.collection,

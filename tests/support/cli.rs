@@ -76,7 +76,9 @@ impl Target {
 
     /// Runs to completion and returns its output.
     pub fn run(&self, owner: &str, args: &[&str]) -> Output {
-        self.command(owner, args).output().expect("run meili-reconciler")
+        self.command(owner, args)
+            .output()
+            .expect("run meili-reconciler")
     }
 
     /// Starts it in the background, output captured.
@@ -131,7 +133,10 @@ impl Target {
         let _ = self.db().await.drop().await;
         for index in ["messages", "convos"] {
             let _ = reqwest::Client::new()
-                .delete(format!("{}/indexes/{}{index}", self.meili_host, self.prefix))
+                .delete(format!(
+                    "{}/indexes/{}{index}",
+                    self.meili_host, self.prefix
+                ))
                 .bearer_auth(&self.meili_key)
                 .send()
                 .await;
@@ -160,7 +165,10 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -81,6 +81,7 @@ pub fn unique_name(tag: &str) -> String {
     format!("t_{tag}_{}_{n}_{nanos:x}", std::process::id())
 }
 
+pub mod chat_data;
+pub mod cli;
 pub mod lease_harness;
 pub mod standin;
-pub mod cli;

@@ -633,7 +633,7 @@ impl<'a> MessageGenerator<'a> {
             (thread.created_ms + position as i64 * 40_000 + rng.random_range(0..20_000))
                 .min(now_ms - 2_000);
         let updated_ms = (created_ms + rng.random_range(0..5_000)).min(now_ms - 1_000);
-        let by_user = position % 2 == 0;
+        let by_user = position.is_multiple_of(2);
 
         let mut message_id = uuid_from(rng);
         let invalid_id = self.invalid_id.draw(rng) == 1;

@@ -1,9 +1,8 @@
-//! Helpers shared by the `reconcile_*` integration tests: a namespaced
-//! environment (own database, own index prefix), LibreChat-shaped documents
-//! covering every indexability and shaping edge case, the expected
-//! Meilisearch projection written independently of the engine, and the
-//! "both sides are in step" assertion.
-#![allow(dead_code)]
+//! Chat data for the engine's integration tests (`reconcile_*`,
+//! `reindex_*`): a namespaced environment (own database, own index prefix),
+//! LibreChat-shaped documents covering every indexability and shaping edge
+//! case, the expected Meilisearch projection written independently of the
+//! engine, and the "both sides are in step" assertion.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,12 +11,15 @@ use meili_reconciler::lease::Guard;
 use meili_reconciler::meili::Meili;
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
-use meili_reconciler::reconcile::{reconcile, ReconcileError, RunSummary, SyncOptions};
+use meili_reconciler::reconcile::reindex::build_uid;
+use meili_reconciler::reconcile::{
+    reconcile, reindex, ReconcileError, ReindexOptions, RunSummary, SyncOptions,
+};
 use mongodb::bson::{doc, oid::ObjectId, Bson, DateTime, Document};
 use mongodb::{Client, Database};
 use serde_json::{json, Value};
 
-use crate::support;
+use super::standin::PrivateStandin;
 
 /// One test's namespace on the servers.
 pub struct Env {
@@ -29,13 +31,19 @@ pub struct Env {
 impl Env {
     /// A fresh namespace on the shared test servers.
     pub async fn new(tag: &str) -> Env {
-        let s = support::servers();
+        let s = super::servers();
         Env::on(&s.mongo_uri, &s.meili_host, &s.meili_key, tag).await
+    }
+
+    /// A fresh namespace on the shared MongoDB and a private stand-in.
+    pub async fn on_standin(standin: &PrivateStandin, tag: &str) -> Env {
+        let s = super::servers();
+        Env::on(&s.mongo_uri, &standin.host, &standin.key, tag).await
     }
 
     /// A fresh namespace on the given servers.
     pub async fn on(mongo_uri: &str, meili_host: &str, meili_key: &str, tag: &str) -> Env {
-        let name = support::unique_name(tag);
+        let name = super::unique_name(tag);
         let client = Client::with_uri_str(mongo_uri).await.expect("mongo client");
         let db = client.database(&name);
         let meili = Meili::new(meili_host, Some(meili_key))
@@ -65,6 +73,24 @@ impl Env {
             &Progress::new(),
         )
         .await
+    }
+
+    /// A forced reindex with the test's options.
+    pub async fn reindex(&self, what: &ReindexOptions) -> Result<RunSummary, ReconcileError> {
+        reindex(
+            &self.db,
+            &self.meili,
+            &self.opts,
+            what,
+            &Guard::unfenced(),
+            &Progress::new(),
+        )
+        .await
+    }
+
+    /// The uid of the index a zero-downtime reindex of `collection` builds.
+    pub fn build_uid(&self, collection: Collection) -> String {
+        build_uid(&self.uid(collection))
     }
 
     /// Creates an index with `pk` (waiting for it).
@@ -189,6 +215,10 @@ impl Env {
         let guard = Guard::unfenced();
         for collection in Collection::ALL {
             let _ = self.meili.delete_index(&self.uid(collection), &guard).await;
+            let _ = self
+                .meili
+                .delete_index(&self.build_uid(collection), &guard)
+                .await;
         }
         let _ = self.db.drop().await;
     }
@@ -260,9 +290,9 @@ pub fn message(i: usize, now: DateTime) -> Document {
         "messageId": format!("msg-{i}"),
         "conversationId": format!("conv-{conv}"),
         "user": format!("user-{}", i % 7),
-        "sender": if i % 2 == 0 { "User" } else { "GPT-4" },
+        "sender": if i.is_multiple_of(2) { "User" } else { "GPT-4" },
         "text": format!("message number {i} about topic {}", i % 13),
-        "isCreatedByUser": i % 2 == 0,
+        "isCreatedByUser": i.is_multiple_of(2),
         "model": "gpt-4o",
         "createdAt": DateTime::from_millis(now.timestamp_millis() - hours(2)),
         "updatedAt": DateTime::from_millis(now.timestamp_millis() - hours(1)),
@@ -399,88 +429,4 @@ pub async fn seed(env: &Env, messages: usize, conversations: usize) -> DateTime 
     )
     .await;
     now
-}
-
-/// A stand-in Meilisearch of our own (the package's `meili-standin` binary)
-/// for tests that turn its knobs; killed on drop.
-pub struct PrivateStandin {
-    child: std::process::Child,
-    pub host: String,
-    pub key: String,
-    http: reqwest::Client,
-}
-
-impl PrivateStandin {
-    pub async fn start() -> PrivateStandin {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let key = format!("key-{}", support::unique_name("k"));
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_meili-standin"))
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--master-key",
-                &key,
-            ])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start meili-standin");
-        let host = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
-        for _ in 0..200 {
-            if http.get(format!("{host}/health")).send().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        PrivateStandin {
-            child,
-            host,
-            key,
-            http,
-        }
-    }
-
-    /// Sets a knob: `POST /_standin/{knob}` with `body`.
-    pub async fn knob(&self, knob: &str, body: Value) -> Value {
-        self.http
-            .post(format!("{}/_standin/{knob}", self.host))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    /// The stand-in's request log.
-    pub async fn requests(&self) -> Vec<Value> {
-        self.http
-            .get(format!("{}/_standin/requests", self.host))
-            .bearer_auth(&self.key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    /// A test environment whose Meilisearch is this stand-in.
-    pub async fn env(&self, tag: &str) -> Env {
-        let s = support::servers();
-        Env::on(&s.mongo_uri, &self.host, &self.key, tag).await
-    }
-}
-
-impl Drop for PrivateStandin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
