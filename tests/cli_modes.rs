@@ -1,0 +1,117 @@
+//! The operator commands as subprocesses against the test servers: `plan
+//! --json`, `status [--json]`, `reindex`, `MEILI_NO_SYNC`, and an unreachable
+//! Meilisearch (exit 4, named without its key).
+
+mod support;
+
+use mongodb::bson::{doc, Document};
+use serde_json::Value;
+use support::cli::Target;
+use support::seeder::{seed, SeedSpec};
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn all(out: &std::process::Output) -> String {
+    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_status_and_reindex_from_the_command_line() {
+    let target = Target::new("cli_modes");
+    let db = target.db().await;
+    let report = seed(
+        &db,
+        &SeedSpec {
+            messages: 800,
+            conversations: 80,
+            ..SeedSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+
+    // status before any run
+    let out = target.run("op", &["status", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    let status: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(status["state"], "never_run");
+
+    // plan --json: what would happen, machine-readable
+    let out = target.run("op", &["plan", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("plan --json is JSON");
+    let messages = &plan["indexes"][0];
+    assert_eq!(messages["indexUid"], format!("{}messages", target.prefix));
+    assert_eq!(messages["exists"], false);
+    assert_eq!(messages["rebuild"]["reason"], "indexMissing");
+    assert_eq!(
+        messages["documentsToIndex"],
+        report.messages.indexable as u64
+    );
+    assert_eq!(plan["nothingToDo"], false);
+    assert!(target.lease().await.is_none(), "plan takes no lease");
+
+    // MEILI_NO_SYNC: `once` only plans
+    let out = target
+        .clone()
+        .set("MEILI_NO_SYNC", "true")
+        .run("op", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(stdout(&out).contains("would index"), "{}", all(&out));
+    assert_eq!(target.meili_count("messages").await, 0, "nothing written");
+    assert!(target.lease().await.is_none());
+
+    // once, then status shows the completion and its summary
+    let out = target.run("owner-1", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    let out = target.run("op", &["status", "--json"]);
+    let status: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(status["state"], "completed");
+    assert_eq!(status["owner"], "owner-1");
+    assert_eq!(status["epoch"], 1);
+    assert!(status["summary"]["collections"].is_array(), "{status}");
+    let out = target.run("op", &["status"]);
+    let human = stdout(&out);
+    assert!(
+        human.contains("completed") && human.contains("owner-1"),
+        "{human}"
+    );
+
+    // reindex one index without downtime: same documents, no leftover index
+    let out = target.run("owner-2", &["reindex", "--index", "messages"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert_eq!(
+        target.meili_count("messages").await,
+        report.messages.indexable as u64
+    );
+    let leftover = target
+        .meili_get(&format!("/indexes/{}messages_reindex", target.prefix))
+        .await;
+    assert_eq!(leftover["code"], "index_not_found", "{leftover}");
+    let flagged = db
+        .collection::<Document>("messages")
+        .count_documents(doc! { "_meiliIndex": true })
+        .await
+        .unwrap();
+    assert_eq!(flagged, report.messages.indexable as u64);
+    let lease = target.lease().await.unwrap();
+    assert_eq!(lease.get_str("owner").unwrap(), "owner-2");
+    assert_eq!(
+        lease.get_i64("epoch").unwrap(),
+        2,
+        "reindex ran under the lease"
+    );
+    target.cleanup().await;
+}
+
+#[test]
+fn unreachable_meilisearch_exits_4_naming_it_without_the_key() {
+    let target = Target::new("cli_meili_down").with_meili("http://127.0.0.1:1", "key-do-not-print");
+    let out = target.run("op", &["plan"]);
+    let text = all(&out);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("Meilisearch at http://127.0.0.1:1"), "{text}");
+    assert!(!text.contains("key-do-not-print"), "{text}");
+}
