@@ -108,6 +108,10 @@ async fn schedule(
             job::reconcile_once(reconciler, &lease, state.progress.clone(), shutdown.token()).await
         };
         report(&outcome);
+        if shutdown.is_requested() {
+            state.finished(outcome, 0);
+            break;
+        }
         update_backlog(reconciler).await;
         let wait = match &outcome {
             RunOutcome::Failed { .. } | RunOutcome::Unreachable { .. } => {
