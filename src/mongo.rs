@@ -158,7 +158,7 @@ pub fn unindexed_filter(collection: Collection, now: DateTime) -> Document {
     filter
 }
 
-/// The counts the plan needs, from indexed count queries only.
+/// The counts the plan needs. `indexed + unindexed = indexable` always.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Counts {
@@ -170,27 +170,60 @@ pub struct Counts {
     pub unindexed: u64,
 }
 
+/// Counts the indexable documents at `now` and, of those, the flagged ones,
+/// in ONE aggregation (the same `$match` + `$group` a `count_documents`
+/// runs, with one more sum). Two count queries over complementary filters
+/// would not partition while flags change under them — LibreChat's plugin
+/// sets flags, and an acknowledgement keeps being applied after the owner
+/// that sent it stopped — since a document flipped between the two queries
+/// is counted in neither (or in both). One pass classifies each document
+/// once, so `unindexed = indexable − indexed` holds by construction and
+/// `indexable` does not depend on the flags.
 pub async fn counts(
     db: &Database,
     collection: Collection,
     now: DateTime,
 ) -> Result<Counts, MongoError> {
-    let handle = collection.handle(db);
-    let mut indexed_filter = indexable_filter(collection, now);
-    indexed_filter.insert(FLAG, true);
-    let indexed = handle
-        .count_documents(indexed_filter)
+    let flagged = doc! { "$cond": [ { "$eq": [ format!("${FLAG}"), true ] }, 1, 0 ] };
+    let pipeline = [
+        doc! { "$match": indexable_filter(collection, now) },
+        doc! { "$group": { "_id": Bson::Null, "indexable": { "$sum": 1 }, "indexed": { "$sum": flagged } } },
+    ];
+    let row = collection
+        .handle(db)
+        .aggregate(pipeline)
+        .await
+        .map_err(mongo_err("count"))?
+        .try_next()
         .await
         .map_err(mongo_err("count"))?;
-    let unindexed = handle
-        .count_documents(unindexed_filter(collection, now))
-        .await
-        .map_err(mongo_err("count"))?;
+    // No row: nothing matched.
+    let Some(row) = row else {
+        return Ok(Counts::default());
+    };
+    let indexable = count_field(&row, "indexable")?;
+    let indexed = count_field(&row, "indexed")?.min(indexable);
     Ok(Counts {
-        indexable: indexed + unindexed,
+        indexable,
         indexed,
-        unindexed,
+        unindexed: indexable - indexed,
     })
+}
+
+/// A `$sum` result: Int32, Int64 or (on some servers) a whole Double.
+fn count_field(row: &Document, field: &str) -> Result<u64, MongoError> {
+    let n = match row.get(field) {
+        Some(Bson::Int32(n)) => i64::from(*n),
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Double(n)) if n.fract() == 0.0 => *n as i64,
+        other => {
+            return Err(MongoError::Failed {
+                what: "count".into(),
+                detail: format!("unexpected {field} in the answer: {other:?}"),
+            })
+        }
+    };
+    Ok(n.max(0) as u64)
 }
 
 /// The next page (by ascending `_id`, after `after`) of unindexed indexable

@@ -1,0 +1,151 @@
+//! The plan's counts partition the indexable documents even while flags
+//! change under them — as they do in production (LibreChat's own plugin sets
+//! flags, and an acknowledgement a stopped owner sent keeps being applied by
+//! the server after the owner is gone): `indexed + unindexed = indexable`, and
+//! `indexable` does not depend on the flags. Two separate count queries over
+//! complementary filters cannot promise that (a flag flipped between them is
+//! counted in neither, or in both); the counts must come from one query.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use meili_reconciler::mongo::{self, Collection, Counts};
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::Client;
+
+/// Indexable messages, `_id` 0..INDEXABLE.
+const INDEXABLE: i64 = 1_500;
+/// How many `_id`s one flag-flipping update covers (like a small ack range).
+const FLIP_CHUNK: i64 = 50;
+/// Counts taken while the flags change.
+const ROUNDS: usize = 30;
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Indexable messages with every flag state the filters must tell apart
+/// (false, absent, true) and every indexable `expiredAt` (absent, null,
+/// future), then flagged messages that are not indexable.
+fn messages(now: DateTime) -> Vec<Document> {
+    let future = DateTime::from_millis(now.timestamp_millis() + DAY_MS);
+    let past = DateTime::from_millis(now.timestamp_millis() - DAY_MS);
+    let mut docs: Vec<Document> = (0..INDEXABLE)
+        .map(|i| {
+            let mut d = doc! { "_id": i, "messageId": format!("m{i}"), "user": "u", "text": "t" };
+            match i % 3 {
+                0 => d.insert(mongo::FLAG, false),
+                1 => None,
+                _ => d.insert(mongo::FLAG, true),
+            };
+            match i % 5 {
+                0 => d.insert("expiredAt", Bson::Null),
+                1 => d.insert("expiredAt", future),
+                _ => None,
+            };
+            d
+        })
+        .collect();
+    let not_indexable = [
+        doc! { "isTemporary": true },
+        doc! { "expiredAt": past },
+        doc! { "user": "" },
+        doc! { "user": Bson::Null },
+        doc! { "unfinished": true },
+    ];
+    for (k, fields) in not_indexable.into_iter().enumerate() {
+        for j in 0..20 {
+            let i = INDEXABLE + 1_000 + (k as i64) * 100 + j;
+            let mut d =
+                doc! { "_id": i, "messageId": format!("m{i}"), "user": "u", mongo::FLAG: true };
+            d.extend(fields.clone());
+            docs.push(d);
+        }
+    }
+    docs
+}
+
+fn assert_partition(when: &str, counts: &Counts) {
+    assert_eq!(
+        counts.indexable, INDEXABLE as u64,
+        "{when}: indexable must not depend on the flags: {counts:?}"
+    );
+    assert_eq!(
+        counts.indexed + counts.unindexed,
+        counts.indexable,
+        "{when}: indexed and unindexed must partition the indexable documents: {counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_partition_the_indexable_documents_while_flags_change() {
+    let servers = support::servers();
+    let client = Client::with_uri_str(&servers.mongo_uri)
+        .await
+        .expect("mongo client");
+    let db = client.database(&support::unique_name("counts"));
+    let now = mongo::server_time(&db).await.expect("server time");
+    let collection = db.collection::<Document>("messages");
+    collection
+        .insert_many(messages(now))
+        .await
+        .expect("insert messages");
+
+    // At rest: only `true` is indexed; false and absent are unindexed; the
+    // flagged documents that are not indexable count nowhere.
+    let at_rest = mongo::counts(&db, Collection::Messages, now)
+        .await
+        .expect("counts");
+    assert_partition("at rest", &at_rest);
+    assert_eq!(
+        at_rest.indexed,
+        (0..INDEXABLE).filter(|i| i % 3 == 2).count() as u64
+    );
+
+    // A writer sets then clears the flags of the indexable documents in small
+    // ascending `_id` ranges, round after round, until the counting is done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (collection, stop) = (collection.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut flag = true;
+            let mut updates = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for start in (0..INDEXABLE).step_by(FLIP_CHUNK as usize) {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    collection
+                        .update_many(
+                            doc! { "_id": { "$gte": start, "$lt": start + FLIP_CHUNK } },
+                            doc! { "$set": { mongo::FLAG: flag } },
+                        )
+                        .await
+                        .expect("flip flags");
+                    updates += 1;
+                }
+                flag = !flag;
+            }
+            updates
+        })
+    };
+
+    let mut mid_way = 0;
+    for round in 1..=ROUNDS {
+        let counts = mongo::counts(&db, Collection::Messages, now)
+            .await
+            .expect("counts");
+        assert_partition(&format!("round {round}, flags changing"), &counts);
+        if counts.indexed > 0 && counts.indexed < counts.indexable {
+            mid_way += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let updates = writer.await.expect("writer");
+    assert!(updates > 0, "the writer never changed a flag");
+    assert!(
+        mid_way > 0,
+        "no count was taken while the flags were changing ({updates} updates)"
+    );
+    let _ = db.drop().await;
+}
