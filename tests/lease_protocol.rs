@@ -818,3 +818,80 @@ async fn status_shows_the_owner_expiry_progress_and_summary() {
     assert_eq!(status.summary, Some(json!({ "by": "next" })));
     assert!(status.to_string().contains("summary"));
 }
+
+/// A write the owner already sent when shutdown comes (an acknowledgement
+/// `update_many` the server is still applying) lands before the release, not
+/// after it, when another replica may already own the work.
+#[tokio::test]
+async fn shutdown_lets_a_write_already_sent_land_before_the_release() {
+    let db = database("lease_drain").await;
+    let mut opts = fast_options("drain", "draining");
+    opts.ttl = Duration::from_secs(60);
+    opts.safety_margin = Duration::from_secs(10);
+    opts.renew_every = Duration::from_secs(5);
+    let shutdown = CancellationToken::new();
+    let (sent_tx, sent_rx) = oneshot::channel();
+    let owner = {
+        let db = same_database(&db).await;
+        let (opts, stop) = (opts.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let mut sent = Some(sent_tx);
+            let effects_db = db.clone();
+            let mut job = move |guard: Guard, _progress: Progress| {
+                let (effects_db, sent) = (effects_db.clone(), sent.take());
+                async move {
+                    guard.check()?;
+                    // Sent: the server applies it whatever happens to us now.
+                    let write = tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(800)).await;
+                        let at = clock::server_now(&effects_db).await.unwrap();
+                        effects_db
+                            .collection::<mongodb::bson::Document>("effects")
+                            .insert_one(doc! { "at": at })
+                            .await
+                            .unwrap();
+                    });
+                    if let Some(sent) = sent {
+                        let _ = sent.send(());
+                    }
+                    write.await?;
+                    guard.check()?;
+                    Ok(json!({}))
+                }
+            };
+            run_single_flight(&db, &opts, &mut job, Progress::new(), stop).await
+        })
+    };
+    sent_rx.await.unwrap();
+    shutdown.cancel();
+    let result = owner.await.unwrap();
+    assert_eq!(result, Err(LeaseError::ShutDown { released: true }));
+
+    let lease = db
+        .collection::<mongodb::bson::Document>(&opts.collection)
+        .find_one(doc! { "_id": &opts.job })
+        .await
+        .unwrap()
+        .unwrap();
+    let released = *lease.get_datetime("releasedAt").unwrap();
+    let effect = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(e) = db
+                .collection::<mongodb::bson::Document>("effects")
+                .find_one(doc! {})
+                .await
+                .unwrap()
+            {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the write lands");
+    let landed = *effect.get_datetime("at").unwrap();
+    assert!(
+        landed <= released,
+        "the write landed at {landed} after the release at {released}"
+    );
+}

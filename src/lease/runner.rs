@@ -19,6 +19,9 @@ use super::retry;
 use super::store::{Fence, JobStore};
 use crate::progress::Progress;
 
+/// How long a shutting-down owner waits for writes it already sent.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(10);
+
 /// How long a shutting-down owner keeps trying to release its lease.
 const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -92,15 +95,25 @@ async fn run_as_owner(
         sent_at,
     );
 
-    // Losing the lease or shutting down drops the job's future at once.
+    let work = job.run(guard.clone(), progress.clone());
+    tokio::pin!(work);
     let finished = tokio::select! {
         biased;
+        // Lost: someone else may own the work now; drop the job at once.
         _ = guard.cancelled() => None,
         _ = shutdown.cancelled() => {
+            // Shutdown: every further write fails the guard check, but a write
+            // already sent (an acknowledgement `update_many`) is let finish, so
+            // none of ours lands after the release hands the work to another
+            // replica. Bounded by the lease's own deadline.
             guard.cancel(LeaseLost::ShuttingDown);
+            let patience = DRAIN_PATIENCE.min(deadline_of(&guard).saturating_duration_since(Instant::now()));
+            if tokio::time::timeout(patience, &mut work).await.is_err() {
+                warn!(owner = %fence.owner, epoch, "the job did not stop within {patience:?} of shutdown; releasing anyway");
+            }
             None
         }
-        result = job.run(guard.clone(), progress.clone()) => Some(result),
+        result = &mut work => Some(result),
     };
     renewer.stop().await;
 
