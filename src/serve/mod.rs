@@ -3,10 +3,11 @@
 //! health, status and metrics over HTTP, and stop cleanly on SIGTERM/SIGINT.
 //!
 //! Every scheduled run goes through the lease like `once`: one replica does
-//! the work, the others wait for its completion. A completion younger than
-//! most of an interval satisfies a replica, so the cluster reconciles about
-//! once per interval, not once per replica. A failed run is retried when the
-//! lease's `retryAt` comes, not only at the next interval.
+//! the work, the others wait for its completion. At start a completion younger
+//! than `lease.reuse_completion_for` satisfies a replica (rolling deploys);
+//! afterwards one younger than 90% of the interval does, so the cluster
+//! reconciles about once per interval, not once per replica. A failed run is
+//! retried when the lease's `retryAt` comes, not only at the next interval.
 
 pub mod http;
 pub mod state;
@@ -98,9 +99,15 @@ async fn schedule(
 ) {
     let interval = settings.serve.interval;
     let mut lease = lease.clone();
-    lease.reuse_completion_for = lease.reuse_completion_for.max(interval.mul_f64(0.9));
     lease.wait_timeout = None;
+    let mut first = true;
     while !shutdown.is_requested() {
+        if !first {
+            // After the first run, a completion from within this interval
+            // (by any replica) is the reconciliation this tick asks for.
+            lease.reuse_completion_for = interval.mul_f64(0.9);
+        }
+        first = false;
         state.set_role(Role::Reconciling);
         let outcome = if settings.sync.plan_only {
             log_plan_only(reconciler).await

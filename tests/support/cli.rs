@@ -81,13 +81,24 @@ impl Target {
             .expect("run meili-reconciler")
     }
 
-    /// Starts it in the background, output captured.
-    pub fn spawn(&self, owner: &str, args: &[&str]) -> Child {
-        self.command(owner, args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+    /// Starts it in the background. Its output goes to files, not pipes: a
+    /// long-running replica would block once a pipe nobody reads is full.
+    pub fn spawn(&self, owner: &str, args: &[&str]) -> Replica {
+        let dir = tempfile::tempdir().expect("temp dir for the replica's output");
+        let out = dir.path().join("stdout");
+        let err = dir.path().join("stderr");
+        let child = self
+            .command(owner, args)
+            .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
             .spawn()
-            .expect("spawn meili-reconciler")
+            .expect("spawn meili-reconciler");
+        Replica {
+            child,
+            out,
+            err,
+            _dir: dir,
+        }
     }
 
     pub async fn db(&self) -> mongodb::Database {
@@ -173,8 +184,27 @@ where
     }
 }
 
-/// Sends SIGTERM to a child.
-pub fn terminate(child: &Child) {
+/// A replica started by [`Target::spawn`]; killed on drop if still running,
+/// so a failing test leaves no process behind.
+pub struct Replica {
+    pub child: Child,
+    out: std::path::PathBuf,
+    err: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends SIGTERM to a replica.
+pub fn terminate(replica: &Replica) {
+    let child = &replica.child;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -182,8 +212,9 @@ pub fn terminate(child: &Child) {
     .expect("send SIGTERM");
 }
 
-/// Waits for a child to exit, at most `limit`; kills it and panics past that.
-pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+/// Waits for a replica to exit, at most `limit`; kills it and panics past that.
+pub fn wait_exit(replica: &mut Replica, limit: Duration) -> std::process::ExitStatus {
+    let child = &mut replica.child;
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
@@ -197,11 +228,11 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus
     }
 }
 
-/// Everything a finished child wrote.
-pub fn output_of(child: Child) -> (String, String) {
-    let out = child.wait_with_output().expect("output");
+/// Everything a replica wrote (stdout, stderr), once it has exited.
+pub fn output_of(mut replica: Replica) -> (String, String) {
+    let _ = replica.child.wait();
     (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        std::fs::read_to_string(&replica.out).unwrap_or_default(),
+        std::fs::read_to_string(&replica.err).unwrap_or_default(),
     )
 }
