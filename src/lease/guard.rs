@@ -64,18 +64,25 @@ impl Guard {
     }
 
     /// Ok while the lease is held and the local deadline has not passed.
+    ///
+    /// Whoever first sees the deadline pass — this check or the renewal
+    /// timer — cancels the guard, so `cancelled()` and `check()` always agree.
     pub fn check(&self) -> Result<(), LeaseLost> {
-        let state = self.state.lock().expect("guard state poisoned");
-        if let Some(reason) = &state.reason {
-            return Err(reason.clone());
+        let expired = {
+            let state = self.state.lock().expect("guard state poisoned");
+            if let Some(reason) = &state.reason {
+                return Err(reason.clone());
+            }
+            if self.token.is_cancelled() {
+                return Err(LeaseLost::ShuttingDown);
+            }
+            matches!(state.deadline, Some(deadline) if Instant::now() >= deadline)
+        };
+        if expired {
+            self.cancel(LeaseLost::SelfFenced);
+            return Err(LeaseLost::SelfFenced);
         }
-        if self.token.is_cancelled() {
-            return Err(LeaseLost::ShuttingDown);
-        }
-        match state.deadline {
-            Some(deadline) if Instant::now() >= deadline => Err(LeaseLost::SelfFenced),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     /// Moves the local deadline (after a successful renewal).
@@ -123,6 +130,10 @@ mod tests {
         assert!(guard.check().is_ok());
         guard.extend_to(Instant::now() - Duration::from_millis(1));
         assert_eq!(guard.check(), Err(LeaseLost::SelfFenced));
+        assert!(
+            guard.token().is_cancelled(),
+            "a check past the deadline cancels the guard"
+        );
 
         let guard = Guard::unfenced();
         assert!(guard.check().is_ok());
