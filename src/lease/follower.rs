@@ -280,12 +280,14 @@ impl OwnerWatch {
 fn log_done(opts: &LeaseOptions, outcome: &Outcome) {
     match outcome {
         Outcome::CompletedByOther { owner, epoch, .. } => {
-            info!(job = %opts.job, me = %opts.owner, owner = ?owner, epoch = ?epoch, "another replica completed the job");
+            info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
+                epoch = epoch.unwrap_or(0), "another replica completed the job");
         }
         Outcome::ReusedCompletion {
             owner, epoch, age, ..
         } => {
-            info!(job = %opts.job, me = %opts.owner, owner = ?owner, epoch = ?epoch, age_ms = age.as_millis() as u64,
+            info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
+                epoch = epoch.unwrap_or(0), age_ms = age.as_millis() as u64,
                 "a fresh completion exists; not running again");
         }
         Outcome::Ran { .. } => {}
@@ -293,21 +295,22 @@ fn log_done(opts: &LeaseOptions, outcome: &Outcome) {
 }
 
 fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecord, now: DateTime) {
-    let epoch = claimed.epoch;
+    // A claimed record always has an epoch; 0 would only show a corrupt one.
+    let epoch = claimed.epoch.unwrap_or(0);
     let takeover = before.is_some_and(|previous| previous.status == JobStatus::Running);
     crate::metrics::lease_claimed(takeover);
     match before {
         Some(previous) if previous.status == JobStatus::Running => {
             let expired_for_ms = previous.expires_at.map(|at| clock::millis_between(at, now));
-            warn!(job = %opts.job, owner = %opts.owner, ?epoch, previous_owner = ?previous.owner,
+            warn!(job = %opts.job, owner = %opts.owner, epoch, previous_owner = ?previous.owner,
                 previous_epoch = ?previous.epoch, ?expired_for_ms, "took over an expired lease");
         }
         Some(previous) => {
-            info!(job = %opts.job, owner = %opts.owner, ?epoch, previous_owner = ?previous.owner,
+            info!(job = %opts.job, owner = %opts.owner, epoch, previous_owner = ?previous.owner,
                 previous_status = ?previous.status, attempt = previous.attempt, "claimed the lease");
         }
         None => {
-            info!(job = %opts.job, owner = %opts.owner, ?epoch, "claimed the lease (first run)")
+            info!(job = %opts.job, owner = %opts.owner, epoch, "claimed the lease (first run)")
         }
     }
 }
