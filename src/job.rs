@@ -7,7 +7,6 @@
 //! "done".
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use mongodb::Database;
 use serde::Serialize;
@@ -227,14 +226,6 @@ pub async fn reconcile_once(
         },
     )
     .await
-}
-
-/// A short pause that ends early on shutdown; `false` if shutdown came first.
-pub async fn pause(duration: Duration, shutdown: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(duration) => true,
-        _ = shutdown.cancelled() => false,
-    }
 }
 
 /// A forced full reindex under the lease (`reindex`).

@@ -120,6 +120,8 @@ enum Verb {
 pub struct Meili {
     http: ReqwestClient,
     host: String,
+    /// `host` with any `user:password@` hidden: the only form errors show.
+    shown_host: String,
     retry_for: Duration,
     /// Longest wait for one HTTP answer; a slower one counts as transient.
     request_timeout: Duration,
@@ -138,9 +140,11 @@ impl Meili {
                 detail: "the master key is not a valid HTTP header value".into(),
             }
         })?;
+        let host = host.trim_end_matches('/').to_string();
         Ok(Meili {
             http,
-            host: host.trim_end_matches('/').to_string(),
+            shown_host: crate::config::redact_uri(&host),
+            host,
             retry_for: DEFAULT_RETRY_FOR,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             poll_min: Duration::from_millis(10),
@@ -171,15 +175,16 @@ impl Meili {
             .await
             .unwrap_or_else(|_| {
                 Err(MeiliError::Unreachable {
-                    host: self.host.clone(),
+                    host: self.shown_host.clone(),
                     what: what.to_string(),
                     detail: format!("no answer within {:?}", self.request_timeout),
                 })
             })
     }
 
-    pub fn host(&self) -> &str {
-        &self.host
+    /// The host as errors and logs may show it (credentials hidden).
+    pub fn shown_host(&self) -> &str {
+        &self.shown_host
     }
 
     /// One attempt at `GET /health`: `Ok(status)` (normally `available`).
@@ -569,7 +574,7 @@ impl Meili {
     /// the retry loop retries exactly those.
     fn classify(&self, what: &str, error: SdkError) -> MeiliError {
         let unreachable = |detail: String| MeiliError::Unreachable {
-            host: self.host.clone(),
+            host: self.shown_host.clone(),
             what: what.to_string(),
             detail,
         };
@@ -639,5 +644,27 @@ pub fn id_string(v: &Value) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn errors_never_show_credentials_in_the_host() {
+        let meili = Meili::new("http://admin:s3cret-pw@127.0.0.1:1", Some("the-master-key"))
+            .unwrap()
+            .with_retry_for(Duration::ZERO);
+        let error = meili.health().await.unwrap_err().to_string();
+        assert!(matches!(
+            meili.health().await,
+            Err(MeiliError::Unreachable { .. })
+        ));
+        assert!(error.contains("127.0.0.1:1"), "{error}");
+        for secret in ["s3cret-pw", "the-master-key"] {
+            assert!(!error.contains(secret), "{secret} leaked: {error}");
+        }
+        assert_eq!(meili.shown_host(), "http://***@127.0.0.1:1");
     }
 }

@@ -128,7 +128,11 @@ async fn schedule(
         };
         state.finished(outcome, wait.as_secs());
         tracing::info!(next_run_in = %humantime::format_duration(Duration::from_secs(wait.as_secs())), "waiting for the next run");
-        if !job::pause(wait, &shutdown.token()).await {
+        let paused_fully = tokio::select! {
+            _ = tokio::time::sleep(wait) => true,
+            _ = shutdown.requested() => false,
+        };
+        if !paused_fully {
             break;
         }
     }
