@@ -81,6 +81,15 @@ enum IndexArg {
     Convos,
 }
 
+impl IndexArg {
+    fn collection(self) -> Collection {
+        match self {
+            IndexArg::Messages => Collection::Messages,
+            IndexArg::Convos => Collection::Conversations,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run beside an API replica: reconcile at start and every serve.interval,
@@ -117,6 +126,23 @@ enum Command {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+    /// Compare every Meilisearch document with its MongoDB document and report
+    /// missing, unexpected and stale documents (exit 1 when there are any);
+    /// with --repair, fix exactly those as the lease owner.
+    Verify {
+        /// Only this index (default: both).
+        #[arg(long, value_enum)]
+        index: Option<IndexArg>,
+        /// Fix the differences (send, flag, delete) under the lease.
+        #[arg(long)]
+        repair: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// With --repair: how long to wait for another owner before exiting with code 3.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+        wait_timeout: Duration,
     },
     /// Show the lease (owner, epoch, state, expiry, progress, ETA) and the last run's summary.
     Status {
@@ -221,10 +247,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             lease_opts.force = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let options = ReindexOptions {
-                only: index.map(|i| match i {
-                    IndexArg::Messages => Collection::Messages,
-                    IndexArg::Convos => Collection::Conversations,
-                }),
+                only: index.map(IndexArg::collection),
                 in_place,
             };
             let shutdown = Shutdown::on_signals();
@@ -238,6 +261,49 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
                 )
             })
             .await;
+            finish(outcome)
+        }
+        Command::Verify {
+            index,
+            repair,
+            json,
+            wait_timeout,
+        } => {
+            let only = index.map(IndexArg::collection);
+            if !repair {
+                return verify(&reconciler, only, json).await;
+            }
+            let mut lease_opts = lease_opts;
+            lease_opts.force = true;
+            lease_opts.wait_timeout = Some(wait_timeout);
+            let shutdown = Shutdown::on_signals();
+            let outcome = with_progress(|progress| {
+                job::run_leased(
+                    &reconciler.db,
+                    &lease_opts,
+                    progress,
+                    shutdown.token(),
+                    |guard, progress| {
+                        let r = reconciler.clone();
+                        async move {
+                            reconcile::verify::repair(
+                                &r.db, &r.meili, &r.sync, only, &guard, &progress,
+                            )
+                            .await
+                        }
+                    },
+                )
+            })
+            .await;
+            if json {
+                if let RunOutcome::Completed { summary, .. } = &outcome {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(summary).expect("summary serializes")
+                    );
+                    return Exit::Done;
+                }
+            }
             finish(outcome)
         }
         Command::Run => {
@@ -255,10 +321,10 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
 }
 
 /// Runs `work` with a progress reporter (log lines, and a bar on a terminal).
-async fn with_progress<F, Fut>(work: F) -> RunOutcome
+async fn with_progress<F, Fut, T>(work: F) -> T
 where
     F: FnOnce(Progress) -> Fut,
-    Fut: std::future::Future<Output = RunOutcome>,
+    Fut: std::future::Future<Output = T>,
 {
     let progress = Progress::new();
     let stop = CancellationToken::new();
@@ -306,6 +372,49 @@ async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
         Ok(plan) => {
             println!("{plan}");
             Exit::Done
+        }
+        Err(error) => {
+            eprintln!("meili-reconciler: {error}");
+            match error {
+                ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
+                    Exit::Unreachable
+                }
+                _ => Exit::Failed,
+            }
+        }
+    }
+}
+
+/// `verify` without `--repair`: reads both sides, writes nothing, takes no
+/// lease. Exit 0 clean, 1 differences found (or the comparison failed), 4 a
+/// server unreachable.
+async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -> Exit {
+    let report = with_progress(|progress| async move {
+        reconcile::verify::verify(
+            &reconciler.db,
+            &reconciler.meili,
+            &reconciler.sync,
+            only,
+            &progress,
+        )
+        .await
+    })
+    .await;
+    match report {
+        Ok(report) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("report serializes")
+                );
+            } else {
+                println!("{report}");
+            }
+            if report.clean {
+                Exit::Done
+            } else {
+                Exit::Failed
+            }
         }
         Err(error) => {
             eprintln!("meili-reconciler: {error}");
