@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 enum Exit {
     /// Done: by us, or by the owner we waited for.
     Done = 0,
-    /// The run failed.
+    /// The run failed (`verify`: differences found).
     Failed = 1,
     /// Bad configuration (nothing was touched).
     BadConfig = 2,
@@ -52,8 +52,8 @@ coordinate through a lease in MongoDB (`distributedJobs`): exactly one does the 
 for its completion or take over if it dies.\n\n\
 Settings: built-in defaults < config/default.toml < --config FILE < environment \
 (LibreChat's MONGO_URI, MEILI_HOST, MEILI_MASTER_KEY, … or RECONCILER__SECTION__KEY).",
-    after_help = "Exit codes: 0 done (by us or by the owner we waited for) · 1 failed · 2 bad configuration · \
-3 lease lost or wait timed out · 4 a server unreachable"
+    after_help = "Exit codes: 0 done (by us or by the owner we waited for) · 1 failed (verify: differences found) · \
+2 bad configuration · 3 lease lost or wait timed out · 4 a server unreachable"
 )]
 struct Cli {
     /// A TOML file layered over config/default.toml (and under the environment).

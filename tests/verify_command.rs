@@ -76,6 +76,7 @@ async fn verify_reports_each_difference_and_repair_fixes_them() {
     let out = target.run("op", &["verify"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{report}");
     assert!(
         report.contains("missing:    1 (1 flagged as indexed)"),
         "{report}"
