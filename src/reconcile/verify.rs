@@ -11,7 +11,8 @@
 //! owner: the structure and settings step of a reconciliation first, then
 //! the comparison, fixing exactly the differences it finds (missing and
 //! stale documents sent and flagged version-exactly, unexpected ones
-//! deleted, flags of what the index holds exactly set).
+//! deleted, flags of what the index holds exactly set); it also clears the
+//! reindex marker of an index it compared and drops a leftover build index.
 //!
 //! JSON shape (`--json`, stable; camelCase): `{ clean, indexes: [ {
 //! collection, indexUid, meiliDocuments, mongoIndexable, matching,
@@ -26,7 +27,9 @@ use mongodb::Database;
 use serde::Serialize;
 
 use super::exact::{self, Comparison, Difference};
-use super::{finish, plan, prepare_index, settings, CollectionSummary, Ctx, ReconcileError};
+use super::{
+    finish, marker, plan, prepare_index, reindex, settings, CollectionSummary, Ctx, ReconcileError,
+};
 use super::{RunSummary, SyncOptions};
 use crate::lease::Guard;
 use crate::meili::Meili;
@@ -145,6 +148,15 @@ pub async fn repair(
         summary.flags_set = repairs.flags_set;
         summary.flags_cleared = repairs.flags_cleared;
         summary.rejected = repairs.rejected;
+        // The comparison an interrupted reindex asked for is done, and a
+        // leftover build index is not live (we hold the lease).
+        if index.exact_comparison_pending {
+            marker::clear(db, opts, &index.index_uid, guard).await?;
+        }
+        if index.leftover_build_index {
+            ctx.drop_index(&reindex::build_uid(&index.index_uid))
+                .await?;
+        }
         summaries.push(summary);
     }
     Ok(finish(summaries, started, progress))
