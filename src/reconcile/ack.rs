@@ -47,12 +47,15 @@ pub(crate) async fn acknowledge(
 ) -> Result<Acked, ReconcileError> {
     let mut acked = Acked::default();
     for chunk in docs.chunks(mongo::STATEMENTS_PER_COMMAND) {
+        let started = std::time::Instant::now();
         let now = mongo::server_time(ctx.db).await?;
         let versions: Vec<DocVersion> = chunk.iter().map(|d| d.version.clone()).collect();
         let updated =
             mongo::set_flags_if_unchanged(ctx.db, ctx.collection, &versions, now, ctx.guard)
                 .await?;
         acked.flagged += updated.matched;
+        tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
+            ms = started.elapsed().as_millis() as u64, "acknowledged");
         if updated.matched < chunk.len() as u64 {
             let changed = handle_changed(ctx, chunk, now).await?;
             acked.deleted += changed.deleted;

@@ -238,6 +238,7 @@ async fn read_batches(
     let mut after: Option<Bson> = None;
     let mut sent = 0u64;
     loop {
+        let started = std::time::Instant::now();
         let now = mongo::server_time(ctx.db).await?;
         let page = match feed {
             Feed::Unindexed => {
@@ -249,6 +250,7 @@ async fn read_batches(
                     .await?
             }
         };
+        tracing::debug!(index = %ctx.uid, docs = page.len(), ms = started.elapsed().as_millis() as u64, "page read");
         let full_page = page.len() == page_size;
         after = page.last().and_then(|d| d.get("_id").cloned());
         let mut batch = Batch::new();
