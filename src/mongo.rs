@@ -121,9 +121,9 @@ impl Collection {
     }
 
     /// What to read from MongoDB to build the Meilisearch document, plus
-    /// its version (`updatedAt`) and its flag.
+    /// its version (`updatedAt`).
     fn read_projection(self) -> Document {
-        let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, FLAG: 1 };
+        let mut projection = doc! { "_id": 1, VERSION_FIELD: 1 };
         for field in self.fields() {
             projection.insert(*field, 1);
         }
@@ -307,13 +307,14 @@ pub async fn read_unindexed_page(
         unindexed_filter(collection, now),
         after,
         limit,
+        collection.read_projection(),
     )
     .await
 }
 
 /// The next page of every indexable document at server time `now`, whatever
-/// its flag, projected like [`read_unindexed_page`]. What a forced reindex
-/// builds from and what an exact comparison reads.
+/// its flag, projected like [`read_unindexed_page`] plus the flag. What a
+/// forced reindex builds from and what an exact comparison reads.
 pub async fn read_indexable_page(
     db: &Database,
     collection: Collection,
@@ -321,12 +322,15 @@ pub async fn read_indexable_page(
     after: Option<&Bson>,
     limit: usize,
 ) -> Result<Vec<Document>, MongoError> {
+    let mut projection = collection.read_projection();
+    projection.insert(FLAG, 1);
     read_page(
         db,
         collection,
         indexable_filter(collection, now),
         after,
         limit,
+        projection,
     )
     .await
 }
@@ -337,6 +341,7 @@ async fn read_page(
     mut filter: Document,
     after: Option<&Bson>,
     limit: usize,
+    projection: Document,
 ) -> Result<Vec<Document>, MongoError> {
     if let Some(after) = after {
         filter.insert("_id", doc! { "$gt": after.clone() });
@@ -346,7 +351,7 @@ async fn read_page(
         .find(filter)
         .sort(doc! { "_id": 1 })
         .limit(limit as i64)
-        .projection(collection.read_projection())
+        .projection(projection)
         .await
         .map_err(mongo_err("read"))?
         .try_collect()

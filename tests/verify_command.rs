@@ -149,3 +149,36 @@ async fn verify_reports_each_difference_and_repair_fixes_them() {
     env.assert_in_step(server_now(&env.db).await, &[]).await;
     env.cleanup().await;
 }
+
+/// `once --deep` compares contents, not only ids: a stale version under a
+/// flag that says "indexed" survives `once --force` (ids and counts agree)
+/// and is fixed by `once --deep`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_deep_repairs_what_counts_and_ids_cannot_see() {
+    let target = Target::new("deep");
+    let env = Env::for_target(&target).await;
+    seed(&env, 500, 50).await;
+    let out = target.run("first", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let messages = env.uid(Collection::Messages);
+    let in_meili = env.meili_docs(Collection::Messages).await;
+    let stale = in_meili.keys().next().unwrap().clone();
+    let mut old = in_meili[&stale].clone();
+    old["text"] = json!("AN OLDER VERSION");
+    env.put_docs(&messages, &[old]).await;
+
+    let out = target.run("ids-only", &["once", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let still = env.meili_docs(Collection::Messages).await;
+    assert_eq!(still[&stale]["text"], json!("AN OLDER VERSION"));
+
+    let out = target.run("deep", &["once", "--deep", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 stale before repair"),
+        "{}",
+        text(&out)
+    );
+    env.assert_in_step(server_now(&env.db).await, &[]).await;
+    env.cleanup().await;
+}
