@@ -180,6 +180,8 @@ pub struct LeaseSettings {
     pub failure_backoff: Duration,
     pub failure_backoff_max: Duration,
     pub unreachable_timeout: Duration,
+    pub librechat_clock_skew: Duration,
+    pub write_concern: crate::lease::LeaseWriteConcern,
 }
 
 #[derive(Clone, Debug)]
@@ -621,7 +623,25 @@ impl Raw {
             failure_backoff,
             failure_backoff_max,
             unreachable_timeout: self.positive_duration("lease.unreachable_timeout")?,
+            librechat_clock_skew: self.duration("lease.librechat_clock_skew")?,
+            write_concern: self.write_concern("lease.write_concern")?,
         })
+    }
+
+    fn write_concern(&self, key: &str) -> Result<crate::lease::LeaseWriteConcern, ConfigError> {
+        use crate::lease::LeaseWriteConcern;
+        let text = self.string(key);
+        if text.eq_ignore_ascii_case("majority") {
+            return Ok(LeaseWriteConcern::Majority);
+        }
+        match text.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(LeaseWriteConcern::Nodes(n)),
+            _ => Err(ConfigError::invalid(
+                key,
+                self.shown(key),
+                "\"majority\" (the default) or a number of nodes ≥ 1",
+            )),
+        }
     }
 
     fn sync(&self) -> Result<SyncSettings, ConfigError> {

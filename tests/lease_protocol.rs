@@ -124,7 +124,14 @@ async fn seed_round(db: &Database, opts: &LeaseOptions, round: usize) -> i64 {
             doc! { "_id": &opts.job, "owner": "old", "epoch": 7_i64, "status": "completed", "completedAt": hour_ago, "claimedAt": hour_ago }
         }
         2 => {
-            doc! { "_id": &opts.job, "owner": "crashed", "epoch": 3_i64, "status": "running", "expiresAt": clock::earlier(now, Duration::from_secs(1)) }
+            // Ours, its lease ended a second ago.
+            let mut crashed =
+                doc! { "_id": &opts.job, "owner": "crashed", "epoch": 3_i64, "status": "running" };
+            crashed.extend(our_expiry(
+                opts,
+                clock::earlier(now, Duration::from_secs(1)),
+            ));
+            crashed
         }
         _ => {
             doc! { "_id": &opts.job, "owner": "stopped", "epoch": 5_i64, "status": "released", "releasedAt": now }
@@ -274,7 +281,7 @@ async fn a_job_longer_than_the_ttl_keeps_the_lease() {
         if let Some(record) = read_job(&db, &opts).await {
             if record.status == JobStatus::Running {
                 assert_eq!(record.epoch, Some(1), "nobody else claimed");
-                expiries.push(record.expires_at.unwrap());
+                expiries.push(record.lease_expires_at.unwrap());
                 saw_progress |= record
                     .progress
                     .as_ref()
@@ -311,13 +318,19 @@ async fn a_job_longer_than_the_ttl_keeps_the_lease() {
 async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
     let db = database("lease_stale").await;
     let opts = fast_options("stale", "a");
-    let ttl = Duration::from_millis(300);
-    let a = JobStore::new(&same_database(&db).await, &opts.collection, &opts.job, ttl);
+    let a = JobStore::new(
+        &same_database(&db).await,
+        &LeaseOptions {
+            ttl: Duration::from_millis(300),
+            ..opts.clone()
+        },
+    );
     let b = JobStore::new(
         &same_database(&db).await,
-        &opts.collection,
-        &opts.job,
-        Duration::from_secs(60),
+        &LeaseOptions {
+            ttl: Duration::from_secs(60),
+            ..opts.clone()
+        },
     );
 
     let now = a.server_now().await.unwrap();
@@ -330,20 +343,25 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         epoch: 1,
     };
 
-    // b cannot claim the live lease, with or without the right epoch.
+    // b cannot claim the live lease, neither as it is nor as absent.
     let now = b.server_now().await.unwrap();
-    assert_eq!(b.claim("b", now, Some(1)).await.unwrap(), ClaimResult::Lost);
+    let live = b.read().await.unwrap().unwrap();
+    assert_eq!(
+        b.claim("b", now, Some(&live)).await.unwrap(),
+        ClaimResult::Lost
+    );
     assert_eq!(b.claim("b", now, None).await.unwrap(), ClaimResult::Lost);
 
     // Once it expired (by the server's clock), b takes over.
     let now = loop {
         let now = b.server_now().await.unwrap();
-        if now >= claimed.expires_at.unwrap() {
+        if now >= claimed.lease_expires_at.unwrap() {
             break now;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let ClaimResult::Won(taken) = b.claim("b", now, Some(1)).await.unwrap() else {
+    let expired = b.read().await.unwrap().unwrap();
+    let ClaimResult::Won(taken) = b.claim("b", now, Some(&expired)).await.unwrap() else {
         panic!("b takes over the expired lease")
     };
     assert_eq!(taken.epoch, Some(2));
@@ -470,7 +488,7 @@ async fn a_partitioned_owner_stops_before_its_lease_expires() {
     let record = read_job(&db, &opts).await.unwrap();
     let now = server_now(&db).await;
     assert_eq!(record.owner.as_deref(), Some("cut-off"));
-    let expires_at = record.expires_at.unwrap();
+    let expires_at = record.lease_expires_at.unwrap();
     assert!(
         now < expires_at,
         "cancelled at server time {now}, after expiresAt {expires_at}"

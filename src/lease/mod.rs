@@ -26,7 +26,7 @@ pub mod store;
 
 pub use guard::{Guard, LeaseLost};
 pub use job::LeasedJob;
-pub use options::{default_owner_id, LeaseOptions};
+pub use options::{default_owner_id, LeaseOptions, LeaseWriteConcern};
 pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
 pub use status::{read_status, LeaseState, LeaseStatus};

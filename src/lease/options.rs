@@ -42,6 +42,26 @@ pub struct LeaseOptions {
     /// How long MongoDB may stay unreachable while we are not the owner
     /// before giving up with [`LeaseError::MongoUnavailable`](super::LeaseError).
     pub unreachable_timeout: Duration,
+    /// How far a LibreChat app server's clock may be off MongoDB's. LibreChat
+    /// claims the same document judging `expiresAt` by its own clock, so we
+    /// write `expiresAt` this much later than our lease's end, and treat its
+    /// lease as live until its `expiresAt` plus this.
+    pub librechat_clock_skew: Duration,
+    /// The write concern of every lease write (reads follow it: `majority`
+    /// reads with `majority` writes, `local` with a node count).
+    pub write_concern: LeaseWriteConcern,
+}
+
+/// `lease.write_concern`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseWriteConcern {
+    /// `w: "majority"`: a claim or renewal, once confirmed, survives a
+    /// failover. The default.
+    Majority,
+    /// `w: n`, for sets where a majority cannot always acknowledge (two data
+    /// nodes and an arbiter): a failover can then roll back a claim and let
+    /// two replicas own the same epoch.
+    Nodes(u32),
 }
 
 impl LeaseOptions {
@@ -61,6 +81,8 @@ impl LeaseOptions {
             failure_backoff: Duration::from_secs(30),
             failure_backoff_max: Duration::from_secs(30 * 60),
             unreachable_timeout: Duration::from_secs(60),
+            librechat_clock_skew: Duration::from_secs(5 * 60),
+            write_concern: LeaseWriteConcern::Majority,
         }
     }
 

@@ -59,7 +59,7 @@ pub async fn run_single_flight(
     shutdown: CancellationToken,
 ) -> Result<Outcome, LeaseError> {
     opts.assert_sane();
-    let store = JobStore::new(db, &opts.collection, &opts.job, opts.ttl);
+    let store = JobStore::new(db, opts);
     match follower::wait_for_turn(&store, opts, &shutdown).await? {
         Turn::Finished(outcome) => Ok(outcome),
         Turn::Claimed(claimed) => {
@@ -79,10 +79,10 @@ async fn run_as_owner(
     let Claimed {
         fence,
         record,
-        sent_at,
+        deadline,
     } = claimed;
     let epoch = fence.epoch;
-    let guard = Guard::with_deadline(sent_at + opts.holds_for());
+    let guard = Guard::with_deadline(deadline);
     let renewer = Renewer::start(
         store.clone(),
         fence.clone(),
@@ -92,7 +92,7 @@ async fn run_as_owner(
             renew_every: opts.renew_every,
             holds_for: opts.holds_for(),
         },
-        sent_at,
+        deadline,
     );
 
     let work = job.run(guard.clone(), progress.clone());

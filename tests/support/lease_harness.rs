@@ -58,10 +58,23 @@ pub async fn server_now(db: &Database) -> DateTime {
 
 /// The job document as the protocol reads it.
 pub async fn read_job(db: &Database, opts: &LeaseOptions) -> Option<JobRecord> {
-    JobStore::new(db, &opts.collection, &opts.job, opts.ttl)
+    JobStore::new(db, opts)
         .read()
         .await
         .expect("read the job document")
+}
+
+/// The expiry fields of a job document as this service writes them: its
+/// lease ends at `lease_end`, `expiresAt` (what LibreChat's claim reads) lies
+/// `opts.librechat_clock_skew` later, and `writtenExpiresAt` records that we
+/// wrote it (see `src/lease/store.rs`).
+pub fn our_expiry(opts: &LeaseOptions, lease_end: DateTime) -> mongodb::bson::Document {
+    let librechat_end = clock::later(lease_end, opts.librechat_clock_skew);
+    mongodb::bson::doc! {
+        "leaseExpiresAt": lease_end,
+        "expiresAt": librechat_end,
+        "writtenExpiresAt": librechat_end,
+    }
 }
 
 /// Side effects a test job performed, stamped with the local monotonic time
