@@ -144,6 +144,13 @@ fn main() -> ExitCode {
     }
     let replica = replica_id(&settings);
     telemetry::init(&settings.log.format, &replica);
+    if settings.librechat_sync_off {
+        // LibreChat's switch, not ours: say we saw it, and that we still work.
+        tracing::info!(
+            "MEILI_NO_SYNC=true: LibreChat's in-process sync is off, the recommended set-up beside this service; \
+             this service still reconciles (plan only is RECONCILER__SYNC__PLAN_ONLY=true or `plan`)"
+        );
+    }
 
     if !settings.sync.enabled {
         tracing::info!("search is disabled (SEARCH=false); nothing to do");
@@ -191,7 +198,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
     match command {
         Command::Plan { json } => plan(&reconciler, json).await,
         Command::Once { .. } | Command::Run if plan_only => {
-            tracing::info!("MEILI_NO_SYNC is set: printing the plan, writing nothing");
+            tracing::info!("sync.plan_only is set: printing the plan, writing nothing");
             plan(&reconciler, false).await
         }
         Command::Once {

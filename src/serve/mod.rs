@@ -150,7 +150,7 @@ fn report(outcome: &RunOutcome) {
 async fn log_plan_only(reconciler: &Reconciler) -> RunOutcome {
     match crate::reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
         Ok(plan) => {
-            tracing::info!(plan = %serde_json::to_string(&plan).unwrap_or_default(), "plan only (MEILI_NO_SYNC): nothing written");
+            tracing::info!(plan = %serde_json::to_string(&plan).unwrap_or_default(), "plan only (sync.plan_only): nothing written");
             RunOutcome::DoneByOther {
                 owner: None,
                 summary: serde_json::to_value(&plan).ok(),
