@@ -136,7 +136,7 @@ fn child_env_for(db: &Database, job: &str, owner: &str, mode: &str) -> Vec<(&'st
         ("LEASE_JOB", job.to_string()),
         ("LEASE_OWNER", owner.to_string()),
         ("LEASE_MODE", mode.to_string()),
-        ("MONGO_URI", support::servers().mongo_uri.clone()),
+        ("MONGO_URI", support::mongo_uri().to_string()),
         ("RUST_LOG", "warn".to_string()),
     ]
 }

@@ -10,7 +10,7 @@ use mongodb::{Client, Database};
 use support::seeder::{seed, CollectionCounts, SeedSpec};
 
 async fn fresh_database(tag: &str) -> Database {
-    let client = Client::with_uri_str(&support::servers().mongo_uri)
+    let client = Client::with_uri_str(support::mongo_uri())
         .await
         .expect("MongoDB URI");
     client.database(&support::unique_name(tag))
