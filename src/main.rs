@@ -15,7 +15,7 @@ use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{self, ReconcileError, ReindexOptions};
 use meili_reconciler::serve;
-use meili_reconciler::servers::{self, StartupRetry, Unreachable};
+use meili_reconciler::servers::{self, Patience, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use tokio_util::sync::CancellationToken;
@@ -126,6 +126,16 @@ enum Command {
     },
 }
 
+impl Command {
+    /// Commands an operator runs at a terminal: they try each server once and
+    /// exit 4 within `mongo.connect_timeout`, with one line on stderr, instead
+    /// of waiting for a server that may still be starting (as `once` and `run`
+    /// do beside it).
+    fn is_interactive(&self) -> bool {
+        matches!(self, Command::Plan { .. } | Command::Status { .. })
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut settings = match config::load(&Sources::from_process(cli.config.clone())) {
@@ -176,18 +186,23 @@ fn replica_id(settings: &Settings) -> String {
 }
 
 async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit {
-    let retry = StartupRetry::default();
-    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, &retry).await {
+    let interactive = command.is_interactive();
+    let patience = if interactive {
+        Patience::interactive(settings.mongo.connect_timeout)
+    } else {
+        Patience::startup()
+    };
+    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, &patience).await {
         Ok(connected) => connected,
-        Err(error) => return unreachable(error),
+        Err(error) => return unreachable(error, interactive),
     };
     let lease_opts = job::lease_options(&settings, &replica);
     if let Command::Status { json } = command {
         return status(&db, &lease_opts, json).await;
     }
     let meili = servers::meili_client(&settings.meili);
-    if let Err(error) = servers::check_meili(&meili, &settings.meili, &retry).await {
-        return unreachable(error);
+    if let Err(error) = servers::check_meili(&meili, &settings.meili, &patience).await {
+        return unreachable(error, interactive);
     }
     let reconciler = Reconciler {
         db,
@@ -346,8 +361,12 @@ async fn status(db: &mongodb::Database, lease_opts: &lease::LeaseOptions, json: 
     }
 }
 
-fn unreachable(error: Unreachable) -> Exit {
-    tracing::error!(server = %error.server, reason = %error.reason, "server unreachable");
+/// Reports an unreachable server: one line on stderr; a service (`once`,
+/// `run`, `reindex`) also logs it, for the log collector.
+fn unreachable(error: Unreachable, interactive: bool) -> Exit {
+    if !interactive {
+        tracing::error!(server = %error.server, reason = %error.reason, "server unreachable");
+    }
     eprintln!("meili-reconciler: {error}");
     Exit::Unreachable
 }

@@ -5,6 +5,8 @@
 
 mod support;
 
+use std::time::{Duration, Instant};
+
 use mongodb::bson::{doc, Document};
 use serde_json::Value;
 use support::chat_data::{self, Env};
@@ -152,12 +154,31 @@ async fn meili_no_sync_true_still_indexes_and_is_logged() {
     env.cleanup().await;
 }
 
+/// `plan` against an unreachable Meilisearch: exit 4 after one attempt (not
+/// the start-up retries, which back off for 7.5 s and more), one line naming
+/// it and the cause, without its key.
 #[test]
 fn unreachable_meilisearch_exits_4_naming_it_without_the_key() {
-    let target = Target::new("cli_meili_down").with_meili("http://127.0.0.1:1", "key-do-not-print");
+    let connect_timeout = Duration::from_secs(1);
+    let target = Target::new("cli_meili_down")
+        .with_meili("http://127.0.0.1:1", "key-do-not-print")
+        .set("RECONCILER__MONGO__CONNECT_TIMEOUT", "1s");
+    let started = Instant::now();
     let out = target.run("op", &["plan"]);
+    let elapsed = started.elapsed();
     let text = all(&out);
     assert_eq!(out.status.code(), Some(4), "{text}");
-    assert!(text.contains("Meilisearch at http://127.0.0.1:1"), "{text}");
+    assert!(
+        elapsed < connect_timeout * 3,
+        "took {elapsed:?} with mongo.connect_timeout = {connect_timeout:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line on stderr:\n{stderr}");
+    assert!(
+        lines[0].contains("Meilisearch at http://127.0.0.1:1")
+            && lines[0].contains("connection refused"),
+        "{text}"
+    );
     assert!(!text.contains("key-do-not-print"), "{text}");
 }
