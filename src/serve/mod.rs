@@ -61,7 +61,13 @@ pub async fn run(
         db: reconciler.db.clone(),
         meili: reconciler.meili.clone(),
         lease: lease.clone(),
-        metrics: crate::metrics::install(),
+        metrics: crate::metrics::install(&crate::metrics::KnownLabels {
+            indexes: vec![settings.messages_index(), settings.convos_index()],
+            collections: Collection::ALL
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect(),
+        }),
     };
     let http_shutdown = shutdown.clone();
     let server = tokio::spawn(async move {
