@@ -20,7 +20,7 @@ use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use tokio_util::sync::CancellationToken;
 
-/// Exit codes (DESIGN.md §1).
+/// Exit codes (docs/design.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Exit {
     /// Done: by us, or by the owner we waited for.

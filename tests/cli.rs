@@ -1,5 +1,5 @@
 //! The command line as operators meet it: help texts, and the exit codes of
-//! DESIGN.md §1 for bad configuration, disabled search and unreachable servers.
+//! docs/design.md §1 for bad configuration, disabled search and unreachable servers.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! The single-flight lease (DESIGN.md §4) across OS processes: six processes
+//! The single-flight lease (docs/design.md §5) across OS processes: six processes
 //! racing for 50 rounds, an owner killed with SIGKILL, and replicas whose wall
 //! clocks are hours off (run under `faketime`).
 //!

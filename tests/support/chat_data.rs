@@ -224,7 +224,7 @@ impl Env {
 }
 
 /// The expected Meilisearch id and document of a MongoDB document, or `None`
-/// when it must not be in Meilisearch. Written from DESIGN.md §2, apart from
+/// when it must not be in Meilisearch. Written from docs/design.md §3, apart from
 /// the engine's own code.
 pub fn expected(collection: Collection, d: &Document, now: DateTime) -> Option<(String, Value)> {
     let user_ok = matches!(d.get("user"), Some(Bson::String(u)) if !u.is_empty());
