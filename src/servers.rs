@@ -48,12 +48,6 @@ pub struct Patience {
     pub attempt_timeout: Option<Duration>,
 }
 
-impl Default for Patience {
-    fn default() -> Self {
-        Patience::startup()
-    }
-}
-
 impl Patience {
     /// Five attempts over about 15 s: long enough for a server that is still
     /// starting beside us, short enough for a deploy job to fail fast.
