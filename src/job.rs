@@ -87,7 +87,7 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
-    /// The exit code of DESIGN.md §1.
+    /// The exit code (docs/design.md §1).
     pub fn exit_code(&self) -> u8 {
         match self {
             RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => 0,

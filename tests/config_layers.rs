@@ -136,7 +136,6 @@ fn librechat_names_are_honoured() {
         ("MEILI_SYNC_THRESHOLD", "42"),
         ("MEILI_SYNC_BATCH_SIZE", "500"),
         ("MEILI_SYNC_DELAY_MS", "250"),
-        ("MEILI_NO_SYNC", "true"),
     ])
     .unwrap();
     assert_eq!(s.mongo.database, "chats", "database from the URI's path");
@@ -145,7 +144,6 @@ fn librechat_names_are_honoured() {
     assert_eq!(s.sync.threshold, 42);
     assert_eq!(s.sync.batch_docs, 500);
     assert_eq!(s.sync.delay, Duration::from_millis(250));
-    assert!(s.sync.plan_only);
     assert!(s.sync.enabled);
     let s = load(&[("SEARCH", "false")]).unwrap();
     assert!(!s.sync.enabled);
@@ -154,6 +152,34 @@ fn librechat_names_are_honoured() {
         s.mongo.database, "other",
         "mongo.database wins over the URI path"
     );
+}
+
+/// `MEILI_NO_SYNC` is LibreChat's switch for its own start-up sync; operators
+/// set it beside this service, so it must not switch this service to plan only.
+#[test]
+fn meili_no_sync_is_librechat_s_switch_not_plan_only() {
+    for value in ["true", "TRUE", " True "] {
+        let s = load(&[("MEILI_NO_SYNC", value)]).unwrap();
+        assert!(
+            !s.sync.plan_only,
+            "MEILI_NO_SYNC={value:?} must not mean plan only"
+        );
+        assert!(s.librechat_sync_off, "MEILI_NO_SYNC={value:?} is seen");
+    }
+    // As LibreChat reads it (`isEnabled`): only the text "true" turns its sync off,
+    // and any other value is LibreChat's business, never a configuration error.
+    for value in ["false", "1", "yes", "nonsense"] {
+        let s = load(&[("MEILI_NO_SYNC", value)]).unwrap();
+        assert!(!s.librechat_sync_off, "MEILI_NO_SYNC={value:?}");
+        assert!(!s.sync.plan_only);
+    }
+    // Plan only stays available under its own name.
+    let s = load(&[
+        ("MEILI_NO_SYNC", "true"),
+        ("RECONCILER__SYNC__PLAN_ONLY", "true"),
+    ])
+    .unwrap();
+    assert!(s.sync.plan_only);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The single-flight lease (DESIGN.md §4) across OS processes: six processes
+//! The single-flight lease (docs/design.md §5) across OS processes: six processes
 //! racing for 50 rounds, an owner killed with SIGKILL, and replicas whose wall
 //! clocks are hours off (run under `faketime`).
 //!
@@ -136,7 +136,7 @@ fn child_env_for(db: &Database, job: &str, owner: &str, mode: &str) -> Vec<(&'st
         ("LEASE_JOB", job.to_string()),
         ("LEASE_OWNER", owner.to_string()),
         ("LEASE_MODE", mode.to_string()),
-        ("MONGO_URI", support::servers().mongo_uri.clone()),
+        ("MONGO_URI", support::mongo_uri().to_string()),
         ("RUST_LOG", "warn".to_string()),
     ]
 }

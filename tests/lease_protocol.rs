@@ -1,4 +1,4 @@
-//! The single-flight lease (DESIGN.md §4) in one process: contention between
+//! The single-flight lease (docs/design.md §5) in one process: contention between
 //! 16 clients, a task longer than the ttl, a stale owner, a partition, a
 //! release on shutdown, failure backoff, freshness, timeouts and `status`.
 //! Each replica is a separate MongoDB client; timings are short.

@@ -18,11 +18,11 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{servers, unique_name};
+use super::{mongo_uri, unique_name};
 
 /// A fresh client (its own connection pool, like a separate replica).
 pub async fn client() -> Client {
-    Client::with_uri_str(&servers().mongo_uri)
+    Client::with_uri_str(mongo_uri())
         .await
         .expect("MONGO_URI parses")
 }
@@ -142,14 +142,14 @@ pub async fn primary_address(db: &Database) -> String {
     if let Ok(primary) = hello.get_str("primary") {
         return primary.to_string();
     }
-    let options = ClientOptions::parse(&servers().mongo_uri).await.unwrap();
+    let options = ClientOptions::parse(mongo_uri()).await.unwrap();
     options.hosts[0].to_string()
 }
 
 /// A client that reaches MongoDB only through `proxy` (credentials and
 /// options from MONGO_URI), with short timeouts so a cut shows quickly.
 pub async fn client_via(proxy: &MongoProxy) -> Client {
-    let mut options = ClientOptions::parse(&servers().mongo_uri).await.unwrap();
+    let mut options = ClientOptions::parse(mongo_uri()).await.unwrap();
     options.hosts = vec![ServerAddress::Tcp {
         host: proxy.addr.ip().to_string(),
         port: Some(proxy.addr.port()),
