@@ -241,6 +241,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         } => {
             let mut lease_opts = lease_opts;
             lease_opts.force = true;
+            lease_opts.own_run_only = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let options = ReindexOptions {
                 only: index.map(|i| match i {

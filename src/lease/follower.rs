@@ -13,7 +13,7 @@
 //! | `running`, expired | claim (takeover) |
 //! | `released` (or unknown status) | claim |
 //! | `completed` at or after `wait start - reuse_completion_for` | done (not when forced) |
-//! | `completed` from a run claimed after our wait start | done (also when forced) |
+//! | `completed` from a run claimed after our wait start | done (also when forced; never with `own_run_only`) |
 //! | `completed`, older | claim |
 //! | `failed`, `retryAt > now` | wait (claim when forced) |
 //! | `failed`, `retryAt <= now` | claim (retry) |
@@ -108,7 +108,9 @@ pub(crate) fn judge(
                     },
                 })
             };
-            if opts.force {
+            if opts.own_run_only {
+                Verdict::Claim
+            } else if opts.force {
                 // Only a run that began after we were asked satisfies --force.
                 match record.claimed_at {
                     Some(claimed_at) if claimed_at >= wait_started => done(None),
@@ -569,6 +571,12 @@ mod tests {
             judge(Some(&completed), at(1001), at(99), &forced),
             Verdict::Done(Outcome::CompletedByOther { .. })
         ));
+        // A reindex: no other run satisfies it.
+        forced.own_run_only = true;
+        assert_eq!(
+            judge(Some(&completed), at(1001), at(99), &forced),
+            Verdict::Claim
+        );
     }
 
     #[test]

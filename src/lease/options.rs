@@ -34,6 +34,10 @@ pub struct LeaseOptions {
     /// Run even if a fresh completion exists or a failed run's `retryAt` has
     /// not come yet. Never steals a live lease.
     pub force: bool,
+    /// Only a run of our own satisfies us: another replica's completion, even
+    /// of a run claimed after we started waiting, is waited out and then the
+    /// lease claimed (`reindex`: an ordinary reconciliation is not a reindex).
+    pub own_run_only: bool,
     /// `retryAt` after the first failure; doubled per further consecutive
     /// failure.
     pub failure_backoff: Duration,
@@ -78,6 +82,7 @@ impl LeaseOptions {
             reuse_completion_for: Duration::from_secs(60),
             wait_timeout: None,
             force: false,
+            own_run_only: false,
             failure_backoff: Duration::from_secs(30),
             failure_backoff_max: Duration::from_secs(30 * 60),
             unreachable_timeout: Duration::from_secs(60),

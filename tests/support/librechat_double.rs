@@ -120,9 +120,7 @@ impl LibreChatReplica {
             }
             Ok(_) => Ok(None),
             Err(e) if matches!(&*e.kind, ErrorKind::Command(c) if c.code == 11000) => Ok(None),
-            Err(e)
-                if matches!(&*e.kind, ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) if w.code == 11000) =>
-            {
+            Err(e) if matches!(&*e.kind, ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) if w.code == 11000) => {
                 Ok(None)
             }
             Err(e) => Err(e),
