@@ -22,58 +22,6 @@ use support::lease_harness::*;
 use tokio::sync::{oneshot, Barrier};
 use tokio_util::sync::CancellationToken;
 
-/// A job that signals its start, then does side effects every 20 ms (each
-/// after a `guard.check()`) until it is stopped.
-async fn run_until_stopped(
-    guard: Guard,
-    progress: Progress,
-    started: Option<oneshot::Sender<Guard>>,
-    effects: Effects,
-) -> anyhow::Result<serde_json::Value> {
-    progress.phase("endless", 0);
-    if let Some(started) = started {
-        let _ = started.send(guard.clone());
-    }
-    loop {
-        let decided_at = Instant::now();
-        guard.check()?;
-        effects.record(decided_at);
-        progress.advance(1);
-        tokio::select! {
-            _ = guard.cancelled() => {}
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
-    }
-}
-
-/// Starts an owner running `run_until_stopped` and waits until its job runs.
-async fn start_endless_owner(
-    db: &Database,
-    opts: LeaseOptions,
-    effects: Effects,
-) -> (
-    tokio::task::JoinHandle<Result<Outcome, LeaseError>>,
-    Guard,
-    CancellationToken,
-) {
-    let db = same_database(db).await;
-    let shutdown = CancellationToken::new();
-    let (started_tx, started_rx) = oneshot::channel();
-    let stop = shutdown.clone();
-    let owner = tokio::spawn(async move {
-        let mut started = Some(started_tx);
-        let mut job = move |guard: Guard, progress: Progress| {
-            run_until_stopped(guard, progress, started.take(), effects.clone())
-        };
-        run_single_flight(&db, &opts, &mut job, Progress::new(), stop).await
-    });
-    let guard = tokio::time::timeout(Duration::from_secs(10), started_rx)
-        .await
-        .expect("the owner's job starts")
-        .expect("the owner's job starts");
-    (owner, guard, shutdown)
-}
-
 /// A replica whose job records its start (local and server time) and returns
 /// `{"by": owner}` after `work`.
 async fn run_recording(

@@ -16,7 +16,7 @@ use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::renewer::{RenewTiming, Renewer};
 use super::retry;
-use super::store::{Fence, JobStore};
+use super::store::{Fence, JobStatus, JobStore};
 use crate::progress::Progress;
 
 /// How long a shutting-down owner waits for writes it already sent.
@@ -145,7 +145,8 @@ async fn release(
 ) -> Result<Outcome, LeaseError> {
     let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(guard));
     let snapshot = progress.snapshot();
-    match fenced_write(store, until, |now| store.release(fence, now, &snapshot)).await {
+    let write = |now| store.release(fence, now, &snapshot);
+    match fenced_write(store, fence, JobStatus::Released, until, write).await {
         Written::Yes => {
             info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
             Err(LeaseError::ShutDown { released: true })
@@ -169,7 +170,15 @@ async fn complete(
 ) -> Result<Outcome, LeaseError> {
     let snapshot = progress.snapshot();
     let write = |now| store.complete(fence, now, &summary, &snapshot);
-    match fenced_write(store, deadline_of(guard), write).await {
+    match fenced_write(
+        store,
+        fence,
+        JobStatus::Completed,
+        deadline_of(guard),
+        write,
+    )
+    .await
+    {
         Written::Yes => {
             info!(owner = %fence.owner, epoch = fence.epoch, %summary, "job completed");
             Ok(Outcome::Ran {
@@ -199,7 +208,7 @@ async fn record_failure(
         retry_at = clock::later(now, backoff);
         store.fail(fence, now, &message, attempt, retry_at)
     };
-    match fenced_write(store, deadline_of(guard), write).await {
+    match fenced_write(store, fence, JobStatus::Failed, deadline_of(guard), write).await {
         Written::Yes => {
             error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
                 retry_in_ms = backoff.as_millis() as u64, "job failed");
@@ -242,18 +251,34 @@ enum Written {
     Unconfirmed(String),
 }
 
-/// One of the owner's final fenced writes, with a fresh server time per
-/// attempt, retried on errors until `until` (never past the lease's local
-/// deadline: after it the lease may belong to someone else).
-async fn fenced_write<F, Fut>(store: &JobStore, until: Instant, mut write: F) -> Written
+/// One of the owner's final fenced writes (ending the run in `to`), with a
+/// fresh server time per attempt, retried on errors until `until` (never
+/// past the lease's local deadline: after it the lease may belong to
+/// someone else).
+///
+/// An error leaves the outcome unknown (a write-concern error or a lost
+/// reply may hide an applied write), so the next attempt first reads the
+/// document: if it already shows `to` under our fence, the write is done.
+/// Writing again would match nothing; the store re-reads in that case too.
+async fn fenced_write<F, Fut>(
+    store: &JobStore,
+    fence: &Fence,
+    to: JobStatus,
+    until: Instant,
+    mut write: F,
+) -> Written
 where
     F: FnMut(DateTime) -> Fut,
     Fut: std::future::Future<Output = mongodb::error::Result<bool>>,
 {
     let mut delays = retry::delays(Duration::from_secs(1));
     let mut last_error = String::from("the lease's local deadline passed before the write");
+    let mut unsure = false;
     while Instant::now() < until {
         let attempt = async {
+            if unsure && store.shows(fence, &to).await? {
+                return Ok(true);
+            }
             let now = store.server_now().await?;
             write(now).await
         };
@@ -261,8 +286,9 @@ where
             Ok(Ok(true)) => return Written::Yes,
             Ok(Ok(false)) => return Written::MatchedNothing,
             Ok(Err(err)) => {
+                unsure = true;
                 last_error = err.to_string();
-                warn!(error = %last_error, "fenced lease write failed; retrying");
+                warn!(error = %last_error, "fenced lease write failed (its outcome is unknown); reading the lease, then retrying");
             }
             Err(_elapsed) => break,
         }
