@@ -207,6 +207,8 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__LEASE__FAILURE_BACKOFF", "7s"),
         ("RECONCILER__LEASE__FAILURE_BACKOFF_MAX", "70s"),
         ("RECONCILER__LEASE__UNREACHABLE_TIMEOUT", "9s"),
+        ("RECONCILER__LEASE__LIBRECHAT_CLOCK_SKEW", "45s"),
+        ("RECONCILER__LEASE__WRITE_CONCERN", "1"),
         ("RECONCILER__SYNC__BATCH_DOCS", "10"),
         ("RECONCILER__SYNC__BATCH_BYTES", "64KiB"),
         ("RECONCILER__SYNC__IN_FLIGHT", "4"),
@@ -257,6 +259,11 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.lease.failure_backoff, Duration::from_secs(7));
     assert_eq!(s.lease.failure_backoff_max, Duration::from_secs(70));
     assert_eq!(s.lease.unreachable_timeout, Duration::from_secs(9));
+    assert_eq!(s.lease.librechat_clock_skew, Duration::from_secs(45));
+    assert_eq!(
+        s.lease.write_concern,
+        meili_reconciler::lease::LeaseWriteConcern::Nodes(1)
+    );
     assert_eq!(s.sync.batch_docs, 10);
     assert_eq!(s.sync.batch_bytes, 64 * 1024);
     assert_eq!(s.sync.in_flight, 4);
@@ -332,6 +339,18 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
             "lease.ttl",
             "0s",
             "greater than zero",
+        ),
+        (
+            &[("RECONCILER__LEASE__WRITE_CONCERN", "all")],
+            "lease.write_concern",
+            "all",
+            "\"majority\"",
+        ),
+        (
+            &[("RECONCILER__LEASE__WRITE_CONCERN", "0")],
+            "lease.write_concern",
+            "0",
+            "number of nodes ≥ 1",
         ),
         (
             &[("RECONCILER__LEASE__RENEW_EVERY", "180s")],

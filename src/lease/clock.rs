@@ -1,4 +1,4 @@
-//! MongoDB's clock: the one time source of the lease protocol (DESIGN.md §4).
+//! MongoDB's clock: the one time source of the lease protocol (docs/design.md §5).
 //!
 //! Every time the protocol compares or writes (`claimedAt`, `expiresAt`,
 //! `retryAt`, "is it expired?") is the server's `hello.localTime`, read just

@@ -1,7 +1,7 @@
 //! The knobs of one single-flight lease ([`LeaseOptions`]) and the failure
 //! backoff they imply.
 //!
-//! Defaults are DESIGN.md §4's. Configuration (`src/config.rs`) validates user
+//! Defaults are docs/design.md §2's. Configuration (`src/config.rs`) validates user
 //! input with friendly errors; [`LeaseOptions::assert_sane`] only guards the
 //! invariants the protocol's safety rests on.
 
@@ -69,7 +69,7 @@ pub enum LeaseWriteConcern {
 }
 
 impl LeaseOptions {
-    /// DESIGN.md's defaults for `owner`.
+    /// The defaults (docs/design.md §2) for `owner`.
     pub fn new(owner: impl Into<String>) -> Self {
         LeaseOptions {
             collection: "distributedJobs".into(),

@@ -1,5 +1,5 @@
 //! What [`run_single_flight`](super::run_single_flight) ends with, and the
-//! exit codes of DESIGN.md §1 they map to.
+//! exit codes of docs/design.md §1 they map to.
 
 use std::time::Duration;
 
@@ -75,7 +75,7 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
-    /// The process exit code of DESIGN.md §1 (`once`, `reindex`).
+    /// The process exit code of docs/design.md §1 (`once`, `reindex`).
     pub fn exit_code(&self) -> i32 {
         match self {
             LeaseError::JobFailed { .. } => 1,

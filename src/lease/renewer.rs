@@ -1,4 +1,4 @@
-//! The owner's renewal timer (DESIGN.md §4, "Renew").
+//! The owner's renewal timer (docs/design.md §5.5).
 //!
 //! Every `renew_every` after the last good renewal it reads the server clock
 //! and extends the lease (`store.renew`, fenced), copying the job's progress
