@@ -223,6 +223,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         } => {
             let mut lease_opts = lease_opts;
             lease_opts.force = force;
+            lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let mut reconciler = reconciler;
             reconciler.sync.force = force;
@@ -242,6 +243,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             let mut lease_opts = lease_opts;
             lease_opts.force = true;
             lease_opts.own_run_only = true;
+            lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let options = ReindexOptions {
                 only: index.map(|i| match i {
@@ -305,6 +307,7 @@ fn finish(outcome: RunOutcome) -> Exit {
             "done by {} (this replica waited for its completion)",
             owner.as_deref().unwrap_or("another replica")
         ),
+        RunOutcome::HandedOver { to } => println!("handed the lease over to {to}"),
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => eprintln!("meili-reconciler: {error}"),

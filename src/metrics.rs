@@ -36,6 +36,7 @@ pub const RUN_OUTCOMES: &[&str] = &[
     "failed",
     "unreachable",
     "lease_lost",
+    "handed_over",
 ];
 
 /// Batch latencies span milliseconds (stand-in) to minutes (a busy server).
