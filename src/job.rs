@@ -58,6 +58,8 @@ pub fn sync_options(settings: &Settings) -> SyncOptions {
         filterable_attributes: settings.meili.filterable_attributes.clone(),
         force: false,
         deep: false,
+        state_collection: settings.lease.collection.clone(),
+        state_job: settings.lease.job.clone(),
     }
 }
 

@@ -4,8 +4,9 @@
 //! - `raw` measures (a) Meilisearch ingesting the projected documents of both
 //!   collections in large NDJSON batches, every batch enqueued at once and
 //!   waited for, and (b) one MongoDB pass reading the unindexed documents in
-//!   `_id` pages with the projection and acknowledging each page by its `_id`
-//!   range. Both reuse the library's own projection, reads and acknowledgement
+//!   `_id` pages with the projection and acknowledging each page with
+//!   `once`'s version-exact statements (one per document, in commands of
+//!   1,000). Both reuse the library's own projection, reads and acknowledgement
 //!   (`meili_reconciler::mongo`), so they do exactly what `once` does on each
 //!   side, only not overlapped. (b) sets the real `_meiliIndex` flag (the very
 //!   update `once` sends), so it runs on a scratch copy of the data (a
@@ -179,7 +180,7 @@ async fn raw(
     }
     drop(prepared);
 
-    // (b) MongoDB read + range acknowledgement (flags stay set: scratch data).
+    // (b) MongoDB read + version-exact acknowledgement (flags stay set: scratch data).
     let mut pass = Vec::new();
     for collection in Collection::ALL {
         let (docs, pages, secs) = raw_mongo_pass(db, collection, batch_docs, &guard).await?;
@@ -291,8 +292,8 @@ async fn raw_ingest(
 }
 
 /// (b): pages of unindexed documents by `_id` (the clock read, the read and
-/// the projection `once` uses), each acknowledged by its `_id` range with
-/// `once`'s own update. Returns (documents, pages, seconds).
+/// the projection `once` uses), each acknowledged with `once`'s own
+/// version-exact statements. Returns (documents, pages, seconds).
 async fn raw_mongo_pass(
     db: &Database,
     collection: Collection,
@@ -306,11 +307,18 @@ async fn raw_mongo_pass(
         let read_time = mongo::server_time(db).await?;
         let page = mongo::read_unindexed_page(db, collection, read_time, after.as_ref(), page_size)
             .await?;
-        let (Some(first), Some(last)) = (page.first(), page.last()) else {
+        let Some(last) = page.last() else {
             break;
         };
-        let (first, last) = (first.get("_id").unwrap(), last.get("_id").unwrap());
-        let acked = mongo::ack_range(db, collection, read_time, first, last, guard).await?;
+        let last = last.get("_id").unwrap();
+        let versions: Vec<mongo::DocVersion> = page.iter().map(mongo::DocVersion::of).collect();
+        let mut acked = 0;
+        for chunk in versions.chunks(mongo::STATEMENTS_PER_COMMAND) {
+            let now = mongo::server_time(db).await?;
+            acked += mongo::set_flags_if_unchanged(db, collection, chunk, now, guard)
+                .await?
+                .matched;
+        }
         ensure!(
             acked == page.len() as u64,
             "acknowledged {acked} of a page of {}",
