@@ -23,6 +23,10 @@ pub const DEFAULTS_TOML: &str = include_str!("../config/default.toml");
 pub const ENV_PREFIX: &str = "RECONCILER";
 
 /// LibreChat's variable names and the keys they set.
+///
+/// `MEILI_NO_SYNC` is deliberately not here: it is LibreChat's switch for its
+/// own in-process sync, which operators turn off beside this service. It must
+/// not change what this service does (see [`LIBRECHAT_NO_SYNC`]).
 pub const LIBRECHAT_VARS: &[(&str, &str)] = &[
     ("MONGO_URI", "mongo.uri"),
     ("MEILI_HOST", "meili.host"),
@@ -31,8 +35,12 @@ pub const LIBRECHAT_VARS: &[(&str, &str)] = &[
     ("MEILI_SYNC_BATCH_SIZE", "sync.batch_docs"),
     ("MEILI_SYNC_DELAY_MS", "sync.delay"),
     ("SEARCH", "sync.enabled"),
-    ("MEILI_NO_SYNC", "sync.plan_only"),
 ];
+
+/// LibreChat's switch for its own start-up sync. Read only to log, once, that
+/// LibreChat's in-process sync is off ([`Settings::librechat_sync_off`]); plan
+/// only is `sync.plan_only` (`RECONCILER__SYNC__PLAN_ONLY`) or `plan`.
+pub const LIBRECHAT_NO_SYNC: &str = "MEILI_NO_SYNC";
 
 /// A bad configuration: names the key, the offending value (redacted when
 /// secret) and what is allowed. The CLI exits with code 2 on it.
@@ -180,6 +188,8 @@ pub struct LeaseSettings {
     pub failure_backoff: Duration,
     pub failure_backoff_max: Duration,
     pub unreachable_timeout: Duration,
+    pub librechat_clock_skew: Duration,
+    pub write_concern: crate::lease::LeaseWriteConcern,
 }
 
 #[derive(Clone, Debug)]
@@ -214,6 +224,10 @@ pub struct Settings {
     pub sync: SyncSettings,
     pub serve: ServeSettings,
     pub log: LogSettings,
+    /// LibreChat's `MEILI_NO_SYNC` is `true` (as LibreChat reads it: the text
+    /// `true`, any case): its in-process sync is off, the recommended set-up
+    /// beside this service. Changes nothing here; the CLI logs it at start.
+    pub librechat_sync_off: bool,
 }
 
 /// Where settings come from besides the built-in defaults.
@@ -278,7 +292,12 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
             .unwrap_or_else(|| "config/default.toml".into()),
         reason: e.to_string(),
     })?;
-    Raw::from_config(merged)?.validate()
+    let mut settings = Raw::from_config(merged)?.validate()?;
+    settings.librechat_sync_off = sources
+        .env
+        .get(LIBRECHAT_NO_SYNC)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    Ok(settings)
 }
 
 /// LibreChat's variables, as a layer between the files and `RECONCILER__…`.
@@ -472,6 +491,7 @@ impl Raw {
             sync,
             serve,
             log: LogSettings { format },
+            librechat_sync_off: false,
         })
     }
 
@@ -621,7 +641,25 @@ impl Raw {
             failure_backoff,
             failure_backoff_max,
             unreachable_timeout: self.positive_duration("lease.unreachable_timeout")?,
+            librechat_clock_skew: self.duration("lease.librechat_clock_skew")?,
+            write_concern: self.write_concern("lease.write_concern")?,
         })
+    }
+
+    fn write_concern(&self, key: &str) -> Result<crate::lease::LeaseWriteConcern, ConfigError> {
+        use crate::lease::LeaseWriteConcern;
+        let text = self.string(key);
+        if text.eq_ignore_ascii_case("majority") {
+            return Ok(LeaseWriteConcern::Majority);
+        }
+        match text.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(LeaseWriteConcern::Nodes(n)),
+            _ => Err(ConfigError::invalid(
+                key,
+                self.shown(key),
+                "\"majority\" (the default) or a number of nodes ≥ 1",
+            )),
+        }
     }
 
     fn sync(&self) -> Result<SyncSettings, ConfigError> {

@@ -19,8 +19,17 @@ use crate::metrics;
 use crate::progress::Progress;
 use crate::reconcile::{self, ReconcileError, RunSummary, SyncOptions};
 
-/// The lease options of this replica, from the settings.
+/// The lease options of this replica, from the settings. Warns (once per
+/// call: the CLI makes one) when the lease is written without `majority`.
 pub fn lease_options(settings: &Settings, owner: &str) -> LeaseOptions {
+    if let lease::LeaseWriteConcern::Nodes(n) = settings.lease.write_concern {
+        tracing::warn!(
+            write_concern = n,
+            "lease.write_concern is not \"majority\": a replica-set failover can roll back a claim \
+             and let two replicas own the same epoch (use it only where a majority cannot acknowledge, \
+             e.g. two data nodes and an arbiter)"
+        );
+    }
     let mut opts = LeaseOptions::new(owner);
     opts.collection = settings.lease.collection.clone();
     opts.job = settings.lease.job.clone();
@@ -32,6 +41,8 @@ pub fn lease_options(settings: &Settings, owner: &str) -> LeaseOptions {
     opts.failure_backoff = settings.lease.failure_backoff;
     opts.failure_backoff_max = settings.lease.failure_backoff_max;
     opts.unreachable_timeout = settings.lease.unreachable_timeout;
+    opts.librechat_clock_skew = settings.lease.librechat_clock_skew;
+    opts.write_concern = settings.lease.write_concern;
     opts
 }
 
@@ -75,13 +86,18 @@ pub enum RunOutcome {
     Unreachable { error: String },
     /// The lease was lost, the wait timed out, or we shut down.
     LeaseLost { error: String },
+    /// We held the lease (following change streams) and handed it to `to`,
+    /// a replica that asked for it (`once`, `reindex`).
+    HandedOver { to: String },
 }
 
 impl RunOutcome {
-    /// The exit code of DESIGN.md §1.
+    /// The exit code (docs/design.md §1).
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => 0,
+            RunOutcome::Completed { .. }
+            | RunOutcome::DoneByOther { .. }
+            | RunOutcome::HandedOver { .. } => 0,
             RunOutcome::Failed { .. } => 1,
             RunOutcome::LeaseLost { .. } => 3,
             RunOutcome::Unreachable { .. } => 4,
@@ -97,6 +113,7 @@ impl RunOutcome {
             RunOutcome::Failed { .. } => "failed",
             RunOutcome::Unreachable { .. } => "unreachable",
             RunOutcome::LeaseLost { .. } => "lease_lost",
+            RunOutcome::HandedOver { .. } => "handed_over",
         }
     }
 
@@ -169,6 +186,7 @@ where
             text: summary_text.lock().expect("poisoned").clone(),
             rejects: *rejects.lock().expect("poisoned"),
         },
+        Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
         Ok(Outcome::CompletedByOther { owner, summary, .. })
         | Ok(Outcome::ReusedCompletion { owner, summary, .. }) => {
             RunOutcome::DoneByOther { owner, summary }

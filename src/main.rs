@@ -15,12 +15,12 @@ use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{self, ReconcileError, ReindexOptions};
 use meili_reconciler::serve;
-use meili_reconciler::servers::{self, StartupRetry, Unreachable};
+use meili_reconciler::servers::{self, Patience, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use tokio_util::sync::CancellationToken;
 
-/// Exit codes (DESIGN.md §1).
+/// Exit codes (docs/design.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Exit {
     /// Done: by us, or by the owner we waited for.
@@ -152,6 +152,19 @@ enum Command {
     },
 }
 
+impl Command {
+    /// Commands an operator runs at a terminal: they try each server once and
+    /// exit 4 within `mongo.connect_timeout`, with one line on stderr, instead
+    /// of waiting for a server that may still be starting (as `once` and `run`
+    /// do beside it).
+    fn is_interactive(&self) -> bool {
+        matches!(
+            self,
+            Command::Plan { .. } | Command::Status { .. } | Command::Verify { repair: false, .. }
+        )
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut settings = match config::load(&Sources::from_process(cli.config.clone())) {
@@ -170,6 +183,13 @@ fn main() -> ExitCode {
     }
     let replica = replica_id(&settings);
     telemetry::init(&settings.log.format, &replica);
+    if settings.librechat_sync_off {
+        // LibreChat's switch, not ours: say we saw it, and that we still work.
+        tracing::info!(
+            "MEILI_NO_SYNC=true: LibreChat's in-process sync is off, the recommended set-up beside this service; \
+             this service still reconciles (plan only is RECONCILER__SYNC__PLAN_ONLY=true or `plan`)"
+        );
+    }
 
     if !settings.sync.enabled {
         tracing::info!("search is disabled (SEARCH=false); nothing to do");
@@ -195,18 +215,23 @@ fn replica_id(settings: &Settings) -> String {
 }
 
 async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit {
-    let retry = StartupRetry::default();
-    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, &retry).await {
+    let interactive = command.is_interactive();
+    let patience = if interactive {
+        Patience::interactive(settings.mongo.connect_timeout)
+    } else {
+        Patience::startup()
+    };
+    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, &patience).await {
         Ok(connected) => connected,
-        Err(error) => return unreachable(error),
+        Err(error) => return unreachable(error, interactive),
     };
     let lease_opts = job::lease_options(&settings, &replica);
     if let Command::Status { json } = command {
         return status(&db, &lease_opts, json).await;
     }
     let meili = servers::meili_client(&settings.meili);
-    if let Err(error) = servers::check_meili(&meili, &settings.meili, &retry).await {
-        return unreachable(error);
+    if let Err(error) = servers::check_meili(&meili, &settings.meili, &patience).await {
+        return unreachable(error, interactive);
     }
     let reconciler = Reconciler {
         db,
@@ -217,7 +242,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
     match command {
         Command::Plan { json } => plan(&reconciler, json).await,
         Command::Once { .. } | Command::Run if plan_only => {
-            tracing::info!("MEILI_NO_SYNC is set: printing the plan, writing nothing");
+            tracing::info!("sync.plan_only is set: printing the plan, writing nothing");
             plan(&reconciler, false).await
         }
         Command::Once {
@@ -227,6 +252,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         } => {
             let mut lease_opts = lease_opts;
             lease_opts.force = force;
+            lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let mut reconciler = reconciler;
             reconciler.sync.force = force;
@@ -245,6 +271,8 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         } => {
             let mut lease_opts = lease_opts;
             lease_opts.force = true;
+            lease_opts.own_run_only = true;
+            lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let options = ReindexOptions {
                 only: index.map(IndexArg::collection),
@@ -273,8 +301,12 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             if !repair {
                 return verify(&reconciler, only, json).await;
             }
+            // Only a repair of our own satisfies us; a replica following
+            // change streams is asked to hand the lease over.
             let mut lease_opts = lease_opts;
             lease_opts.force = true;
+            lease_opts.own_run_only = true;
+            lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let shutdown = Shutdown::on_signals();
             let outcome = with_progress(|progress| {
@@ -348,6 +380,7 @@ fn finish(outcome: RunOutcome) -> Exit {
             "done by {} (this replica waited for its completion)",
             owner.as_deref().unwrap_or("another replica")
         ),
+        RunOutcome::HandedOver { to } => println!("handed the lease over to {to}"),
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => eprintln!("meili-reconciler: {error}"),
@@ -448,8 +481,12 @@ async fn status(db: &mongodb::Database, lease_opts: &lease::LeaseOptions, json: 
     }
 }
 
-fn unreachable(error: Unreachable) -> Exit {
-    tracing::error!(server = %error.server, reason = %error.reason, "server unreachable");
+/// Reports an unreachable server: one line on stderr; a service (`once`,
+/// `run`, `reindex`) also logs it, for the log collector.
+fn unreachable(error: Unreachable, interactive: bool) -> Exit {
+    if !interactive {
+        tracing::error!(server = %error.server, reason = %error.reason, "server unreachable");
+    }
     eprintln!("meili-reconciler: {error}");
     Exit::Unreachable
 }

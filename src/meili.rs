@@ -598,7 +598,7 @@ impl Meili {
             detail,
         };
         match error {
-            SdkError::HttpError(e) => unreachable(e.to_string()),
+            SdkError::HttpError(e) => unreachable(http_cause(&e)),
             SdkError::MeilisearchCommunication(e) => {
                 if e.status_code >= 500 || e.status_code == 429 || e.status_code == 408 {
                     unreachable(format!("HTTP {}", e.status_code))
@@ -657,6 +657,19 @@ fn task_uid(what: &str, v: &Value) -> Result<u64, MeiliError> {
         })
 }
 
+/// Why an HTTP exchange failed, as an operator says it ("connection refused"):
+/// reqwest's own message names only the URL, the cause is in its sources.
+fn http_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut source = Some(error);
+    while let Some(current) = source {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            return crate::servers::io_cause(io);
+        }
+        source = current.source();
+    }
+    error.to_string()
+}
+
 /// A document id as a string (Meilisearch accepts integer ids too).
 pub fn id_string(v: &Value) -> Option<String> {
     match v {
@@ -681,6 +694,7 @@ mod tests {
             Err(MeiliError::Unreachable { .. })
         ));
         assert!(error.contains("127.0.0.1:1"), "{error}");
+        assert!(error.contains("connection refused"), "{error}");
         for secret in ["s3cret-pw", "the-master-key"] {
             assert!(!error.contains(secret), "{secret} leaked: {error}");
         }

@@ -1,14 +1,20 @@
-//! The Prometheus metrics of the `run` mode: their names, and the one place
-//! that records them.
+//! The Prometheus metrics of the `run` mode: their names, their help texts,
+//! and the one place that records them.
 //!
 //! The `metrics` facade records; `metrics-exporter-prometheus` renders the
 //! text format for `/metrics`. Keeping every name here means the exported
-//! series are documented in one place (and in the README's table).
+//! series are documented in one place (and in the README's table). Every
+//! family is described and registered at zero when the recorder is installed,
+//! so the first scrape of a replica that has not run yet already shows each
+//! family with `# HELP` and `# TYPE` (and each known label value at 0), and
+//! dashboards and alerts need not special-case a fresh replica.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge, histogram};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const RUNS: &str = "reconciler_runs_total";
@@ -21,6 +27,18 @@ pub const LEASE_TAKEOVERS: &str = "reconciler_lease_takeovers_total";
 pub const LEASE_LOSSES: &str = "reconciler_lease_losses_total";
 pub const SECONDS_SINCE_SUCCESS: &str = "reconciler_seconds_since_last_success";
 pub const UNINDEXED: &str = "reconciler_unindexed_documents";
+pub const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
+
+/// Every value of the `outcome` label of [`RUNS`] (`RunOutcome::metric_label`).
+pub const RUN_OUTCOMES: &[&str] = &[
+    "completed",
+    "completed_with_rejects",
+    "done_by_other",
+    "failed",
+    "unreachable",
+    "lease_lost",
+    "handed_over",
+];
 
 /// Batch latencies span milliseconds (stand-in) to minutes (a busy server).
 const BATCH_BUCKETS: &[f64] = &[
@@ -28,39 +46,135 @@ const BATCH_BUCKETS: &[f64] = &[
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-static LAST_SUCCESS: OnceLock<std::sync::Mutex<Option<Instant>>> = OnceLock::new();
+/// When the recorder was installed, and when a run last succeeded.
+static CLOCK: OnceLock<Mutex<SuccessClock>> = OnceLock::new();
 
-/// Installs the process-wide recorder (once) and returns its handle.
-pub fn install() -> PrometheusHandle {
-    HANDLE
+struct SuccessClock {
+    started: Instant,
+    last_success: Option<Instant>,
+}
+
+fn clock() -> &'static Mutex<SuccessClock> {
+    CLOCK.get_or_init(|| {
+        Mutex::new(SuccessClock {
+            started: Instant::now(),
+            last_success: None,
+        })
+    })
+}
+
+/// The label values known before the first run: the index uids (label
+/// `index`) and the collection names (label `collection`).
+#[derive(Clone, Debug, Default)]
+pub struct KnownLabels {
+    pub indexes: Vec<String>,
+    pub collections: Vec<String>,
+}
+
+/// Installs the process-wide recorder (once), describes every family and
+/// registers its series at zero for `known`; returns the handle.
+pub fn install(known: &KnownLabels) -> PrometheusHandle {
+    let handle = HANDLE
         .get_or_init(|| {
-            PrometheusBuilder::new()
+            let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(BATCH_SECONDS.into()), BATCH_BUCKETS)
                 .expect("static buckets are valid")
                 .install_recorder()
-                .expect("install the Prometheus recorder")
+                .expect("install the Prometheus recorder");
+            clock();
+            describe();
+            handle
         })
-        .clone()
+        .clone();
+    register_at_zero(known);
+    handle
+}
+
+fn describe() {
+    describe_counter!(RUNS, "Runs of this replica, by outcome.");
+    describe_counter!(
+        DOCUMENTS_INDEXED,
+        "Documents this replica indexed into Meilisearch (acknowledged in MongoDB), by index."
+    );
+    describe_counter!(
+        DOCUMENTS_DELETED,
+        "Documents this replica deleted from Meilisearch (gone or no longer indexable in MongoDB), by index."
+    );
+    describe_counter!(
+        DOCUMENTS_REJECTED,
+        "Documents Meilisearch refused in this replica's runs (left unindexed), by index."
+    );
+    describe_histogram!(
+        BATCH_SECONDS,
+        Unit::Seconds,
+        "Time from sending a batch to Meilisearch to its task's success."
+    );
+    describe_counter!(LEASE_CLAIMS, "Leases this replica claimed.");
+    describe_counter!(
+        LEASE_TAKEOVERS,
+        "Claims that took over from another owner (its lease expired, was released or failed)."
+    );
+    describe_counter!(
+        LEASE_LOSSES,
+        "Leases this replica lost while running (its work was stopped)."
+    );
+    describe_gauge!(
+        SECONDS_SINCE_SUCCESS,
+        Unit::Seconds,
+        "Seconds since this replica last saw a run succeed (by it or another replica); before the first, seconds since it started."
+    );
+    describe_counter!(
+        FLAG_WRITE_RETRIES,
+        "Flag writes sent again after a transient MongoDB error (failover, write-concern error, lost connection)."
+    );
+    describe_gauge!(
+        UNINDEXED,
+        "Indexable documents not yet in Meilisearch, by collection, as counted after this replica's last run (0 before the first count)."
+    );
+}
+
+/// Creates every series whose labels are known, without changing a value
+/// already recorded (so calling it again is harmless).
+fn register_at_zero(known: &KnownLabels) {
+    for outcome in RUN_OUTCOMES {
+        counter!(RUNS, "outcome" => *outcome).increment(0);
+    }
+    for index in &known.indexes {
+        for name in [DOCUMENTS_INDEXED, DOCUMENTS_DELETED, DOCUMENTS_REJECTED] {
+            counter!(name, "index" => index.clone()).increment(0);
+        }
+    }
+    for collection in &known.collections {
+        gauge!(UNINDEXED, "collection" => collection.clone()).increment(0.0);
+    }
+    // A histogram appears (empty: count 0) once registered.
+    let _ = histogram!(BATCH_SECONDS);
+    counter!(LEASE_CLAIMS).increment(0);
+    counter!(LEASE_TAKEOVERS).increment(0);
+    counter!(LEASE_LOSSES).increment(0);
+    counter!(FLAG_WRITE_RETRIES).increment(0);
+    gauge!(SECONDS_SINCE_SUCCESS).increment(0.0);
 }
 
 /// The text for `/metrics`, with the time-since-success gauge brought up to date.
 pub fn render(handle: &PrometheusHandle) -> String {
-    if let Some(at) = *last_success().lock().expect("poisoned") {
-        gauge!(SECONDS_SINCE_SUCCESS).set(at.elapsed().as_secs_f64());
-    }
+    let since = {
+        let clock = clock().lock().expect("poisoned");
+        clock.last_success.unwrap_or(clock.started).elapsed()
+    };
+    gauge!(SECONDS_SINCE_SUCCESS).set(since.as_secs_f64());
     handle.render()
 }
 
-fn last_success() -> &'static std::sync::Mutex<Option<Instant>> {
-    LAST_SUCCESS.get_or_init(|| std::sync::Mutex::new(None))
-}
-
-/// A run ended; `outcome` is one of `completed`, `completed_with_rejects`,
-/// `waited`, `reused`, `skipped`, `failed`, `lease_lost`, `unreachable`.
+/// A run ended; `outcome` is one of [`RUN_OUTCOMES`].
 pub fn run_finished(outcome: &'static str, successful: bool) {
+    debug_assert!(
+        RUN_OUTCOMES.contains(&outcome),
+        "unlisted outcome {outcome}"
+    );
     counter!(RUNS, "outcome" => outcome).increment(1);
     if successful {
-        *last_success().lock().expect("poisoned") = Some(Instant::now());
+        clock().lock().expect("poisoned").last_success = Some(Instant::now());
         gauge!(SECONDS_SINCE_SUCCESS).set(0.0);
     }
 }
@@ -87,6 +201,51 @@ pub fn lease_lost() {
     counter!(LEASE_LOSSES).increment(1);
 }
 
+pub fn flag_write_retried() {
+    counter!(FLAG_WRITE_RETRIES).increment(1);
+}
+
 pub fn unindexed_backlog(collection: &str, count: u64) {
     gauge!(UNINDEXED, "collection" => collection.to_string()).set(count as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::RunOutcome;
+
+    #[test]
+    fn every_run_outcome_label_is_registered_at_start() {
+        let outcomes = [
+            RunOutcome::Completed {
+                summary: serde_json::Value::Null,
+                text: String::new(),
+                rejects: 0,
+            },
+            RunOutcome::Completed {
+                summary: serde_json::Value::Null,
+                text: String::new(),
+                rejects: 1,
+            },
+            RunOutcome::DoneByOther {
+                owner: None,
+                summary: None,
+            },
+            RunOutcome::Failed {
+                error: String::new(),
+            },
+            RunOutcome::Unreachable {
+                error: String::new(),
+            },
+            RunOutcome::LeaseLost {
+                error: String::new(),
+            },
+            RunOutcome::HandedOver { to: String::new() },
+        ];
+        let mut labels: Vec<&str> = outcomes.iter().map(RunOutcome::metric_label).collect();
+        labels.sort();
+        let mut listed = RUN_OUTCOMES.to_vec();
+        listed.sort();
+        assert_eq!(labels, listed);
+    }
 }

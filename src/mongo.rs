@@ -25,6 +25,7 @@ use mongodb::{Collection as MongoCollection, Database};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::flag_retry::{self, Attempt};
 use crate::lease::{Guard, LeaseLost};
 
 /// The flag LibreChat keeps on each document: true = Meilisearch has this version.
@@ -47,6 +48,19 @@ pub enum MongoError {
     Failed { what: String, detail: String },
     #[error(transparent)]
     LeaseLost(#[from] LeaseLost),
+}
+
+/// A flag write's attempt, classified for [`flag_retry::with_retries`].
+fn attempt_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Attempt + '_ {
+    move |e| {
+        let transient = flag_retry::is_transient(&e);
+        let error = mongo_err(what)(e);
+        if transient {
+            Attempt::Transient(error)
+        } else {
+            Attempt::Final(error)
+        }
+    }
 }
 
 fn mongo_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> MongoError + '_ {
@@ -506,22 +520,29 @@ async fn update_each(
         if chunk.is_empty() {
             return Ok(total);
         }
-        guard.check()?;
-        let reply = db
-            .run_command(doc! { "update": collection.name(), "updates": chunk, "ordered": false })
-            .await
-            .map_err(mongo_err(what))?;
-        let updated = update_reply(&reply, what)?;
+        let command = doc! { "update": collection.name(), "updates": chunk, "ordered": false };
+        let updated = flag_retry::with_retries(what, guard, || async {
+            let reply = db
+                .run_command(command.clone())
+                .await
+                .map_err(attempt_err(what))?;
+            update_reply(&reply, what)
+        })
+        .await?;
         total.matched += updated.matched;
         total.modified += updated.modified;
     }
 }
 
-/// The counts of an `update` command's reply, or its first write error.
-fn update_reply(reply: &Document, what: &str) -> Result<Updated, MongoError> {
-    let failed = |detail: String| MongoError::Failed {
-        what: what.to_string(),
-        detail,
+/// The counts of an `update` command's reply, or its first write error (not
+/// worth another attempt), or its write-concern error (applied, unconfirmed:
+/// sent again, which is harmless).
+fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt> {
+    let failed = |detail: String| {
+        Attempt::Final(MongoError::Failed {
+            what: what.to_string(),
+            detail,
+        })
     };
     if let Ok(errors) = reply.get_array("writeErrors") {
         if let Some(first) = errors.first().and_then(Bson::as_document) {
@@ -537,10 +558,13 @@ fn update_reply(reply: &Document, what: &str) -> Result<Updated, MongoError> {
         }
     }
     if let Ok(error) = reply.get_document("writeConcernError") {
-        return Err(failed(format!(
-            "write concern error: {}",
-            error.get_str("errmsg").unwrap_or("(no message)")
-        )));
+        return Err(Attempt::Transient(MongoError::Failed {
+            what: what.to_string(),
+            detail: format!(
+                "write concern error: {}",
+                error.get_str("errmsg").unwrap_or("(no message)")
+            ),
+        }));
     }
     let count =
         |field| count_field(reply, field).map_err(|_| failed(format!("no {field} in the reply")));
@@ -611,13 +635,15 @@ pub async fn clear_flags_of_unindexable(
     guard: &Guard,
 ) -> Result<u64, MongoError> {
     let filter = doc! { FLAG: true, "$nor": [ indexable_filter(collection, now) ] };
-    guard.check()?;
-    let result = collection
-        .handle(db)
-        .update_many(filter, doc! { "$set": { FLAG: false } })
-        .await
-        .map_err(mongo_err("clear flags"))?;
-    Ok(result.modified_count)
+    let handle = collection.handle(db);
+    flag_retry::with_retries("clear flags", guard, || async {
+        let result = handle
+            .update_many(filter.clone(), doc! { "$set": { FLAG: false } })
+            .await
+            .map_err(attempt_err("clear flags"))?;
+        Ok(result.modified_count)
+    })
+    .await
 }
 
 /// Clears the flags of the next `batch` flagged documents after `after` (by
@@ -660,12 +686,15 @@ pub async fn reset_flags_batch(
     if !range.is_empty() {
         update_filter.insert("_id", range);
     }
-    guard.check()?;
-    let result = handle
-        .update_many(update_filter, doc! { "$set": { FLAG: false } })
-        .await
-        .map_err(mongo_err("reset flags"))?;
-    Ok((result.modified_count, upper))
+    let cleared = flag_retry::with_retries("reset flags", guard, || async {
+        let result = handle
+            .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
+            .await
+            .map_err(attempt_err("reset flags"))?;
+        Ok(result.modified_count)
+    })
+    .await?;
+    Ok((cleared, upper))
 }
 
 /// The Meilisearch primary-key value of a document, as sent.
@@ -847,21 +876,28 @@ mod tests {
     #[test]
     fn update_replies_count_or_fail() {
         let ok = doc! { "ok": 1.0, "n": 3, "nModified": 2 };
-        assert_eq!(
-            update_reply(&ok, "x").unwrap(),
-            Updated {
+        assert!(matches!(
+            update_reply(&ok, "x"),
+            Ok(Updated {
                 matched: 3,
                 modified: 2
-            }
-        );
+            })
+        ));
         let failed = doc! { "ok": 1.0, "n": 1, "writeErrors": [ { "index": 0, "code": 66, "errmsg": "immutable" } ] };
-        let error = update_reply(&failed, "set flags").unwrap_err().to_string();
+        let Err(Attempt::Final(error)) = update_reply(&failed, "set flags") else {
+            panic!("a write error is final");
+        };
+        let error = error.to_string();
         assert!(
             error.contains("set flags") && error.contains("immutable"),
             "{error}"
         );
+        // Applied but not confirmed: worth sending again.
         let concern = doc! { "ok": 1.0, "n": 1, "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
-        assert!(update_reply(&concern, "x").is_err());
+        assert!(matches!(
+            update_reply(&concern, "x"),
+            Err(Attempt::Transient(_))
+        ));
     }
 
     #[test]

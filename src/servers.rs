@@ -1,49 +1,75 @@
 //! Connections to the two servers, built from the settings.
 //!
 //! Owns client construction (timeouts, application name) and the start-up
-//! reachability check: a bounded retry with backoff (`backon`), after which an
-//! unreachable server is reported as [`Unreachable`], naming the server by its
-//! redacted address — never by a secret. The CLI maps it to exit code 4.
+//! reachability check, after which an unreachable server is reported as
+//! [`Unreachable`]: one line naming the server by its redacted address (never
+//! by a secret) and the cause ("connection refused"), with the driver's own
+//! detail (MongoDB's topology dump) at debug level only. The CLI maps it to
+//! exit code 4.
+//!
+//! How long to keep trying is the caller's [`Patience`]: `once`/`run`/`reindex`
+//! wait for servers still starting beside them ([`Patience::startup`], a
+//! bounded retry with backoff via `backon`); interactive commands (`plan`,
+//! `status`, …) try once and give up within `mongo.connect_timeout`
+//! ([`Patience::interactive`]).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use mongodb::bson::doc;
-use mongodb::options::ClientOptions;
+use mongodb::error::{Error as MongoError, ErrorKind};
+use mongodb::event::sdam::SdamEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::{ClientOptions, ServerAddress};
 
 use crate::config::{redact_uri, MeiliSettings, MongoSettings};
 use crate::meili::{Meili, MeiliError};
 
-/// A server could not be reached within the start-up retries.
+/// A server could not be reached.
 #[derive(Debug, thiserror::Error)]
 #[error("{server} is unreachable: {reason}")]
 pub struct Unreachable {
     /// e.g. `MongoDB at mongodb://***@db:27017/LibreChat`
     pub server: String,
+    /// One line, e.g. `connection refused (db:27017)`.
     pub reason: String,
 }
 
-/// How long start-up keeps retrying a server before giving up.
+/// How long a command keeps trying to reach a server before giving up.
 #[derive(Clone, Debug)]
-pub struct StartupRetry {
+pub struct Patience {
+    /// Attempts in all (1: no retry).
     pub attempts: usize,
     pub first_delay: Duration,
     pub max_delay: Duration,
+    /// Upper bound of one attempt at Meilisearch (MongoDB's is
+    /// `mongo.connect_timeout`); `None`: `meili.request_timeout`.
+    pub attempt_timeout: Option<Duration>,
 }
 
-impl Default for StartupRetry {
+impl Patience {
     /// Five attempts over about 15 s: long enough for a server that is still
     /// starting beside us, short enough for a deploy job to fail fast.
-    fn default() -> Self {
-        StartupRetry {
+    pub fn startup() -> Self {
+        Patience {
             attempts: 5,
             first_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(8),
+            attempt_timeout: None,
         }
     }
-}
 
-impl StartupRetry {
+    /// One attempt, bounded by `connect_timeout` (`mongo.connect_timeout`): an
+    /// operator at a terminal learns at once that a server is down.
+    pub fn interactive(connect_timeout: Duration) -> Self {
+        Patience {
+            attempts: 1,
+            attempt_timeout: Some(connect_timeout),
+            ..Patience::startup()
+        }
+    }
+
     fn backoff(&self) -> ExponentialBuilder {
         ExponentialBuilder::default()
             .with_min_delay(self.first_delay)
@@ -68,31 +94,107 @@ fn uri_password(uri: &str) -> Option<&str> {
     userinfo.split_once(':').map(|(_, p)| p)
 }
 
+/// The last failed heartbeat of the driver's monitor: why no server could be
+/// selected, which the selection error itself only buries in a topology dump.
+#[derive(Clone, Default)]
+struct LastHeartbeatFailure(Arc<Mutex<Option<(ServerAddress, MongoError)>>>);
+
+impl LastHeartbeatFailure {
+    fn handler(&self) -> EventHandler<SdamEvent> {
+        let slot = self.0.clone();
+        EventHandler::callback(move |event| {
+            if let SdamEvent::ServerHeartbeatFailed(failed) = event {
+                *slot.lock().expect("poisoned") = Some((failed.server_address, failed.failure));
+            }
+        })
+    }
+
+    fn get(&self) -> Option<(ServerAddress, MongoError)> {
+        self.0.lock().expect("poisoned").clone()
+    }
+}
+
+/// The cause of a MongoDB error, in one line without the driver's framing.
+fn mongo_cause(error: &MongoError) -> String {
+    match error.kind.as_ref() {
+        ErrorKind::Io(io) => io_cause(io),
+        ErrorKind::DnsResolve { message, .. } => format!("host name lookup failed: {message}"),
+        ErrorKind::Authentication { message, .. } => format!("authentication failed: {message}"),
+        other => first_line(&other.to_string()),
+    }
+}
+
+/// Why a MongoDB operation found no server: the monitor's last failure when
+/// it saw one, else the error itself.
+fn mongo_reason(error: &MongoError, last: &LastHeartbeatFailure, timeout: Duration) -> String {
+    if matches!(error.kind.as_ref(), ErrorKind::ServerSelection { .. }) {
+        return match last.get() {
+            Some((address, failure)) => format!("{} ({address})", mongo_cause(&failure)),
+            None => format!(
+                "no server answered within {} (mongo.connect_timeout)",
+                humantime::format_duration(timeout)
+            ),
+        };
+    }
+    mongo_cause(error)
+}
+
+/// An I/O error as an operator says it: "connection refused", not "os error 111".
+pub fn io_cause(error: &std::io::Error) -> String {
+    use std::io::ErrorKind as Io;
+    match error.kind() {
+        Io::ConnectionRefused => "connection refused".into(),
+        Io::ConnectionReset => "connection reset".into(),
+        Io::ConnectionAborted => "connection aborted".into(),
+        Io::TimedOut => "connection timed out".into(),
+        Io::HostUnreachable => "host unreachable".into(),
+        Io::NetworkUnreachable => "network unreachable".into(),
+        Io::AddrNotAvailable => "address not available".into(),
+        _ => first_line(&error.to_string()),
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").trim().to_string()
+}
+
 /// Connects to MongoDB and checks it answers `ping`; returns the database.
 pub async fn connect_mongo(
     settings: &MongoSettings,
-    retry: &StartupRetry,
+    patience: &Patience,
 ) -> Result<(mongodb::Client, mongodb::Database), Unreachable> {
     let server = format!("MongoDB at {}", settings.uri.redacted());
     let secrets: Vec<&str> = uri_password(settings.uri.expose()).into_iter().collect();
-    let unreachable = |e: mongodb::error::Error| Unreachable {
-        server: server.clone(),
-        reason: scrub(e.to_string(), &secrets),
+    let last_failure = LastHeartbeatFailure::default();
+    let unreachable = |e: MongoError| {
+        tracing::debug!(server = %server, error = %scrub(e.to_string(), &secrets), "MongoDB unreachable (driver detail)");
+        Unreachable {
+            server: server.clone(),
+            reason: scrub(
+                mongo_reason(&e, &last_failure, settings.connect_timeout),
+                &secrets,
+            ),
+        }
     };
     let mut options = ClientOptions::parse(settings.uri.expose())
         .await
         .map_err(unreachable)?;
-    options.app_name = Some("meili-reconciler".into());
+    // The connection string's `appName` wins (operators tell replicas apart
+    // by it in MongoDB's logs and `currentOp`).
+    options
+        .app_name
+        .get_or_insert_with(|| "meili-reconciler".into());
     options.connect_timeout = Some(settings.connect_timeout);
     options.server_selection_timeout = Some(settings.connect_timeout);
+    options.sdam_event_handler = Some(last_failure.handler());
     let client = mongodb::Client::with_options(options).map_err(unreachable)?;
     let db = client.database(&settings.database);
     let ping = || async { db.run_command(doc! { "ping": 1 }).await };
-    ping.retry(retry.backoff())
+    ping.retry(patience.backoff())
         .notify(|e, delay| {
             tracing::warn!(
                 server = %server,
-                error = %scrub(e.to_string(), &secrets),
+                error = %scrub(mongo_reason(e, &last_failure, settings.connect_timeout), &secrets),
                 retry_in = ?delay,
                 "MongoDB not reachable yet"
             )
@@ -114,30 +216,37 @@ pub fn meili_client(settings: &MeiliSettings) -> Meili {
 pub async fn check_meili(
     meili: &Meili,
     settings: &MeiliSettings,
-    retry: &StartupRetry,
+    patience: &Patience,
 ) -> Result<(), Unreachable> {
     let server = format!("Meilisearch at {}", redact_uri(&settings.host));
-    // Each probe tries once: the start-up retry below is the only retry loop.
-    let probe_client = meili.clone().with_retry_for(Duration::ZERO);
+    // Each probe tries once: the retry below is the only retry loop.
+    let mut probe_client = meili.clone().with_retry_for(Duration::ZERO);
+    if let Some(limit) = patience.attempt_timeout {
+        probe_client = probe_client.with_request_timeout(limit.min(settings.request_timeout));
+    }
     let probe = || async {
         probe_client.health().await?;
         probe_client.tasks("limit=1").await.map(|_| ())
     };
     probe
-        .retry(retry.backoff())
+        .retry(patience.backoff())
         .when(|e: &MeiliError| matches!(e, MeiliError::Unreachable { .. }))
         .notify(|e, delay| {
             tracing::warn!(server = %server, error = %e, retry_in = ?delay, "Meilisearch not reachable yet")
         })
         .await
-        .map_err(|e| Unreachable {
-            server: server.clone(),
-            reason: match e {
-                MeiliError::Refused { code, .. } if code.contains("api_key") || code.contains("authorization") => {
-                    format!("the master key was rejected ({code}); check MEILI_MASTER_KEY")
-                }
-                other => other.to_string(),
-            },
+        .map_err(|e| {
+            tracing::debug!(server = %server, error = %e, "Meilisearch unreachable");
+            Unreachable {
+                server: server.clone(),
+                reason: match e {
+                    MeiliError::Refused { code, .. } if code.contains("api_key") || code.contains("authorization") => {
+                        format!("the master key was rejected ({code}); check MEILI_MASTER_KEY")
+                    }
+                    MeiliError::Unreachable { detail, .. } => first_line(&detail),
+                    other => first_line(&other.to_string()),
+                },
+            }
         })
 }
 

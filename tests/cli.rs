@@ -1,7 +1,8 @@
 //! The command line as operators meet it: help texts, and the exit codes of
-//! DESIGN.md §1 for bad configuration, disabled search and unreachable servers.
+//! docs/design.md §1 for bad configuration, disabled search and unreachable servers.
 
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 fn reconciler(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_meili-reconciler"));
@@ -80,22 +81,64 @@ fn search_disabled_exits_0_without_touching_servers() {
     assert!(text(&out).contains("disabled"), "{}", text(&out));
 }
 
+/// `plan` and `status` are run by an operator at a terminal: against an
+/// unreachable MongoDB they give up within `mongo.connect_timeout` (one
+/// attempt, not the start-up retries of `once`/`run`, which took 5 × the
+/// timeout plus backoff), with one line on stderr naming the server and the
+/// cause — not the driver's topology dump, and never the URI's password.
 #[test]
-fn unreachable_mongo_exits_4_naming_it_without_secrets() {
+fn interactive_commands_fail_fast_with_one_line_against_an_unreachable_mongo() {
+    let connect_timeout = Duration::from_secs(2);
+    for command in ["plan", "status"] {
+        let started = Instant::now();
+        let out = reconciler(
+            &[command],
+            &[
+                ("MONGO_URI", "mongodb://admin:pw-do-not-print@127.0.0.1:1/x"),
+                ("MEILI_HOST", "http://127.0.0.1:2"),
+                ("MEILI_MASTER_KEY", "key-do-not-print"),
+                ("RECONCILER__MONGO__CONNECT_TIMEOUT", "2s"),
+            ],
+        );
+        let elapsed = started.elapsed();
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(4), "{command}: {all}");
+        // One attempt takes one connect timeout; the start-up retries took at
+        // least five.
+        assert!(
+            elapsed < connect_timeout * 3,
+            "{command} took {elapsed:?} with mongo.connect_timeout = {connect_timeout:?}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{command}: one line on stderr:\n{stderr}");
+        let line = lines[0];
+        assert!(
+            line.contains("MongoDB at mongodb://***@127.0.0.1:1/x")
+                && line.contains("connection refused"),
+            "{command}: names the server and the cause: {line}"
+        );
+        assert!(!line.contains("Topology"), "{command}: {line}");
+        assert!(!all.contains("do-not-print"), "{command}: {all}");
+    }
+}
+
+/// `once` (like `run`) keeps waiting for a server that may still be starting
+/// beside it: it retries, saying so, before exit 4.
+#[test]
+fn once_retries_an_unreachable_mongo_before_exit_4() {
     let out = reconciler(
-        &["plan"],
+        &["once"],
         &[
             ("MONGO_URI", "mongodb://admin:pw-do-not-print@127.0.0.1:1/x"),
             ("MEILI_HOST", "http://127.0.0.1:2"),
-            ("MEILI_MASTER_KEY", "key-do-not-print"),
             ("RECONCILER__MONGO__CONNECT_TIMEOUT", "100ms"),
+            ("RECONCILER__LOG__FORMAT", "json"),
         ],
     );
     let all = text(&out);
     assert_eq!(out.status.code(), Some(4), "{all}");
-    assert!(
-        all.contains("MongoDB at mongodb://***@127.0.0.1:1/x"),
-        "{all}"
-    );
+    assert!(all.contains("MongoDB not reachable yet"), "{all}");
+    assert!(all.contains("connection refused"), "{all}");
     assert!(!all.contains("do-not-print"), "{all}");
 }

@@ -1,11 +1,15 @@
 //! The operator commands as subprocesses against the test servers: `plan
-//! --json`, `status [--json]`, `reindex`, `MEILI_NO_SYNC`, and an unreachable
-//! Meilisearch (exit 4, named without its key).
+//! --json`, `status [--json]`, `reindex`, plan only, `MEILI_NO_SYNC` (LibreChat's
+//! switch, which must not stop this service), and an unreachable Meilisearch
+//! (exit 4, named without its key).
 
 mod support;
 
+use std::time::{Duration, Instant};
+
 use mongodb::bson::{doc, Document};
 use serde_json::Value;
+use support::chat_data::{self, Env};
 use support::cli::Target;
 use support::seeder::{seed, SeedSpec};
 
@@ -53,10 +57,10 @@ async fn plan_status_and_reindex_from_the_command_line() {
     assert_eq!(plan["nothingToDo"], false);
     assert!(target.lease().await.is_none(), "plan takes no lease");
 
-    // MEILI_NO_SYNC: `once` only plans
+    // sync.plan_only: `once` only plans
     let out = target
         .clone()
-        .set("MEILI_NO_SYNC", "true")
+        .set("RECONCILER__SYNC__PLAN_ONLY", "true")
         .run("op", &["once"]);
     assert_eq!(out.status.code(), Some(0), "{}", all(&out));
     assert!(stdout(&out).contains("would index"), "{}", all(&out));
@@ -106,12 +110,94 @@ async fn plan_status_and_reindex_from_the_command_line() {
     target.cleanup().await;
 }
 
+/// Operators beside this service set LibreChat's `MEILI_NO_SYNC=true` in the
+/// shared `.env`: `once` must still index (every indexable document in
+/// Meilisearch with its exact projection, and flagged), and say once, at
+/// info level, that it saw LibreChat's switch.
+#[tokio::test(flavor = "multi_thread")]
+async fn meili_no_sync_true_still_indexes_and_is_logged() {
+    let env = Env::new("cli_no_sync").await;
+    let now = chat_data::seed(&env, 300, 40).await;
+    let mut target = Target::new("cli_no_sync");
+    target.database = env.db.name().to_string();
+    target.prefix = env.opts.index_prefix.clone();
+
+    let out = target
+        .clone()
+        .set("MEILI_NO_SYNC", "true")
+        .run("owner-1", &["once"]);
+    let text = all(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    env.assert_in_step(now, &[]).await;
+    let lease = target.lease().await.expect("a real run takes the lease");
+    assert_eq!(lease.get_str("status").unwrap(), "completed", "{lease}");
+
+    let seen: Vec<Value> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| {
+            line["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("MEILI_NO_SYNC=true"))
+        })
+        .collect();
+    assert_eq!(seen.len(), 1, "logged once:\n{text}");
+    assert_eq!(seen[0]["level"], "INFO", "{}", seen[0]);
+    assert!(
+        seen[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("LibreChat's in-process sync is off"),
+        "{}",
+        seen[0]
+    );
+    env.cleanup().await;
+}
+
+/// `plan` against an unreachable Meilisearch: exit 4 after one attempt (not
+/// the start-up retries, which back off for 7.5 s and more), one line naming
+/// it and the cause, without its key.
 #[test]
 fn unreachable_meilisearch_exits_4_naming_it_without_the_key() {
-    let target = Target::new("cli_meili_down").with_meili("http://127.0.0.1:1", "key-do-not-print");
+    let connect_timeout = Duration::from_secs(1);
+    let target = Target::new("cli_meili_down")
+        .with_meili("http://127.0.0.1:1", "key-do-not-print")
+        .set("RECONCILER__MONGO__CONNECT_TIMEOUT", "1s");
+    let started = Instant::now();
     let out = target.run("op", &["plan"]);
+    let elapsed = started.elapsed();
     let text = all(&out);
     assert_eq!(out.status.code(), Some(4), "{text}");
-    assert!(text.contains("Meilisearch at http://127.0.0.1:1"), "{text}");
+    assert!(
+        elapsed < connect_timeout * 3,
+        "took {elapsed:?} with mongo.connect_timeout = {connect_timeout:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line on stderr:\n{stderr}");
+    assert!(
+        lines[0].contains("Meilisearch at http://127.0.0.1:1")
+            && lines[0].contains("connection refused"),
+        "{text}"
+    );
     assert!(!text.contains("key-do-not-print"), "{text}");
+}
+
+/// `lease.write_concern` below majority is allowed (two data nodes and an
+/// arbiter) but said out loud at start: a failover can then yield two owners.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_write_concern_below_majority_is_warned_about() {
+    let warning = "lease.write_concern is not \\\"majority\\\"";
+    let target = Target::new("cli_wc");
+    let out = target.run("op", &["status"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(!all(&out).contains(warning), "{}", all(&out));
+
+    let weak = target.clone().set("RECONCILER__LEASE__WRITE_CONCERN", "1");
+    let out = weak.run("op", &["status"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    let text = all(&out);
+    assert!(text.contains(warning), "{text}");
+    assert!(text.contains("two replicas own the same epoch"), "{text}");
+    target.cleanup().await;
 }

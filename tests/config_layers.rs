@@ -136,7 +136,6 @@ fn librechat_names_are_honoured() {
         ("MEILI_SYNC_THRESHOLD", "42"),
         ("MEILI_SYNC_BATCH_SIZE", "500"),
         ("MEILI_SYNC_DELAY_MS", "250"),
-        ("MEILI_NO_SYNC", "true"),
     ])
     .unwrap();
     assert_eq!(s.mongo.database, "chats", "database from the URI's path");
@@ -145,7 +144,6 @@ fn librechat_names_are_honoured() {
     assert_eq!(s.sync.threshold, 42);
     assert_eq!(s.sync.batch_docs, 500);
     assert_eq!(s.sync.delay, Duration::from_millis(250));
-    assert!(s.sync.plan_only);
     assert!(s.sync.enabled);
     let s = load(&[("SEARCH", "false")]).unwrap();
     assert!(!s.sync.enabled);
@@ -154,6 +152,34 @@ fn librechat_names_are_honoured() {
         s.mongo.database, "other",
         "mongo.database wins over the URI path"
     );
+}
+
+/// `MEILI_NO_SYNC` is LibreChat's switch for its own start-up sync; operators
+/// set it beside this service, so it must not switch this service to plan only.
+#[test]
+fn meili_no_sync_is_librechat_s_switch_not_plan_only() {
+    for value in ["true", "TRUE", " True "] {
+        let s = load(&[("MEILI_NO_SYNC", value)]).unwrap();
+        assert!(
+            !s.sync.plan_only,
+            "MEILI_NO_SYNC={value:?} must not mean plan only"
+        );
+        assert!(s.librechat_sync_off, "MEILI_NO_SYNC={value:?} is seen");
+    }
+    // As LibreChat reads it (`isEnabled`): only the text "true" turns its sync off,
+    // and any other value is LibreChat's business, never a configuration error.
+    for value in ["false", "1", "yes", "nonsense"] {
+        let s = load(&[("MEILI_NO_SYNC", value)]).unwrap();
+        assert!(!s.librechat_sync_off, "MEILI_NO_SYNC={value:?}");
+        assert!(!s.sync.plan_only);
+    }
+    // Plan only stays available under its own name.
+    let s = load(&[
+        ("MEILI_NO_SYNC", "true"),
+        ("RECONCILER__SYNC__PLAN_ONLY", "true"),
+    ])
+    .unwrap();
+    assert!(s.sync.plan_only);
 }
 
 #[test]
@@ -181,6 +207,8 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__LEASE__FAILURE_BACKOFF", "7s"),
         ("RECONCILER__LEASE__FAILURE_BACKOFF_MAX", "70s"),
         ("RECONCILER__LEASE__UNREACHABLE_TIMEOUT", "9s"),
+        ("RECONCILER__LEASE__LIBRECHAT_CLOCK_SKEW", "45s"),
+        ("RECONCILER__LEASE__WRITE_CONCERN", "1"),
         ("RECONCILER__SYNC__BATCH_DOCS", "10"),
         ("RECONCILER__SYNC__BATCH_BYTES", "64KiB"),
         ("RECONCILER__SYNC__IN_FLIGHT", "4"),
@@ -231,6 +259,11 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.lease.failure_backoff, Duration::from_secs(7));
     assert_eq!(s.lease.failure_backoff_max, Duration::from_secs(70));
     assert_eq!(s.lease.unreachable_timeout, Duration::from_secs(9));
+    assert_eq!(s.lease.librechat_clock_skew, Duration::from_secs(45));
+    assert_eq!(
+        s.lease.write_concern,
+        meili_reconciler::lease::LeaseWriteConcern::Nodes(1)
+    );
     assert_eq!(s.sync.batch_docs, 10);
     assert_eq!(s.sync.batch_bytes, 64 * 1024);
     assert_eq!(s.sync.in_flight, 4);
@@ -306,6 +339,18 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
             "lease.ttl",
             "0s",
             "greater than zero",
+        ),
+        (
+            &[("RECONCILER__LEASE__WRITE_CONCERN", "all")],
+            "lease.write_concern",
+            "all",
+            "\"majority\"",
+        ),
+        (
+            &[("RECONCILER__LEASE__WRITE_CONCERN", "0")],
+            "lease.write_concern",
+            "0",
+            "number of nodes ≥ 1",
         ),
         (
             &[("RECONCILER__LEASE__RENEW_EVERY", "180s")],

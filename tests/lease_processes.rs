@@ -1,4 +1,4 @@
-//! The single-flight lease (DESIGN.md §4) across OS processes: six processes
+//! The single-flight lease (docs/design.md §5) across OS processes: six processes
 //! racing for 50 rounds, an owner killed with SIGKILL, and replicas whose wall
 //! clocks are hours off (run under `faketime`).
 //!
@@ -82,6 +82,7 @@ async fn lease_child() {
                     Ok(Outcome::Ran { .. }) => "ran",
                     Ok(Outcome::CompletedByOther { .. }) => "other",
                     Ok(Outcome::ReusedCompletion { .. }) => "reused",
+                    Ok(Outcome::HandedOver { to }) => panic!("round {round}: handed over to {to}"),
                     Err(error) => panic!("round {round}: {error}"),
                 };
                 emit(format!("done {round} {kind}"));
@@ -136,7 +137,7 @@ fn child_env_for(db: &Database, job: &str, owner: &str, mode: &str) -> Vec<(&'st
         ("LEASE_JOB", job.to_string()),
         ("LEASE_OWNER", owner.to_string()),
         ("LEASE_MODE", mode.to_string()),
-        ("MONGO_URI", support::servers().mongo_uri.clone()),
+        ("MONGO_URI", support::mongo_uri().to_string()),
         ("RUST_LOG", "warn".to_string()),
     ]
 }
@@ -178,13 +179,15 @@ async fn six_processes_race_and_exactly_one_runs_per_round() {
             kind => {
                 let (status, epoch) =
                     [("completed", 7_i64), ("running", 3), ("released", 5)][kind - 1];
-                jobs.insert_one(doc! {
+                let mut seeded = doc! {
                     "_id": &job, "owner": "seed", "epoch": epoch, "status": status,
                     "claimedAt": hour_ago, "completedAt": hour_ago,
-                    "expiresAt": clock::earlier(now, Duration::from_secs(1)),
-                })
-                .await
-                .unwrap();
+                };
+                seeded.extend(our_expiry(
+                    &child_options(&job, "seed"),
+                    clock::earlier(now, Duration::from_secs(1)),
+                ));
+                jobs.insert_one(seeded).await.unwrap();
                 epoch
             }
         };
@@ -401,7 +404,7 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
     // the expiry.
     let record = read_job(&db, &opts).await.unwrap();
     let now = server_now(&db).await;
-    let expires_in = clock::millis_between(now, record.expires_at.unwrap());
+    let expires_in = clock::millis_between(now, record.lease_expires_at.unwrap());
     assert!(
         expires_in > 0 && expires_in <= opts.ttl.as_millis() as i64,
         "expiresAt {expires_in} ms away"
@@ -459,7 +462,7 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
     for _ in 0..3 {
         let record = read_job(&db, &opts).await.unwrap();
         let now = server_now(&db).await;
-        let expires_in = clock::millis_between(now, record.expires_at.unwrap());
+        let expires_in = clock::millis_between(now, record.lease_expires_at.unwrap());
         assert!(
             expires_in > 0 && expires_in <= opts.ttl.as_millis() as i64,
             "expiresAt {expires_in} ms away"

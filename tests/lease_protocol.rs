@@ -1,4 +1,4 @@
-//! The single-flight lease (DESIGN.md §4) in one process: contention between
+//! The single-flight lease (docs/design.md §5) in one process: contention between
 //! 16 clients, a task longer than the ttl, a stale owner, a partition, a
 //! release on shutdown, failure backoff, freshness, timeouts and `status`.
 //! Each replica is a separate MongoDB client; timings are short.
@@ -21,58 +21,6 @@ use serde_json::json;
 use support::lease_harness::*;
 use tokio::sync::{oneshot, Barrier};
 use tokio_util::sync::CancellationToken;
-
-/// A job that signals its start, then does side effects every 20 ms (each
-/// after a `guard.check()`) until it is stopped.
-async fn run_until_stopped(
-    guard: Guard,
-    progress: Progress,
-    started: Option<oneshot::Sender<Guard>>,
-    effects: Effects,
-) -> anyhow::Result<serde_json::Value> {
-    progress.phase("endless", 0);
-    if let Some(started) = started {
-        let _ = started.send(guard.clone());
-    }
-    loop {
-        let decided_at = Instant::now();
-        guard.check()?;
-        effects.record(decided_at);
-        progress.advance(1);
-        tokio::select! {
-            _ = guard.cancelled() => {}
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
-    }
-}
-
-/// Starts an owner running `run_until_stopped` and waits until its job runs.
-async fn start_endless_owner(
-    db: &Database,
-    opts: LeaseOptions,
-    effects: Effects,
-) -> (
-    tokio::task::JoinHandle<Result<Outcome, LeaseError>>,
-    Guard,
-    CancellationToken,
-) {
-    let db = same_database(db).await;
-    let shutdown = CancellationToken::new();
-    let (started_tx, started_rx) = oneshot::channel();
-    let stop = shutdown.clone();
-    let owner = tokio::spawn(async move {
-        let mut started = Some(started_tx);
-        let mut job = move |guard: Guard, progress: Progress| {
-            run_until_stopped(guard, progress, started.take(), effects.clone())
-        };
-        run_single_flight(&db, &opts, &mut job, Progress::new(), stop).await
-    });
-    let guard = tokio::time::timeout(Duration::from_secs(10), started_rx)
-        .await
-        .expect("the owner's job starts")
-        .expect("the owner's job starts");
-    (owner, guard, shutdown)
-}
 
 /// A replica whose job records its start (local and server time) and returns
 /// `{"by": owner}` after `work`.
@@ -124,7 +72,14 @@ async fn seed_round(db: &Database, opts: &LeaseOptions, round: usize) -> i64 {
             doc! { "_id": &opts.job, "owner": "old", "epoch": 7_i64, "status": "completed", "completedAt": hour_ago, "claimedAt": hour_ago }
         }
         2 => {
-            doc! { "_id": &opts.job, "owner": "crashed", "epoch": 3_i64, "status": "running", "expiresAt": clock::earlier(now, Duration::from_secs(1)) }
+            // Ours, its lease ended a second ago.
+            let mut crashed =
+                doc! { "_id": &opts.job, "owner": "crashed", "epoch": 3_i64, "status": "running" };
+            crashed.extend(our_expiry(
+                opts,
+                clock::earlier(now, Duration::from_secs(1)),
+            ));
+            crashed
         }
         _ => {
             doc! { "_id": &opts.job, "owner": "stopped", "epoch": 5_i64, "status": "released", "releasedAt": now }
@@ -195,6 +150,7 @@ async fn sixteen_clients_race_and_exactly_one_runs_per_round() {
                     );
                 }
                 Ok(Outcome::CompletedByOther { .. } | Outcome::ReusedCompletion { .. }) => {}
+                Ok(Outcome::HandedOver { to }) => panic!("round {round}: handed over to {to}"),
                 Err(error) => panic!("round {round}: a racer failed: {error}"),
             }
         }
@@ -274,7 +230,7 @@ async fn a_job_longer_than_the_ttl_keeps_the_lease() {
         if let Some(record) = read_job(&db, &opts).await {
             if record.status == JobStatus::Running {
                 assert_eq!(record.epoch, Some(1), "nobody else claimed");
-                expiries.push(record.expires_at.unwrap());
+                expiries.push(record.lease_expires_at.unwrap());
                 saw_progress |= record
                     .progress
                     .as_ref()
@@ -311,13 +267,19 @@ async fn a_job_longer_than_the_ttl_keeps_the_lease() {
 async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
     let db = database("lease_stale").await;
     let opts = fast_options("stale", "a");
-    let ttl = Duration::from_millis(300);
-    let a = JobStore::new(&same_database(&db).await, &opts.collection, &opts.job, ttl);
+    let a = JobStore::new(
+        &same_database(&db).await,
+        &LeaseOptions {
+            ttl: Duration::from_millis(300),
+            ..opts.clone()
+        },
+    );
     let b = JobStore::new(
         &same_database(&db).await,
-        &opts.collection,
-        &opts.job,
-        Duration::from_secs(60),
+        &LeaseOptions {
+            ttl: Duration::from_secs(60),
+            ..opts.clone()
+        },
     );
 
     let now = a.server_now().await.unwrap();
@@ -330,20 +292,25 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         epoch: 1,
     };
 
-    // b cannot claim the live lease, with or without the right epoch.
+    // b cannot claim the live lease, neither as it is nor as absent.
     let now = b.server_now().await.unwrap();
-    assert_eq!(b.claim("b", now, Some(1)).await.unwrap(), ClaimResult::Lost);
+    let live = b.read().await.unwrap().unwrap();
+    assert_eq!(
+        b.claim("b", now, Some(&live)).await.unwrap(),
+        ClaimResult::Lost
+    );
     assert_eq!(b.claim("b", now, None).await.unwrap(), ClaimResult::Lost);
 
     // Once it expired (by the server's clock), b takes over.
     let now = loop {
         let now = b.server_now().await.unwrap();
-        if now >= claimed.expires_at.unwrap() {
+        if now >= claimed.lease_expires_at.unwrap() {
             break now;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let ClaimResult::Won(taken) = b.claim("b", now, Some(1)).await.unwrap() else {
+    let expired = b.read().await.unwrap().unwrap();
+    let ClaimResult::Won(taken) = b.claim("b", now, Some(&expired)).await.unwrap() else {
         panic!("b takes over the expired lease")
     };
     assert_eq!(taken.epoch, Some(2));
@@ -366,7 +333,7 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         "fail must match nothing"
     );
     assert!(
-        !a.release(&stale, now, &progress).await.unwrap(),
+        !a.release(&stale, now, &progress, None).await.unwrap(),
         "release must match nothing"
     );
     // Even with b's epoch, a is not the owner.
@@ -374,7 +341,7 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         owner: "a".into(),
         epoch: 2,
     };
-    assert!(!a.release(&wrong_owner, now, &progress).await.unwrap());
+    assert!(!a.release(&wrong_owner, now, &progress, None).await.unwrap());
     assert_eq!(
         read_job(&db, &opts).await.unwrap(),
         before,
@@ -470,7 +437,7 @@ async fn a_partitioned_owner_stops_before_its_lease_expires() {
     let record = read_job(&db, &opts).await.unwrap();
     let now = server_now(&db).await;
     assert_eq!(record.owner.as_deref(), Some("cut-off"));
-    let expires_at = record.expires_at.unwrap();
+    let expires_at = record.lease_expires_at.unwrap();
     assert!(
         now < expires_at,
         "cancelled at server time {now}, after expiresAt {expires_at}"

@@ -39,8 +39,8 @@ impl Meili {
 
     /// The shared test server.
     fn shared() -> Self {
-        let servers = support::servers();
-        Self::at(&servers.meili_host, &servers.meili_key)
+        let server = support::meili();
+        Self::at(&server.host, &server.key)
     }
 
     fn private(standin: &PrivateStandin) -> Self {

@@ -79,8 +79,7 @@ fn assert_partition(when: &str, counts: &Counts) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_partition_the_indexable_documents_while_flags_change() {
-    let servers = support::servers();
-    let client = Client::with_uri_str(&servers.mongo_uri)
+    let client = Client::with_uri_str(support::mongo_uri())
         .await
         .expect("mongo client");
     let db = client.database(&support::unique_name("counts"));

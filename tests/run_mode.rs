@@ -143,6 +143,136 @@ async fn run_answers_health_ready_status_and_metrics() {
     target.cleanup().await;
 }
 
+/// The metric families of the README's table: (name, type, label values
+/// listed in backticks in its labels column).
+fn readme_metric_families() -> Vec<(String, String, Vec<String>)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let families: Vec<_> = readme
+        .lines()
+        .filter(|line| line.starts_with("| `reconciler_"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let name = cells[1].trim_matches('`').to_string();
+            let kind = cells[2].to_string();
+            let values = cells[3]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .skip(1) // the label's name
+                .map(str::to_string)
+                .collect();
+            (name, kind, values)
+        })
+        .collect();
+    assert!(
+        families.len() >= 10,
+        "the README's metrics table: {families:?}"
+    );
+    families
+}
+
+/// A replica that has not finished its first run (LibreChat holds a live
+/// lease, so it waits) already answers every family of the README's table
+/// with `# HELP` and `# TYPE`, each known label value at 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_answer_every_family_before_the_first_run_finishes() {
+    let target = Target::new("run_fresh_metrics");
+    let db = target.db().await;
+    let now = support::chat_data::server_now(&db).await;
+    db.collection::<Document>("distributedJobs")
+        .insert_one(doc! {
+            "_id": "meili-index-sync",
+            "status": "running",
+            "owner": "5f0c4a2e-librechat-replica",
+            "expiresAt": DateTime::from_millis(now.timestamp_millis() + 3_600_000),
+            "updatedAt": now,
+        })
+        .await
+        .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let base = format!("http://{listen}");
+    let target = target
+        .set("RECONCILER__SERVE__LISTEN", &listen)
+        .set("RECONCILER__SERVE__INTERVAL", "1h");
+    let mut child = target.spawn("replica-fresh", &["run"]);
+
+    let text = eventually(Duration::from_secs(30), "/metrics to answer", || async {
+        let (code, body) = get(&format!("{base}/metrics")).await;
+        (code == 200).then_some(body)
+    })
+    .await;
+    let (_, status) = get(&format!("{base}/status")).await;
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert!(
+        status["lastRun"].is_null(),
+        "the first run has not finished: {status}"
+    );
+
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("valid Prometheus text");
+    let value = |metric: &str, label: Option<(&str, &str)>| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+            .map(|s| match &s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => *v,
+                prometheus_parse::Value::Histogram(buckets) => {
+                    buckets.iter().map(|b| b.count).fold(0.0, f64::max)
+                }
+                other => panic!("{metric}: unexpected {other:?}"),
+            })
+            .unwrap_or_else(|| panic!("{metric} {label:?} missing from /metrics:\n{text}"))
+    };
+    let indexes = [
+        format!("{}messages", target.prefix),
+        format!("{}convos", target.prefix),
+    ];
+    for (name, kind, values) in readme_metric_families() {
+        assert!(
+            text.lines().any(|l| l == format!("# TYPE {name} {kind}")),
+            "# TYPE {name} {kind} missing:\n{text}"
+        );
+        assert!(
+            scrape.docs.get(&name).is_some_and(|help| !help.is_empty()),
+            "# HELP {name} missing:\n{text}"
+        );
+        let label = if name.starts_with("reconciler_documents_") {
+            Some("index")
+        } else if name == "reconciler_runs_total" {
+            Some("outcome")
+        } else if name == "reconciler_unindexed_documents" {
+            Some("collection")
+        } else {
+            None
+        };
+        let values: Vec<String> = match label {
+            Some("index") => indexes.to_vec(),
+            Some(_) => values,
+            None => vec![],
+        };
+        match label {
+            Some(label) => {
+                assert!(!values.is_empty(), "{name}: label values");
+                for v in &values {
+                    assert_eq!(value(&name, Some((label, v))), 0.0, "{name}{{{label}={v}}}");
+                }
+            }
+            None if name == "reconciler_seconds_since_last_success" => {
+                assert!(value(&name, None) >= 0.0);
+            }
+            None => assert_eq!(value(&name, None), 0.0, "{name}"),
+        }
+    }
+
+    terminate(&child);
+    assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
+    target.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn periodic_run_picks_up_documents_inserted_after_the_first() {
     let target = Target::new("run_periodic");

@@ -10,7 +10,7 @@ use mongodb::{Client, Database};
 use support::seeder::{seed, CollectionCounts, SeedSpec};
 
 async fn fresh_database(tag: &str) -> Database {
-    let client = Client::with_uri_str(&support::servers().mongo_uri)
+    let client = Client::with_uri_str(support::mongo_uri())
         .await
         .expect("MongoDB URI");
     client.database(&support::unique_name(tag))
@@ -141,7 +141,7 @@ async fn assert_common_counts(
     }
 }
 
-/// DESIGN.md §2, computed from the stored document (independently of the seeder).
+/// docs/design.md §3, computed from the stored document (independently of the seeder).
 fn indexable(doc: &Document, now: DateTime) -> bool {
     let has_user = matches!(doc.get("user"), Some(Bson::String(_)));
     let temporary = doc.get_bool("isTemporary").unwrap_or(false);

@@ -1,4 +1,4 @@
-//! MongoDB's clock: the one time source of the lease protocol (DESIGN.md §4).
+//! MongoDB's clock: the one time source of the lease protocol (docs/design.md §5).
 //!
 //! Every time the protocol compares or writes (`claimedAt`, `expiresAt`,
 //! `retryAt`, "is it expired?") is the server's `hello.localTime`, read just
@@ -10,15 +10,26 @@
 //! A time read one round trip before the write it is used in errs on the safe
 //! side: the lease it writes expires a little earlier, and the filters it
 //! builds ("expired at or before now") match a little later.
+//!
+//! The clock is the primary's: `hello` is sent with read preference
+//! `primary`, the server that applies the lease writes. After a failover the
+//! driver selects the new primary and its clock is used from the next read
+//! on. Replica-set members are assumed NTP-synced (MongoDB itself assumes
+//! it); what a skew between them can and cannot do is in docs/design.md
+//! ("Clocks").
 
 use std::time::Duration;
 
 use mongodb::bson::{Bson, DateTime, Document};
+use mongodb::options::{ReadPreference, SelectionCriteria};
 use mongodb::Database;
 
-/// The server's current time, from `hello` → `localTime`.
+/// The primary's current time, from `hello` → `localTime`.
 pub async fn server_now(db: &Database) -> mongodb::error::Result<DateTime> {
-    let reply = db.run_command(mongodb::bson::doc! { "hello": 1 }).await?;
+    let reply = db
+        .run_command(mongodb::bson::doc! { "hello": 1 })
+        .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+        .await?;
     local_time(&reply).ok_or_else(|| {
         mongodb::error::Error::custom(MissingLocalTime(
             reply.get("localTime").map(|v| format!("{v:?}")),

@@ -1,24 +1,46 @@
-//! Waiting for our turn: the follower side of the lease (DESIGN.md §4).
+//! Waiting for our turn: the follower side of the lease (docs/design.md,
+//! "The lease").
 //!
 //! Each poll costs one server-clock read and one read of the job document.
-//! The first poll's server time is when we *started waiting*. Then:
+//! The first poll's server time is when we *started waiting*. Then, for a
+//! document our protocol wrote last:
 //!
 //! | document | verdict |
 //! |---|---|
 //! | absent | claim |
-//! | `running`, `expiresAt > now` | wait |
+//! | held (`running`, or following) under our own owner id, unexpired | adopt (a claim of ours whose reply was lost) |
+//! | following, unexpired, its last run satisfies us (the `completed` rows) | done |
+//! | following, unexpired, we need the lease (`request_handover`) | ask for a handover, wait |
+//! | `running` or following, `leaseExpiresAt > now` | wait |
+//! | `released` for another replica that asked for it, within the handover grace | wait |
 //! | `running`, expired | claim (takeover) |
 //! | `released` (or unknown status) | claim |
 //! | `completed` at or after `wait start - reuse_completion_for` | done (not when forced) |
-//! | `completed` from a run claimed after our wait start | done (also when forced) |
+//! | `completed` from a run claimed after our wait start | done (also when forced; never with `own_run_only`) |
 //! | `completed`, older | claim |
 //! | `failed`, `retryAt > now` | wait (claim when forced) |
 //! | `failed`, `retryAt <= now` | claim (retry) |
 //!
+//! and for one LibreChat's `runDistributedJob` wrote last (see
+//! [`Holder`](super::store::Holder)):
+//!
+//! | document | verdict |
+//! |---|---|
+//! | `running`, `expiresAt + librechat_clock_skew > now` | wait (a LibreChat replica holds it) |
+//! | anything else (`completed`, `failed`, expired) | claim: LibreChat's marks are never a reconciliation |
+//!
 //! A claim reuses the poll's server time (one round trip early: the safe
-//! side) and is a compare-and-swap on the epoch just read (`store.rs`), so
-//! losing the race just means polling again. Sleeps are jittered within
-//! `[½, 1] × poll_every`, so a released lease is claimed within one period.
+//! side) and is a compare-and-swap on the state just judged (`store.rs`), so
+//! losing the race just means polling again. A claim whose answer is an
+//! error, or a loss, is followed at once by another poll: a claim that was
+//! applied although its reply was lost (or a driver retry then collided with
+//! it) shows our owner id and is adopted — with a local deadline computed
+//! from the document's `leaseExpiresAt`, not from when we sent the claim. A
+//! follower that gives up (timeout, shutdown) after such a claim releases it
+//! if it finds it, rather than leaving it to expire.
+//!
+//! Sleeps are jittered within `[½, 1] × poll_every`, so a released lease is
+//! claimed within one period.
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +53,7 @@ use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::retry;
-use super::store::{ClaimResult, Fence, JobRecord, JobStatus, JobStore};
+use super::store::{ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -42,9 +64,14 @@ pub(crate) enum Verdict {
     Done(Outcome),
     Wait,
     Claim,
+    /// The document shows our own running lease (a claim whose reply we lost).
+    Adopt,
+    /// An owner following change streams holds it: ask it to hand it over
+    /// (`request_handover`), then wait.
+    RequestHandover,
 }
 
-/// The lease rules for a waiting replica, as a pure function (table above).
+/// The lease rules for a waiting replica, as a pure function (tables above).
 pub(crate) fn judge(
     record: Option<&JobRecord>,
     now: DateTime,
@@ -54,59 +81,108 @@ pub(crate) fn judge(
     let Some(record) = record else {
         return Verdict::Claim;
     };
+    let live = record.is_live(now, opts.librechat_clock_skew);
+    if record.holder() == Holder::LibreChat {
+        return if live { Verdict::Wait } else { Verdict::Claim };
+    }
+    if live && record.is_running_for(&opts.owner) {
+        return Verdict::Adopt;
+    }
+    if live {
+        // An owner following change streams has reconciled and keeps the
+        // index in step: its recorded run counts like a completion.
+        if record.following {
+            if let Some(done) = completion_satisfies(record, now, wait_started, opts) {
+                return done;
+            }
+            if opts.request_handover {
+                return Verdict::RequestHandover;
+            }
+        }
+        return Verdict::Wait;
+    }
     match record.status {
-        JobStatus::Running if record.is_live(now) => Verdict::Wait,
+        JobStatus::Released if released_for_another(record, now, opts) => Verdict::Wait,
         JobStatus::Running | JobStatus::Released | JobStatus::Other(_) => Verdict::Claim,
         JobStatus::Failed => match record.retry_at {
             Some(retry_at) if retry_at > now && !opts.force => Verdict::Wait,
             _ => Verdict::Claim,
         },
         JobStatus::Completed => {
-            let Some(completed_at) = record.completed_at else {
-                return Verdict::Claim;
-            };
-            let done = |age: Option<Duration>| {
-                let (owner, epoch, summary) =
-                    (record.owner.clone(), record.epoch, record.summary.clone());
-                Verdict::Done(match age {
-                    None => Outcome::CompletedByOther {
-                        owner,
-                        epoch,
-                        summary,
-                    },
-                    Some(age) => Outcome::ReusedCompletion {
-                        owner,
-                        epoch,
-                        age,
-                        summary,
-                    },
-                })
-            };
-            if opts.force {
-                // Only a run that began after we were asked satisfies --force.
-                match record.claimed_at {
-                    Some(claimed_at) if claimed_at >= wait_started => done(None),
-                    _ => Verdict::Claim,
-                }
-            } else if completed_at >= wait_started {
-                done(None)
-            } else if completed_at > clock::earlier(wait_started, opts.reuse_completion_for) {
-                done(Some(now.saturating_duration_since(completed_at)))
-            } else {
-                Verdict::Claim
-            }
+            completion_satisfies(record, now, wait_started, opts).unwrap_or(Verdict::Claim)
         }
     }
 }
 
-/// A lease we just claimed.
+/// How long a lease released for the replica that asked for it (a handover)
+/// is left to that replica before anyone may claim it.
+pub(crate) fn handover_grace(opts: &LeaseOptions) -> Duration {
+    (opts.poll_every * 5).max(Duration::from_secs(1))
+}
+
+/// Released for another replica that asked for it, recently enough that it
+/// is still coming to claim it.
+fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) -> bool {
+    let for_another = record
+        .released_for
+        .as_deref()
+        .is_some_and(|to| to != opts.owner);
+    let recent = record
+        .released_at
+        .is_some_and(|at| at > clock::earlier(now, handover_grace(opts)));
+    for_another && recent
+}
+
+/// `Done` when our last recorded run satisfies this follower (the
+/// `completed` rows of the table above), else `None`.
+fn completion_satisfies(
+    record: &JobRecord,
+    now: DateTime,
+    wait_started: DateTime,
+    opts: &LeaseOptions,
+) -> Option<Verdict> {
+    let completed_at = record.completed_at?;
+    let done = |age: Option<Duration>| {
+        let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
+        Some(Verdict::Done(match age {
+            None => Outcome::CompletedByOther {
+                owner,
+                epoch,
+                summary,
+            },
+            Some(age) => Outcome::ReusedCompletion {
+                owner,
+                epoch,
+                age,
+                summary,
+            },
+        }))
+    };
+    if opts.own_run_only {
+        None
+    } else if opts.force {
+        // Only a run that began after we were asked satisfies --force.
+        match record.claimed_at {
+            Some(claimed_at) if claimed_at >= wait_started && !record.following => done(None),
+            _ => None,
+        }
+    } else if completed_at >= wait_started {
+        done(None)
+    } else if completed_at > clock::earlier(wait_started, opts.reuse_completion_for) {
+        done(Some(now.saturating_duration_since(completed_at)))
+    } else {
+        None
+    }
+}
+
+/// A lease we just claimed (or adopted).
 #[derive(Clone, Debug)]
 pub(crate) struct Claimed {
     pub fence: Fence,
     pub record: JobRecord,
-    /// Local time before the server-clock read the claim used: the owner's
-    /// safety deadline counts from here.
-    pub sent_at: Instant,
+    /// The owner's local safety deadline: `ttl - safety_margin` after the
+    /// poll that preceded the claim, or the adopted lease's remaining time.
+    pub deadline: Instant,
 }
 
 /// Where waiting ended.
@@ -115,11 +191,41 @@ pub(crate) enum Turn {
     Claimed(Box<Claimed>),
 }
 
+/// The local instant before which a lease ending at server time
+/// `lease_expires_at` is safely ours, given a server time `now` read after
+/// the local instant `before_now`: its remaining time counted from
+/// `before_now` (so never later than the truth), less the safety margin.
+fn local_deadline(
+    before_now: Instant,
+    now: DateTime,
+    lease_expires_at: DateTime,
+    safety_margin: Duration,
+) -> Option<Instant> {
+    let left = u64::try_from(clock::millis_between(now, lease_expires_at)).ok()?;
+    Duration::from_millis(left)
+        .checked_sub(safety_margin)
+        .map(|holds| before_now + holds)
+}
+
 /// Polls until the job is done for us or we hold the lease.
 pub(crate) async fn wait_for_turn(
     store: &JobStore,
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
+) -> Result<Turn, LeaseError> {
+    let mut claims = AmbiguousClaims::default();
+    let result = poll_until_turn(store, opts, shutdown, &mut claims).await;
+    if result.is_err() && claims.any {
+        claims.release_if_ours(store, opts).await;
+    }
+    result
+}
+
+async fn poll_until_turn(
+    store: &JobStore,
+    opts: &LeaseOptions,
+    shutdown: &CancellationToken,
+    claims: &mut AmbiguousClaims,
 ) -> Result<Turn, LeaseError> {
     let began = Instant::now();
     let give_up_at = opts.wait_timeout.map(|wait| began + wait);
@@ -139,7 +245,7 @@ pub(crate) async fn wait_for_turn(
             });
         }
 
-        let sent_at = Instant::now();
+        let before_now = Instant::now();
         let poll = async {
             let now = store.server_now().await?;
             let record = store.read().await?;
@@ -167,17 +273,55 @@ pub(crate) async fn wait_for_turn(
                 log_done(opts, &outcome);
                 return Ok(Turn::Finished(outcome));
             }
+            Verdict::Adopt => {
+                let record = record.expect("only a document can be adopted");
+                let deadline = record
+                    .lease_expires_at
+                    .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin));
+                match (deadline, record.epoch) {
+                    (Some(deadline), Some(epoch)) if deadline > Instant::now() => {
+                        warn!(job = %opts.job, owner = %opts.owner, epoch,
+                            "adopting a claim of ours whose answer was lost");
+                        crate::metrics::lease_claimed(false);
+                        return Ok(Turn::Claimed(Box::new(Claimed {
+                            fence: Fence {
+                                owner: opts.owner.clone(),
+                                epoch,
+                            },
+                            record,
+                            deadline,
+                        })));
+                    }
+                    // Too close to its end to work under: it expires within
+                    // the safety margin, then it is claimed as usual.
+                    _ => pause(jittered(opts.poll_every), shutdown, give_up_at).await,
+                }
+            }
             Verdict::Wait => {
                 if let Some(record) = &record {
                     watch.observe(opts, record, now);
                 }
                 pause(jittered(opts.poll_every), shutdown, give_up_at).await;
             }
+            Verdict::RequestHandover => {
+                if let Some(record) = &record {
+                    watch.observe(opts, record, now);
+                }
+                // Asked again on every poll until it is honoured (cheap, and
+                // a later asker's name simply replaces ours: it then waits,
+                // and so do we, for the one the lease is handed to).
+                match store.request_handover(&opts.owner, now).await {
+                    Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
+                        "asked the owner following change streams to hand the lease over"),
+                    Ok(false) => {}
+                    Err(error) => unreachable(opts, &mut unreachable_since, &error)?,
+                }
+                pause(jittered(opts.poll_every), shutdown, give_up_at).await;
+            }
             Verdict::Claim => {
                 // Not raced against shutdown: a claim we sent must be
                 // answered, or we could walk away from a lease we hold.
-                let seen_epoch = record.as_ref().and_then(|r| r.epoch);
-                match store.claim(&opts.owner, now, seen_epoch).await {
+                match store.claim(&opts.owner, now, record.as_ref()).await {
                     Ok(ClaimResult::Won(claimed)) => {
                         let claimed = *claimed;
                         log_claim(opts, record.as_ref(), &claimed, now);
@@ -188,17 +332,67 @@ pub(crate) async fn wait_for_turn(
                                 epoch,
                             },
                             record: claimed,
-                            sent_at,
+                            deadline: before_now + opts.holds_for(),
                         })));
                     }
                     Ok(ClaimResult::Lost) => {
+                        // Polled again at once: a driver retry of a claim
+                        // that was applied also ends here.
                         debug!(job = %opts.job, owner = %opts.owner, "another replica claimed first; following");
                     }
                     Err(error) => {
+                        // Maybe applied: the next poll, at once, tells.
+                        claims.any = true;
+                        warn!(job = %opts.job, owner = %opts.owner, %error,
+                            "the claim's outcome is unknown; reading the lease again");
                         unreachable(opts, &mut unreachable_since, &error)?;
-                        pause(next_delay(&mut error_delays), shutdown, give_up_at).await;
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Claims sent whose outcome was an error: any of them may have been
+/// applied, now or later.
+#[derive(Default)]
+struct AmbiguousClaims {
+    any: bool,
+}
+
+impl AmbiguousClaims {
+    /// On the way out (timeout, shutdown, unreachable): a claim of ours
+    /// found running is released so another replica claims at once, rather
+    /// than left to expire. Best effort: if MongoDB does not answer, the
+    /// lease expires by itself.
+    async fn release_if_ours(&self, store: &JobStore, opts: &LeaseOptions) {
+        let attempt = async {
+            let now = store.server_now().await?;
+            let Some(record) = store.read().await? else {
+                return Ok(false);
+            };
+            if !(record.is_running_for(&opts.owner)
+                && record.is_live(now, opts.librechat_clock_skew))
+            {
+                return Ok(false);
+            }
+            let fence = Fence {
+                owner: opts.owner.clone(),
+                epoch: record.epoch.unwrap_or_default(),
+            };
+            let progress = crate::progress::Progress::new().snapshot();
+            store.release(&fence, now, &progress, None).await
+        };
+        match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
+            Ok(Ok(true)) => {
+                warn!(job = %opts.job, owner = %opts.owner, "released a claim of ours whose answer was lost")
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(error)) => {
+                debug!(job = %opts.job, %error, "could not check for a claim of ours; it expires by itself")
+            }
+            Err(_) => {
+                debug!(job = %opts.job, "could not check for a claim of ours in time; it expires by itself")
             }
         }
     }
@@ -257,12 +451,19 @@ impl OwnerWatch {
         let due = self
             .last_logged
             .is_none_or(|at| at.elapsed() >= PROGRESS_LOG_EVERY);
-        let expires_in_ms = record.expires_at.map(|at| clock::millis_between(now, at));
+        let expires_in_ms = record
+            .holds_until(opts.librechat_clock_skew)
+            .map(|at| clock::millis_between(now, at));
         let phase = record.progress.as_ref().map(|p| p.phase.as_str());
         let done = record.progress.as_ref().map(|p| p.done);
         let total = record.progress.as_ref().map(|p| p.total);
-        if changed || due {
-            info!(job = %opts.job, me = %opts.owner, owner = ?record.owner, epoch = ?record.epoch,
+        if changed && record.holder() == Holder::LibreChat {
+            info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
+                ?expires_in_ms, "waiting: a LibreChat replica holds the job (its own start-up sync)");
+            self.last_logged = Some(Instant::now());
+        } else if changed || due {
+            info!(job = %opts.job, me = %opts.owner, owner = record.owner.as_deref().unwrap_or("-"),
+                epoch = record.epoch.unwrap_or(0),
                 status = ?record.status, ?expires_in_ms, ?phase, ?done, ?total, retry_at = ?record.retry_at,
                 "waiting: another replica holds the job");
             self.last_logged = Some(Instant::now());
@@ -290,7 +491,7 @@ fn log_done(opts: &LeaseOptions, outcome: &Outcome) {
                 epoch = epoch.unwrap_or(0), age_ms = age.as_millis() as u64,
                 "a fresh completion exists; not running again");
         }
-        Outcome::Ran { .. } => {}
+        Outcome::Ran { .. } | Outcome::HandedOver { .. } => {}
     }
 }
 
@@ -301,13 +502,18 @@ fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecor
     crate::metrics::lease_claimed(takeover);
     match before {
         Some(previous) if previous.status == JobStatus::Running => {
-            let expired_for_ms = previous.expires_at.map(|at| clock::millis_between(at, now));
-            warn!(job = %opts.job, owner = %opts.owner, epoch, previous_owner = ?previous.owner,
-                previous_epoch = ?previous.epoch, ?expired_for_ms, "took over an expired lease");
+            let expired_for_ms = previous
+                .holds_until(opts.librechat_clock_skew)
+                .map(|at| clock::millis_between(at, now));
+            warn!(job = %opts.job, owner = %opts.owner, epoch,
+                previous_owner = previous.owner.as_deref().unwrap_or("-"),
+                previous_holder = ?previous.holder(), ?expired_for_ms, "took over an expired lease");
         }
         Some(previous) => {
-            info!(job = %opts.job, owner = %opts.owner, epoch, previous_owner = ?previous.owner,
-                previous_status = ?previous.status, attempt = previous.attempt, "claimed the lease");
+            info!(job = %opts.job, owner = %opts.owner, epoch,
+                previous_owner = previous.owner.as_deref().unwrap_or("-"),
+                previous_holder = ?previous.holder(), previous_status = ?previous.status,
+                attempt = previous.attempt, "claimed the lease");
         }
         None => {
             info!(job = %opts.job, owner = %opts.owner, epoch, "claimed the lease (first run)")
@@ -318,35 +524,28 @@ fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::store::JobRecord;
+    use mongodb::bson::{doc, Bson, Document};
 
     fn at(secs: i64) -> DateTime {
         DateTime::from_millis(secs * 1000)
     }
 
-    fn record(status: JobStatus) -> JobRecord {
-        JobRecord {
-            owner: Some("other".into()),
-            epoch: Some(4),
-            status,
-            claimed_at: Some(at(100)),
-            renewed_at: None,
-            expires_at: Some(at(200)),
-            completed_at: None,
-            failed_at: None,
-            released_at: None,
-            error: None,
-            attempt: 0,
-            retry_at: None,
-            progress: None,
-            summary: None,
+    /// A document our protocol wrote: lease until 200 s, claimed at 100 s.
+    fn ours(status: &str) -> Document {
+        doc! {
+            "owner": "other", "epoch": 4_i64, "status": status, "claimedAt": at(100),
+            "leaseExpiresAt": at(200), "expiresAt": at(500), "writtenExpiresAt": at(500),
         }
+    }
+
+    fn record(doc: Document) -> JobRecord {
+        JobRecord::from_document(&doc)
     }
 
     #[test]
     fn running_waits_until_expiry_then_claims() {
         let opts = LeaseOptions::new("me");
-        let running = record(JobStatus::Running);
+        let running = record(ours("running"));
         assert_eq!(
             judge(Some(&running), at(199), at(150), &opts),
             Verdict::Wait
@@ -365,10 +564,32 @@ mod tests {
     }
 
     #[test]
+    fn our_own_running_lease_is_adopted_until_it_expires() {
+        let opts = LeaseOptions::new("other");
+        let running = record(ours("running"));
+        assert_eq!(
+            judge(Some(&running), at(199), at(150), &opts),
+            Verdict::Adopt
+        );
+        assert_eq!(
+            judge(Some(&running), at(200), at(150), &opts),
+            Verdict::Claim
+        );
+        let before = Instant::now();
+        let deadline = local_deadline(before, at(190), at(200), Duration::from_secs(3));
+        assert_eq!(deadline, Some(before + Duration::from_secs(7)));
+        assert_eq!(
+            local_deadline(before, at(199), at(200), Duration::from_secs(3)),
+            None
+        );
+    }
+
+    #[test]
     fn failed_waits_for_retry_at_unless_forced() {
         let mut opts = LeaseOptions::new("me");
-        let mut failed = record(JobStatus::Failed);
-        failed.retry_at = Some(at(300));
+        let mut failed = ours("failed");
+        failed.insert("retryAt", at(300));
+        let failed = record(failed);
         assert_eq!(judge(Some(&failed), at(299), at(250), &opts), Verdict::Wait);
         assert_eq!(
             judge(Some(&failed), at(300), at(250), &opts),
@@ -384,8 +605,9 @@ mod tests {
     #[test]
     fn completions_satisfy_by_age_and_force() {
         let opts = LeaseOptions::new("me"); // reuse 60 s
-        let mut completed = record(JobStatus::Completed);
-        completed.completed_at = Some(at(1000));
+        let mut completed = ours("completed");
+        completed.insert("completedAt", at(1000));
+        let completed = record(completed);
         // Completed while we waited.
         assert!(matches!(
             judge(Some(&completed), at(1001), at(900), &opts),
@@ -412,5 +634,49 @@ mod tests {
             judge(Some(&completed), at(1001), at(99), &forced),
             Verdict::Done(Outcome::CompletedByOther { .. })
         ));
+        // A reindex: no other run satisfies it.
+        forced.own_run_only = true;
+        assert_eq!(
+            judge(Some(&completed), at(1001), at(99), &forced),
+            Verdict::Claim
+        );
+    }
+
+    #[test]
+    fn librechat_leases_are_waited_for_and_its_completions_never_count() {
+        let mut opts = LeaseOptions::new("me");
+        opts.librechat_clock_skew = Duration::from_secs(10);
+        // LibreChat claimed over our completed document: it rewrote status,
+        // owner and expiresAt, and left our other fields alone.
+        let mut theirs = ours("running");
+        theirs.insert("owner", "5f0c…-uuid");
+        theirs.insert("expiresAt", at(1000));
+        theirs.insert("completedAt", at(900));
+        let running = record(theirs.clone());
+        assert_eq!(running.holder(), Holder::LibreChat);
+        assert_eq!(
+            judge(Some(&running), at(1009), at(950), &opts),
+            Verdict::Wait
+        );
+        assert_eq!(
+            judge(Some(&running), at(1010), at(950), &opts),
+            Verdict::Claim
+        );
+
+        // Its completion: owner unset, expiresAt in the future. Not done for
+        // a waiting follower, nor fresh for one that starts, nor when forced.
+        theirs.insert("status", "completed");
+        theirs.remove("owner");
+        theirs.insert("expiresAt", at(1600));
+        let completed = record(theirs);
+        for (now, started) in [(at(1001), at(950)), (at(905), at(905))] {
+            assert_eq!(judge(Some(&completed), now, started, &opts), Verdict::Claim);
+        }
+        // Its very first claim, on no document of ours.
+        let first = record(
+            doc! { "status": "running", "owner": "u", "expiresAt": at(50), "updatedAt": Bson::Null },
+        );
+        assert_eq!(judge(Some(&first), at(55), at(55), &opts), Verdict::Wait);
+        assert_eq!(judge(Some(&first), at(60), at(55), &opts), Verdict::Claim);
     }
 }

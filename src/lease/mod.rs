@@ -1,20 +1,28 @@
-//! The single-flight lease over `distributedJobs` (DESIGN.md §4): many
+//! The single-flight lease over `distributedJobs` (docs/design.md §5): many
 //! replicas call [`run_single_flight`]; exactly one runs the job at a time,
 //! the others wait for its completion or take over when it dies.
 //!
+//! The document is shared with LibreChat's own `runDistributedJob`, which
+//! claims the same `_id` (docs/design.md §5.10), and every lease write is
+//! confirmed by a majority, with unknown outcomes settled by a re-read
+//! (§5.11).
+//!
 //! Where each rule lives:
-//! - `clock`: every protocol time is MongoDB's (`hello.localTime`);
+//! - `clock`: every protocol time is the primary's (`hello.localTime`);
 //! - `store`: every read and write of the job document (claim, renew,
-//!   complete, fail, release) and the fence they share;
+//!   complete, fail, release), the fence they share, their concerns, and who
+//!   wrote last (us or LibreChat);
 //! - `follower`: polling, freshness, `retryAt`, takeover, wait timeout;
 //! - `renewer`: the renewal timer and self-fencing;
 //! - `runner`: the owner's life cycle and how a run is recorded;
 //! - `guard`: what the job checks before each side effect;
+//! - `handle`: the owner job's own writes to the document (follow mode);
 //! - `status`: the operator's view.
 
 pub mod clock;
 mod follower;
 pub mod guard;
+mod handle;
 mod job;
 mod options;
 mod outcome;
@@ -25,8 +33,9 @@ pub mod status;
 pub mod store;
 
 pub use guard::{Guard, LeaseLost};
+pub use handle::{HandOver, LeaseHandle, LeaseWriteError};
 pub use job::LeasedJob;
-pub use options::{default_owner_id, LeaseOptions};
+pub use options::{default_owner_id, LeaseOptions, LeaseWriteConcern};
 pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
 pub use status::{read_status, LeaseState, LeaseStatus};

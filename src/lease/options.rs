@@ -1,7 +1,7 @@
 //! The knobs of one single-flight lease ([`LeaseOptions`]) and the failure
 //! backoff they imply.
 //!
-//! Defaults are DESIGN.md §4's. Configuration (`src/config.rs`) validates user
+//! Defaults are docs/design.md §2's. Configuration (`src/config.rs`) validates user
 //! input with friendly errors; [`LeaseOptions::assert_sane`] only guards the
 //! invariants the protocol's safety rests on.
 
@@ -34,6 +34,13 @@ pub struct LeaseOptions {
     /// Run even if a fresh completion exists or a failed run's `retryAt` has
     /// not come yet. Never steals a live lease.
     pub force: bool,
+    /// Only a run of our own satisfies us: another replica's completion, even
+    /// of a run claimed after we started waiting, is waited out and then the
+    /// lease claimed (`reindex`: an ordinary reconciliation is not a reindex).
+    pub own_run_only: bool,
+    /// When an owner following change streams holds the lease, ask it to
+    /// hand the lease over (`once`, `reindex`: they need it to run).
+    pub request_handover: bool,
     /// `retryAt` after the first failure; doubled per further consecutive
     /// failure.
     pub failure_backoff: Duration,
@@ -42,10 +49,30 @@ pub struct LeaseOptions {
     /// How long MongoDB may stay unreachable while we are not the owner
     /// before giving up with [`LeaseError::MongoUnavailable`](super::LeaseError).
     pub unreachable_timeout: Duration,
+    /// How far a LibreChat app server's clock may be off MongoDB's. LibreChat
+    /// claims the same document judging `expiresAt` by its own clock, so we
+    /// write `expiresAt` this much later than our lease's end, and treat its
+    /// lease as live until its `expiresAt` plus this.
+    pub librechat_clock_skew: Duration,
+    /// The write concern of every lease write (reads follow it: `majority`
+    /// reads with `majority` writes, `local` with a node count).
+    pub write_concern: LeaseWriteConcern,
+}
+
+/// `lease.write_concern`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseWriteConcern {
+    /// `w: "majority"`: a claim or renewal, once confirmed, survives a
+    /// failover. The default.
+    Majority,
+    /// `w: n`, for sets where a majority cannot always acknowledge (two data
+    /// nodes and an arbiter): a failover can then roll back a claim and let
+    /// two replicas own the same epoch.
+    Nodes(u32),
 }
 
 impl LeaseOptions {
-    /// DESIGN.md's defaults for `owner`.
+    /// The defaults (docs/design.md §2) for `owner`.
     pub fn new(owner: impl Into<String>) -> Self {
         LeaseOptions {
             collection: "distributedJobs".into(),
@@ -58,9 +85,13 @@ impl LeaseOptions {
             reuse_completion_for: Duration::from_secs(60),
             wait_timeout: None,
             force: false,
+            own_run_only: false,
+            request_handover: false,
             failure_backoff: Duration::from_secs(30),
             failure_backoff_max: Duration::from_secs(30 * 60),
             unreachable_timeout: Duration::from_secs(60),
+            librechat_clock_skew: Duration::from_secs(5 * 60),
+            write_concern: LeaseWriteConcern::Majority,
         }
     }
 

@@ -1,5 +1,5 @@
 //! What [`run_single_flight`](super::run_single_flight) ends with, and the
-//! exit codes of DESIGN.md §1 they map to.
+//! exit codes of docs/design.md §1 they map to.
 
 use std::time::Duration;
 
@@ -22,6 +22,9 @@ pub enum Outcome {
         epoch: Option<i64>,
         summary: Option<serde_json::Value>,
     },
+    /// We held the lease (following change streams) and handed it over to
+    /// `to`, which asked for it; the work goes on there.
+    HandedOver { to: String },
     /// A completion younger than `reuse_completion_for` already existed when
     /// we started, so we did not run again (not when forced).
     ReusedCompletion {
@@ -75,7 +78,7 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
-    /// The process exit code of DESIGN.md §1 (`once`, `reindex`).
+    /// The process exit code of docs/design.md §1 (`once`, `reindex`).
     pub fn exit_code(&self) -> i32 {
         match self {
             LeaseError::JobFailed { .. } => 1,

@@ -1,4 +1,4 @@
-//! The owner's renewal timer (DESIGN.md §4, "Renew").
+//! The owner's renewal timer (docs/design.md §5.5).
 //!
 //! Every `renew_every` after the last good renewal it reads the server clock
 //! and extends the lease (`store.renew`, fenced), copying the job's progress
@@ -9,9 +9,14 @@
 //!   deadline always falls before the server-side `expiresAt`;
 //! - matched nothing: the lease is lost — the guard is cancelled
 //!   ([`LeaseLost::TakenOver`]) at once and the timer stops;
-//! - an error: retried with backoff; if the local deadline comes first the
-//!   guard is cancelled ([`LeaseLost::SelfFenced`]) before any other replica
-//!   can claim. An attempt still in flight at the deadline is abandoned.
+//! - an error: ambiguous — a write-concern error, a timeout or a lost reply
+//!   may hide a renewal that was applied (or one a failover will roll back).
+//!   It never moves the deadline. The document is read again (majority):
+//!   if it no longer shows our owner and epoch holding it, the lease is lost
+//!   and the guard is cancelled at once; otherwise the renewal is retried
+//!   with backoff, and if the local deadline comes first the guard is
+//!   cancelled ([`LeaseLost::SelfFenced`]) before any other replica can
+//!   claim. An attempt still in flight at the deadline is abandoned.
 
 use std::time::{Duration, Instant};
 
@@ -47,14 +52,16 @@ pub(crate) struct RenewTiming {
 }
 
 impl Renewer {
-    /// Starts renewing the lease claimed at local time `claimed_sent_at`.
+    /// Starts renewing a lease that is safely ours until the local instant
+    /// `deadline` (the first renewal is due `renew_every` after the send
+    /// time that deadline implies).
     pub fn start(
         store: JobStore,
         fence: Fence,
         guard: Guard,
         progress: Progress,
         timing: RenewTiming,
-        claimed_sent_at: Instant,
+        deadline: Instant,
     ) -> Self {
         let stop = CancellationToken::new();
         let task = tokio::spawn(renew_until_stopped(
@@ -63,7 +70,7 @@ impl Renewer {
             guard,
             progress,
             timing,
-            claimed_sent_at,
+            deadline,
             stop.clone(),
         ));
         Renewer {
@@ -88,16 +95,19 @@ async fn renew_until_stopped(
     guard: Guard,
     progress: Progress,
     timing: RenewTiming,
-    mut last_good_sent: Instant,
+    mut deadline: Instant,
     stop: CancellationToken,
 ) {
     loop {
+        // Due `renew_every` after the send time of the last good renewal.
+        let due = deadline
+            .checked_sub(timing.holds_for - timing.renew_every)
+            .unwrap_or_else(Instant::now);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = guard.cancelled() => return,
-            _ = tokio::time::sleep_until((last_good_sent + timing.renew_every).into()) => {}
+            _ = tokio::time::sleep_until(due.into()) => {}
         }
-        let deadline = last_good_sent + timing.holds_for;
         let mut delays = retry::delays(timing.renew_every);
         loop {
             let sent = Instant::now();
@@ -119,8 +129,8 @@ async fn renew_until_stopped(
             match result {
                 Ok(true) => {
                     debug!(owner = %fence.owner, epoch = fence.epoch, "lease renewed");
-                    last_good_sent = sent;
-                    guard.extend_to(sent + timing.holds_for);
+                    deadline = sent + timing.holds_for;
+                    guard.extend_to(deadline);
                     break;
                 }
                 Ok(false) => {
@@ -133,7 +143,19 @@ async fn renew_until_stopped(
                     let delay = delays.next().unwrap_or(timing.renew_every);
                     warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
                         left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
-                        "lease renewal failed; retrying");
+                        "lease renewal failed (its outcome is unknown); reading the lease, then retrying");
+                    let still_ours = tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep_until(deadline.into()) => continue,
+                        read = store.still_held(&fence) => read,
+                    };
+                    if let Ok(false) = still_ours {
+                        error!(owner = %fence.owner, epoch = fence.epoch,
+                            "lease lost: the document no longer shows our claim; stopping the job");
+                        guard.cancel(LeaseLost::TakenOver);
+                        return;
+                    }
                     tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}

@@ -11,12 +11,13 @@ use tracing::{error, info, warn};
 use super::clock;
 use super::follower::{self, Claimed, Turn};
 use super::guard::{Guard, LeaseLost};
+use super::handle::{HandOver, LeaseHandle};
 use super::job::LeasedJob;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::renewer::{RenewTiming, Renewer};
 use super::retry;
-use super::store::{Fence, JobStore};
+use super::store::{Fence, JobStatus, JobStore};
 use crate::progress::Progress;
 
 /// How long a shutting-down owner waits for writes it already sent.
@@ -59,7 +60,7 @@ pub async fn run_single_flight(
     shutdown: CancellationToken,
 ) -> Result<Outcome, LeaseError> {
     opts.assert_sane();
-    let store = JobStore::new(db, &opts.collection, &opts.job, opts.ttl);
+    let store = JobStore::new(db, opts);
     match follower::wait_for_turn(&store, opts, &shutdown).await? {
         Turn::Finished(outcome) => Ok(outcome),
         Turn::Claimed(claimed) => {
@@ -79,10 +80,10 @@ async fn run_as_owner(
     let Claimed {
         fence,
         record,
-        sent_at,
+        deadline,
     } = claimed;
     let epoch = fence.epoch;
-    let guard = Guard::with_deadline(sent_at + opts.holds_for());
+    let guard = Guard::for_owner(deadline, LeaseHandle::new(store.clone(), fence.clone()));
     let renewer = Renewer::start(
         store.clone(),
         fence.clone(),
@@ -92,7 +93,7 @@ async fn run_as_owner(
             renew_every: opts.renew_every,
             holds_for: opts.holds_for(),
         },
-        sent_at,
+        deadline,
     );
 
     let work = job.run(guard.clone(), progress.clone());
@@ -118,7 +119,7 @@ async fn run_as_owner(
     renewer.stop().await;
 
     match guard.check() {
-        Err(LeaseLost::ShuttingDown) => release(store, &fence, &guard, &progress).await,
+        Err(LeaseLost::ShuttingDown) => release(store, &fence, &guard, &progress, None).await,
         Err(reason) => {
             if let Some(Err(job_error)) = &finished {
                 warn!(owner = %fence.owner, epoch, error = format!("{job_error:#}"),
@@ -128,6 +129,10 @@ async fn run_as_owner(
         }
         Ok(()) => match finished.expect("only a cancelled guard interrupts the job") {
             Ok(summary) => complete(store, &fence, &guard, &progress, summary).await,
+            Err(job_error) if job_error.is::<HandOver>() => {
+                let to = job_error.downcast::<HandOver>().expect("checked").to;
+                release(store, &fence, &guard, &progress, Some(&to)).await
+            }
             Err(job_error) => {
                 let attempt = record.attempt.saturating_add(1);
                 record_failure(store, opts, &fence, &guard, attempt, job_error).await
@@ -136,20 +141,29 @@ async fn run_as_owner(
     }
 }
 
-/// Shutdown: sets `released` so a follower claims at once.
+/// Shutdown, or a handover to `to`: sets `released` so a follower (`to`,
+/// when named) claims at once.
 async fn release(
     store: &JobStore,
     fence: &Fence,
     guard: &Guard,
     progress: &Progress,
+    to: Option<&str>,
 ) -> Result<Outcome, LeaseError> {
     let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(guard));
     let snapshot = progress.snapshot();
-    match fenced_write(store, until, |now| store.release(fence, now, &snapshot)).await {
-        Written::Yes => {
-            info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
-            Err(LeaseError::ShutDown { released: true })
-        }
+    let write = |now| store.release(fence, now, &snapshot, to);
+    match fenced_write(store, fence, JobStatus::Released, until, write).await {
+        Written::Yes => match to {
+            Some(to) => {
+                info!(owner = %fence.owner, epoch = fence.epoch, to, "lease handed over");
+                Ok(Outcome::HandedOver { to: to.to_string() })
+            }
+            None => {
+                info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
+                Err(LeaseError::ShutDown { released: true })
+            }
+        },
         Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
         Written::Unconfirmed(err) => {
             warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
@@ -169,7 +183,15 @@ async fn complete(
 ) -> Result<Outcome, LeaseError> {
     let snapshot = progress.snapshot();
     let write = |now| store.complete(fence, now, &summary, &snapshot);
-    match fenced_write(store, deadline_of(guard), write).await {
+    match fenced_write(
+        store,
+        fence,
+        JobStatus::Completed,
+        deadline_of(guard),
+        write,
+    )
+    .await
+    {
         Written::Yes => {
             info!(owner = %fence.owner, epoch = fence.epoch, %summary, "job completed");
             Ok(Outcome::Ran {
@@ -199,7 +221,7 @@ async fn record_failure(
         retry_at = clock::later(now, backoff);
         store.fail(fence, now, &message, attempt, retry_at)
     };
-    match fenced_write(store, deadline_of(guard), write).await {
+    match fenced_write(store, fence, JobStatus::Failed, deadline_of(guard), write).await {
         Written::Yes => {
             error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
                 retry_in_ms = backoff.as_millis() as u64, "job failed");
@@ -242,18 +264,34 @@ enum Written {
     Unconfirmed(String),
 }
 
-/// One of the owner's final fenced writes, with a fresh server time per
-/// attempt, retried on errors until `until` (never past the lease's local
-/// deadline: after it the lease may belong to someone else).
-async fn fenced_write<F, Fut>(store: &JobStore, until: Instant, mut write: F) -> Written
+/// One of the owner's final fenced writes (ending the run in `to`), with a
+/// fresh server time per attempt, retried on errors until `until` (never
+/// past the lease's local deadline: after it the lease may belong to
+/// someone else).
+///
+/// An error leaves the outcome unknown (a write-concern error or a lost
+/// reply may hide an applied write), so the next attempt first reads the
+/// document: if it already shows `to` under our fence, the write is done.
+/// Writing again would match nothing; the store re-reads in that case too.
+async fn fenced_write<F, Fut>(
+    store: &JobStore,
+    fence: &Fence,
+    to: JobStatus,
+    until: Instant,
+    mut write: F,
+) -> Written
 where
     F: FnMut(DateTime) -> Fut,
     Fut: std::future::Future<Output = mongodb::error::Result<bool>>,
 {
     let mut delays = retry::delays(Duration::from_secs(1));
     let mut last_error = String::from("the lease's local deadline passed before the write");
+    let mut unsure = false;
     while Instant::now() < until {
         let attempt = async {
+            if unsure && store.shows(fence, &to).await? {
+                return Ok(true);
+            }
             let now = store.server_now().await?;
             write(now).await
         };
@@ -261,8 +299,9 @@ where
             Ok(Ok(true)) => return Written::Yes,
             Ok(Ok(false)) => return Written::MatchedNothing,
             Ok(Err(err)) => {
+                unsure = true;
                 last_error = err.to_string();
-                warn!(error = %last_error, "fenced lease write failed; retrying");
+                warn!(error = %last_error, "fenced lease write failed (its outcome is unknown); reading the lease, then retrying");
             }
             Err(_elapsed) => break,
         }

@@ -1,6 +1,8 @@
 //! The `status` reader: the lease as an operator sees it (`meili-reconciler
-//! status [--json]`), with every duration computed against the server's
-//! clock, never the local one.
+//! status [--json]`, and `lease` in `/status`), with every duration computed
+//! against the server's clock, never the local one. A document LibreChat's
+//! own `runDistributedJob` wrote last is named as such ("held by a LibreChat
+//! replica"), and our last reconciliation's fields stay visible under it.
 
 use std::fmt;
 
@@ -11,7 +13,7 @@ use serde::Serialize;
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::LeaseError;
-use super::store::{JobRecord, JobStatus, JobStore};
+use super::store::{Holder, JobRecord, JobStatus, JobStore};
 use crate::progress::ProgressSnapshot;
 
 /// Where the job stands.
@@ -22,6 +24,9 @@ pub enum LeaseState {
     NeverRun,
     /// An owner holds an unexpired lease.
     Running,
+    /// An owner holds an unexpired lease and follows change streams after
+    /// its reconciliation (`status` reads `completed` in the document).
+    Following,
     /// The owner stopped renewing (crashed or partitioned); claimable.
     Expired,
     Completed,
@@ -37,14 +42,19 @@ pub enum LeaseState {
 pub struct LeaseStatus {
     pub job: String,
     pub state: LeaseState,
+    /// Which protocol wrote the document last (`librechat`: LibreChat's own
+    /// start-up sync; its `completed` is not a reconciliation).
+    pub holder: Option<Holder>,
     pub owner: Option<String>,
     pub epoch: Option<i64>,
     /// The server's clock when this was read (RFC 3339).
     pub server_time: String,
     pub claimed_at: Option<String>,
     pub renewed_at: Option<String>,
+    /// When the holder's lease ends: our `leaseExpiresAt`, or LibreChat's
+    /// `expiresAt` plus `lease.librechat_clock_skew`.
     pub expires_at: Option<String>,
-    /// Seconds until `expiresAt` by the server's clock (negative: expired).
+    /// Seconds until then by the server's clock (negative: expired).
     pub expires_in_secs: Option<f64>,
     pub progress: Option<ProgressSnapshot>,
     pub completed_at: Option<String>,
@@ -57,22 +67,36 @@ pub struct LeaseStatus {
     /// Seconds until a retry may start (negative: it may now).
     pub retry_in_secs: Option<f64>,
     pub released_at: Option<String>,
+    /// A handover was asked for by this replica (follow mode).
+    pub handover_requested_by: Option<String>,
+    /// When the follower last saved where the change stream resumes.
+    pub follow_token_saved_at: Option<String>,
 }
 
 /// Reads the job's lease document and the server's clock.
 pub async fn read_status(db: &Database, opts: &LeaseOptions) -> Result<LeaseStatus, LeaseError> {
-    let store = JobStore::new(db, &opts.collection, &opts.job, opts.ttl);
+    let store = JobStore::new(db, opts);
     let unavailable = |e: mongodb::error::Error| LeaseError::MongoUnavailable(e.to_string());
     // The document first, then the clock: "expires in" is never overstated
     // by a renewal landing between the two reads.
     let record = store.read().await.map_err(unavailable)?;
     let now = store.server_now().await.map_err(unavailable)?;
-    Ok(LeaseStatus::from_record(&opts.job, record.as_ref(), now))
+    Ok(LeaseStatus::from_record(
+        &opts.job,
+        record.as_ref(),
+        now,
+        opts.librechat_clock_skew,
+    ))
 }
 
 impl LeaseStatus {
     /// The status of `record` (absent: never run) at server time `now`.
-    pub fn from_record(job: &str, record: Option<&JobRecord>, now: DateTime) -> Self {
+    pub fn from_record(
+        job: &str,
+        record: Option<&JobRecord>,
+        now: DateTime,
+        librechat_clock_skew: std::time::Duration,
+    ) -> Self {
         let rfc3339 = |at: Option<DateTime>| {
             at.map(|at| {
                 at.try_to_rfc3339_string()
@@ -85,6 +109,7 @@ impl LeaseStatus {
             return LeaseStatus {
                 job: job.to_string(),
                 state: LeaseState::NeverRun,
+                holder: None,
                 owner: None,
                 epoch: None,
                 server_time: rfc3339(Some(now)).unwrap_or_default(),
@@ -101,10 +126,16 @@ impl LeaseStatus {
                 retry_at: None,
                 retry_in_secs: None,
                 released_at: None,
+                handover_requested_by: None,
+                follow_token_saved_at: None,
             };
         };
+        let live = record.is_live(now, librechat_clock_skew);
+        let following = record.following && record.holder() == Holder::Reconciler;
         let state = match &record.status {
-            JobStatus::Running if record.is_live(now) => LeaseState::Running,
+            _ if following && live => LeaseState::Following,
+            _ if following => LeaseState::Expired,
+            JobStatus::Running if live => LeaseState::Running,
             JobStatus::Running => LeaseState::Expired,
             JobStatus::Completed => LeaseState::Completed,
             JobStatus::Failed => LeaseState::Failed,
@@ -114,13 +145,14 @@ impl LeaseStatus {
         LeaseStatus {
             job: job.to_string(),
             state,
+            holder: Some(record.holder()),
             owner: record.owner.clone(),
             epoch: record.epoch,
             server_time: rfc3339(Some(now)).unwrap_or_default(),
             claimed_at: rfc3339(record.claimed_at),
             renewed_at: rfc3339(record.renewed_at),
-            expires_at: rfc3339(record.expires_at),
-            expires_in_secs: secs_until(record.expires_at),
+            expires_at: rfc3339(record.holds_until(librechat_clock_skew)),
+            expires_in_secs: secs_until(record.holds_until(librechat_clock_skew)),
             progress: record.progress.clone(),
             completed_at: rfc3339(record.completed_at),
             summary: record.summary.clone(),
@@ -130,6 +162,8 @@ impl LeaseStatus {
             retry_at: rfc3339(record.retry_at),
             retry_in_secs: secs_until(record.retry_at),
             released_at: rfc3339(record.released_at),
+            handover_requested_by: record.handover_requested_by.clone().filter(|_| following),
+            follow_token_saved_at: rfc3339(record.follow_token_saved_at),
         }
     }
 }
@@ -140,6 +174,9 @@ impl fmt::Display for LeaseStatus {
         let state = match self.state {
             LeaseState::NeverRun => "never run",
             LeaseState::Running => "running",
+            LeaseState::Following => {
+                "following change streams (reconciled, keeps the index in step)"
+            }
             LeaseState::Expired => "expired (owner stopped renewing)",
             LeaseState::Completed => "completed",
             LeaseState::Failed => "failed",
@@ -147,13 +184,32 @@ impl fmt::Display for LeaseStatus {
             LeaseState::Unknown => "unknown",
         };
         writeln!(f, "job:        {}", self.job)?;
-        writeln!(f, "state:      {state}")?;
-        if self.state == LeaseState::NeverRun {
-            return Ok(());
+        if self.holder == Some(Holder::LibreChat) {
+            let state = match self.state {
+                LeaseState::Running => "held by a LibreChat replica (its own start-up sync)",
+                LeaseState::Expired => "expired (a LibreChat replica stopped renewing)",
+                LeaseState::Completed => {
+                    "completed by a LibreChat replica (not counted as a reconciliation)"
+                }
+                LeaseState::Failed => "failed on a LibreChat replica",
+                _ => "last written by a LibreChat replica",
+            };
+            writeln!(f, "state:      {state}")?;
+            if let Some(owner) = &self.owner {
+                writeln!(f, "librechat:  {owner}")?;
+            }
+        } else {
+            writeln!(f, "state:      {state}")?;
+            if self.state == LeaseState::NeverRun {
+                return Ok(());
+            }
+            let epoch = self.epoch.map_or("-".into(), |e| e.to_string());
+            writeln!(f, "owner:      {} (epoch {epoch})", or_dash(&self.owner))?;
         }
-        let epoch = self.epoch.map_or("-".into(), |e| e.to_string());
-        writeln!(f, "owner:      {} (epoch {epoch})", or_dash(&self.owner))?;
-        if matches!(self.state, LeaseState::Running | LeaseState::Expired) {
+        if matches!(
+            self.state,
+            LeaseState::Running | LeaseState::Following | LeaseState::Expired
+        ) {
             if let Some(secs) = self.expires_in_secs {
                 if secs >= 0.0 {
                     writeln!(f, "expires in: {secs:.1}s")?;
@@ -175,8 +231,14 @@ impl fmt::Display for LeaseStatus {
                 p.phase, p.done, p.docs_per_sec
             )?;
         }
+        if let Some(at) = &self.follow_token_saved_at {
+            writeln!(f, "resume token saved: {at}")?;
+        }
+        if let Some(by) = &self.handover_requested_by {
+            writeln!(f, "handover asked by: {by}")?;
+        }
         if let Some(at) = &self.completed_at {
-            writeln!(f, "completed:  {at}")?;
+            writeln!(f, "last reconciliation completed: {at}")?;
         }
         if let Some(summary) = &self.summary {
             writeln!(f, "summary:    {summary}")?;
@@ -207,24 +269,53 @@ mod tests {
     #[test]
     fn never_run_and_expired_read_against_server_time() {
         let now = DateTime::from_millis(10_000);
-        let status = LeaseStatus::from_record("job", None, now);
+        let skew = std::time::Duration::from_secs(1);
+        let status = LeaseStatus::from_record("job", None, now, skew);
         assert_eq!(status.state, LeaseState::NeverRun);
         assert!(status.to_string().contains("never run"));
 
-        let mut record = JobRecord::from_document(&mongodb::bson::doc! {
-            "owner": "a", "epoch": 2_i64, "status": "running", "expiresAt": DateTime::from_millis(8_000),
-        });
-        let status = LeaseStatus::from_record("job", Some(&record), now);
+        let ours = |lease_end: i64| {
+            JobRecord::from_document(&mongodb::bson::doc! {
+                "owner": "a", "epoch": 2_i64, "status": "running",
+                "leaseExpiresAt": DateTime::from_millis(lease_end),
+                "expiresAt": DateTime::from_millis(lease_end + 1_000),
+                "writtenExpiresAt": DateTime::from_millis(lease_end + 1_000),
+            })
+        };
+        let record = ours(8_000);
+        let status = LeaseStatus::from_record("job", Some(&record), now, skew);
         assert_eq!(status.state, LeaseState::Expired);
         assert_eq!(status.expires_in_secs, Some(-2.0));
         assert!(status.to_string().contains("expired:    2.0s ago"));
 
-        record.expires_at = Some(DateTime::from_millis(13_500));
-        let status = LeaseStatus::from_record("job", Some(&record), now);
+        let record = ours(13_500);
+        let status = LeaseStatus::from_record("job", Some(&record), now, skew);
         assert_eq!(status.state, LeaseState::Running);
         assert!(status.to_string().contains("expires in: 3.5s"));
         let json = serde_json::to_value(&status).unwrap();
         assert_eq!(json["state"], "running");
         assert_eq!(json["expiresInSecs"], 3.5);
+        assert_eq!(json["holder"], "reconciler");
+    }
+
+    #[test]
+    fn a_librechat_holder_is_named_plainly() {
+        let now = DateTime::from_millis(10_000);
+        let skew = std::time::Duration::from_secs(1);
+        let record = JobRecord::from_document(&mongodb::bson::doc! {
+            "owner": "3b241101-e2bb-4255-8caf-4136c566a962", "status": "running",
+            "expiresAt": DateTime::from_millis(40_000), "epoch": 7_i64,
+            "writtenExpiresAt": DateTime::from_millis(9_000),
+        });
+        let status = LeaseStatus::from_record("job", Some(&record), now, skew);
+        assert_eq!(status.state, LeaseState::Running);
+        assert_eq!(status.expires_in_secs, Some(31.0));
+        let text = status.to_string();
+        assert!(text.contains("held by a LibreChat replica"), "{text}");
+        assert!(text.contains("expires in: 31.0s"), "{text}");
+        assert_eq!(
+            serde_json::to_value(&status).unwrap()["holder"],
+            "librechat"
+        );
     }
 }

@@ -1,34 +1,62 @@
 //! Every MongoDB read and write of a job document, in one place.
 //!
-//! One document per job in `distributedJobs`, `_id` = the job name:
-//! `{ owner, epoch, status: running|completed|failed|released, claimedAt,
-//! renewedAt, expiresAt, completedAt, failedAt, releasedAt, error, attempt,
-//! retryAt, progress, summary }`.
+//! One document per job in `distributedJobs`, `_id` = the job name. Our
+//! fields: `{ owner, epoch, status: running|completed|failed|released,
+//! following, claimedAt, renewedAt, leaseExpiresAt, expiresAt,
+//! writtenExpiresAt, updatedAt, completedAt, failedAt, releasedAt,
+//! releasedFor, error, attempt, retryAt, progress, summary, followToken,
+//! followTokenSavedAt, handoverRequestedBy, handoverRequestedAt }`
+//! (docs/design.md §5.1).
 //!
+//! The lease is **held** while `status` is `running` (a run), or while
+//! `following` is true (a `run` replica tailing change streams after its
+//! reconciliation: `status` then reads `completed`, which is also what tells
+//! LibreChat's waiters the sync is done), and `leaseExpiresAt` is ahead.
+//!
+//! LibreChat's own `runDistributedJob` claims the same document
+//! (`meili-index-sync`) and writes only `status`, `owner`, `expiresAt` and
+//! `updatedAt`, from its app server's clock. So:
+//!
+//! - **Our lease's end is `leaseExpiresAt`** (MongoDB's clock). `expiresAt`
+//!   is the field LibreChat's claim filter reads; we write it
+//!   `librechat_clock_skew` later than anything we need kept, so a LibreChat
+//!   replica whose clock runs that far ahead still cannot take it.
+//! - **Who wrote last** is told by `writtenExpiresAt`, a copy of the
+//!   `expiresAt` of our last write: LibreChat rewrites `expiresAt` on every
+//!   write and never touches the copy ([`JobRecord::holder`]).
 //! - **Claim**: one `findOneAndUpdate` with `upsert: true` and an update
-//!   pipeline (`epoch = ifNull(epoch, 0) + 1`). Its filter is the claimable
-//!   state the caller just judged (see `follower.rs`) *and* that state's epoch,
-//!   so the claim is a compare-and-swap: if anyone claimed, or the document
-//!   appeared, in between, nothing matches, the upsert's insert collides with
-//!   the existing `_id` (E11000) and we are a follower.
-//! - **Renew / complete / fail / release**: `updateOne` fenced by
-//!   `_id + owner + epoch + status running + expiresAt > server now`. Matching
-//!   nothing means the lease is no longer ours; the caller reports it as lost,
-//!   never as success.
+//!   pipeline (`epoch = ifNull(epoch, 0) + 1`), filtered by the exact
+//!   `status`, `owner`, `epoch` and `expiresAt` the caller judged claimable
+//!   (see `follower.rs`). Every write by either protocol changes one of
+//!   those, so the claim is a compare-and-swap on the whole judged state: if
+//!   anyone wrote in between, nothing matches, the upsert's insert collides
+//!   with the existing `_id` (E11000) and we are a follower.
+//! - **Renew / complete / fail / release** (and the follow-mode writes:
+//!   start following, record a run, save the resume token): `updateOne`
+//!   fenced by `_id + owner + epoch + held + leaseExpiresAt > server now`.
+//!   Matching nothing means the lease is no longer ours — unless an earlier
+//!   attempt of the same write landed without its reply reaching us, which a
+//!   majority read of the document tells ([`JobStore::shows`]).
 //!
-//! All times are server times from [`clock::server_now`](super::clock) passed
-//! in by the caller. Values written by the owner's own (non-pipeline) updates
+//! Every write uses the lease's write concern (`majority` + journal + a
+//! `wtimeout` by default) and every read its read concern (`majority` by
+//! default), so nothing the protocol decides on can be rolled back by a
+//! failover. All times are server times from [`clock::server_now`] passed in
+//! by the caller. Values written by the owner's own (non-pipeline) updates
 //! are literals; the claim pipeline wraps caller strings in `$literal`.
 
 use std::time::Duration;
 
 use mongodb::bson::{self, doc, Bson, DateTime, Document};
 use mongodb::error::{ErrorKind, WriteFailure};
-use mongodb::options::ReturnDocument;
+use mongodb::options::{
+    Acknowledgment, CollectionOptions, ReadConcern, ReturnDocument, WriteConcern,
+};
 use mongodb::{Collection, Database};
 use serde::Serialize;
 
 use super::clock;
+use super::options::{LeaseOptions, LeaseWriteConcern};
 use crate::progress::ProgressSnapshot;
 
 /// The `status` field.
@@ -53,6 +81,28 @@ impl JobStatus {
             other => JobStatus::Other(other.to_string()),
         }
     }
+
+    fn as_str(&self) -> &str {
+        match self {
+            JobStatus::Running => "running",
+            JobStatus::Completed => "completed",
+            JobStatus::Failed => "failed",
+            JobStatus::Released => "released",
+            JobStatus::Other(other) => other,
+        }
+    }
+}
+
+/// Which protocol wrote the job document last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Holder {
+    /// This service (or no `expiresAt` at all).
+    Reconciler,
+    /// LibreChat's `runDistributedJob`: its `expiresAt` differs from the copy
+    /// we keep of ours. Its `completed` is never a reconciliation.
+    #[serde(rename = "librechat")]
+    LibreChat,
 }
 
 /// A job document as read.
@@ -63,7 +113,12 @@ pub struct JobRecord {
     pub status: JobStatus,
     pub claimed_at: Option<DateTime>,
     pub renewed_at: Option<DateTime>,
+    /// Our lease's end (server clock).
+    pub lease_expires_at: Option<DateTime>,
+    /// The field LibreChat's protocol reads and writes.
     pub expires_at: Option<DateTime>,
+    /// The `expiresAt` of our last write.
+    pub written_expires_at: Option<DateTime>,
     pub completed_at: Option<DateTime>,
     pub failed_at: Option<DateTime>,
     pub released_at: Option<DateTime>,
@@ -73,7 +128,24 @@ pub struct JobRecord {
     pub retry_at: Option<DateTime>,
     pub progress: Option<ProgressSnapshot>,
     pub summary: Option<serde_json::Value>,
+    /// The owner follows change streams (the lease stays held, `status`
+    /// reads `completed`).
+    pub following: bool,
+    /// Released for this replica, which asked for the lease (§5.12).
+    pub released_for: Option<String>,
+    /// Where a follower resumes the change stream.
+    pub follow_token: Option<Document>,
+    pub follow_token_saved_at: Option<DateTime>,
+    /// A replica that needs the lease (`once`, `reindex`) asked the following
+    /// owner to hand it over.
+    pub handover_requested_by: Option<String>,
+    pub handover_requested_at: Option<DateTime>,
+    /// The fields a claim compares, exactly as read (see [`JobStore::claim`]).
+    judged: Document,
 }
+
+/// The fields every write by either protocol changes at least one of.
+const JUDGED_FIELDS: [&str; 4] = ["status", "owner", "epoch", "expiresAt"];
 
 impl JobRecord {
     /// Reads the fields leniently: numbers of any BSON numeric type, times as
@@ -91,13 +163,21 @@ impl JobRecord {
             _ => None,
         };
         let text = |key: &str| doc.get_str(key).ok().map(str::to_string);
+        let mut judged = Document::new();
+        for field in JUDGED_FIELDS {
+            if let Some(value) = doc.get(field) {
+                judged.insert(field, value.clone());
+            }
+        }
         JobRecord {
             owner: text("owner"),
             epoch: int("epoch"),
             status: JobStatus::parse(doc.get_str("status").unwrap_or("")),
             claimed_at: time("claimedAt"),
             renewed_at: time("renewedAt"),
+            lease_expires_at: time("leaseExpiresAt"),
             expires_at: time("expiresAt"),
+            written_expires_at: time("writtenExpiresAt"),
             completed_at: time("completedAt"),
             failed_at: time("failedAt"),
             released_at: time("releasedAt"),
@@ -114,12 +194,62 @@ impl JobRecord {
                 .get("summary")
                 .filter(|s| !matches!(s, Bson::Null))
                 .map(|s| s.clone().into_relaxed_extjson()),
+            following: doc.get_bool("following").unwrap_or(false),
+            released_for: text("releasedFor"),
+            follow_token: doc.get_document("followToken").ok().cloned(),
+            follow_token_saved_at: time("followTokenSavedAt"),
+            handover_requested_by: text("handoverRequestedBy"),
+            handover_requested_at: time("handoverRequestedAt"),
+            judged,
         }
     }
 
-    /// `running` and not yet expired at `now`.
-    pub fn is_live(&self, now: DateTime) -> bool {
-        self.status == JobStatus::Running && self.expires_at.is_some_and(|at| at > now)
+    /// Ours and held: `running`, or following (whatever the clock says).
+    fn held_by_us_in_form(&self) -> bool {
+        self.holder() == Holder::Reconciler && (self.status == JobStatus::Running || self.following)
+    }
+
+    /// Who wrote the document last: LibreChat when its `expiresAt` is not
+    /// the one our last write left.
+    pub fn holder(&self) -> Holder {
+        match self.expires_at {
+            Some(at) if self.written_expires_at != Some(at) => Holder::LibreChat,
+            _ => Holder::Reconciler,
+        }
+    }
+
+    /// When the current holder's lease ends on MongoDB's clock: ours at
+    /// `leaseExpiresAt`; LibreChat's at `expiresAt` plus `skew`, since its
+    /// replica judges that time by its own clock, which may run behind.
+    pub fn holds_until(&self, librechat_clock_skew: Duration) -> Option<DateTime> {
+        match self.holder() {
+            Holder::Reconciler => self.lease_expires_at,
+            Holder::LibreChat => self
+                .expires_at
+                .map(|at| clock::later(at, librechat_clock_skew)),
+        }
+    }
+
+    /// Held and not yet expired at `now` (see [`JobRecord::holds_until`]):
+    /// LibreChat's `running`, or ours `running` or following.
+    pub fn is_live(&self, now: DateTime, librechat_clock_skew: Duration) -> bool {
+        let held = match self.holder() {
+            Holder::LibreChat => self.status == JobStatus::Running,
+            Holder::Reconciler => self.held_by_us_in_form(),
+        };
+        held && self
+            .holds_until(librechat_clock_skew)
+            .is_some_and(|at| at > now)
+    }
+
+    /// Our lease, held under `owner` (any epoch).
+    pub fn is_running_for(&self, owner: &str) -> bool {
+        self.held_by_us_in_form() && self.owner.as_deref() == Some(owner)
+    }
+
+    /// Held under `fence` (owner and epoch), whatever the clock says.
+    pub fn is_held_under(&self, fence: &Fence) -> bool {
+        self.is_running_for(&fence.owner) && self.epoch == Some(fence.epoch)
     }
 }
 
@@ -146,17 +276,31 @@ pub struct JobStore {
     jobs: Collection<Document>,
     job: String,
     ttl: Duration,
+    librechat_clock_skew: Duration,
+    completion_visible_for: Duration,
 }
 
 impl JobStore {
-    /// The document `_id: job` in `db.collection`; claims and renewals hold
-    /// the lease for `ttl`.
-    pub fn new(db: &Database, collection: &str, job: &str, ttl: Duration) -> Self {
+    /// The document `_id: opts.job` in `db.(opts.collection)`, read and
+    /// written with the lease's concerns; claims and renewals hold the lease
+    /// for `opts.ttl`.
+    pub fn new(db: &Database, opts: &LeaseOptions) -> Self {
+        let concerns = CollectionOptions::builder()
+            .write_concern(write_concern(opts))
+            .read_concern(match opts.write_concern {
+                LeaseWriteConcern::Majority => ReadConcern::majority(),
+                // A majority read would not see our own w:1 writes promptly
+                // (and stalls with a data node down in a PSA set).
+                LeaseWriteConcern::Nodes(_) => ReadConcern::local(),
+            })
+            .build();
         JobStore {
             db: db.clone(),
-            jobs: db.collection(collection),
-            job: job.to_string(),
-            ttl,
+            jobs: db.collection_with_options(&opts.collection, concerns),
+            job: opts.job.clone(),
+            ttl: opts.ttl,
+            librechat_clock_skew: opts.librechat_clock_skew,
+            completion_visible_for: opts.reuse_completion_for,
         }
     }
 
@@ -172,34 +316,60 @@ impl JobStore {
     }
 
     /// Claims the lease for `owner` at server time `now`, provided the
-    /// document is still in the claimable state the caller judged: epoch
-    /// `seen_epoch` (`None`: no document or no epoch) and not live.
+    /// document is still exactly as `seen` (`None`: there was none), which
+    /// the caller judged claimable at `now`, and is not a live lease.
+    ///
+    /// `Err` is ambiguous (a write-concern error, a timeout or a lost reply
+    /// may hide a claim that was applied): the caller reads the document
+    /// again before deciding (`follower.rs`).
     pub async fn claim(
         &self,
         owner: &str,
         now: DateTime,
-        seen_epoch: Option<i64>,
+        seen: Option<&JobRecord>,
     ) -> mongodb::error::Result<ClaimResult> {
-        let epoch_unchanged = match seen_epoch {
-            Some(epoch) => Bson::Int64(epoch),
-            None => Bson::Document(doc! { "$exists": false }),
+        let mut filter = doc! { "_id": &self.job };
+        let empty = Document::new();
+        let judged = seen.map_or(&empty, |record| &record.judged);
+        for field in JUDGED_FIELDS {
+            let value = judged
+                .get(field)
+                .cloned()
+                .unwrap_or_else(|| Bson::Document(doc! { "$exists": false }));
+            filter.insert(field, value);
+        }
+        // The state is pinned; its liveness is checked here too, so no
+        // caller's misjudgement can take a live lease.
+        let expired = match seen.map(JobRecord::holder) {
+            Some(Holder::LibreChat) => doc! {
+                "expiresAt": { "$lte": clock::earlier(now, self.librechat_clock_skew) }
+            },
+            _ => doc! { "leaseExpiresAt": { "$lte": now } },
         };
-        let filter = doc! {
-            "_id": &self.job,
-            "epoch": epoch_unchanged,
-            "$or": [
-                { "status": { "$ne": "running" } },
-                { "expiresAt": { "$lte": now } },
+        filter.insert(
+            "$or",
+            vec![
+                doc! { "status": { "$ne": "running" }, "following": { "$ne": true } },
+                expired,
             ],
-        };
+        );
+        let lease_expires_at = clock::later(now, self.ttl);
+        let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
         let claim = vec![doc! { "$set": {
             "owner": { "$literal": owner },
             "status": "running",
             "epoch": { "$add": [ { "$ifNull": ["$epoch", 0_i64] }, 1_i64 ] },
             "claimedAt": now,
             "renewedAt": now,
-            "expiresAt": clock::later(now, self.ttl),
+            "leaseExpiresAt": lease_expires_at,
+            "expiresAt": expires_at,
+            "writtenExpiresAt": expires_at,
+            "updatedAt": now,
             "progress": Bson::Null,
+            "following": false,
+            "releasedFor": Bson::Null,
+            "handoverRequestedBy": Bson::Null,
+            "handoverRequestedAt": Bson::Null,
         } }];
         let result = self
             .jobs
@@ -224,26 +394,32 @@ impl JobStore {
     }
 
     /// Extends the lease to `now + ttl` and records `progress`. `Ok(false)`:
-    /// the fence matched nothing (the lease is lost).
+    /// the fence matched nothing (the lease is lost). `Err` is ambiguous: the
+    /// renewal may or may not have been applied.
     pub async fn renew(
         &self,
         fence: &Fence,
         now: DateTime,
         progress: &ProgressSnapshot,
     ) -> mongodb::error::Result<bool> {
-        self.fenced_update(
-            fence,
-            now,
-            doc! { "$set": {
-                "renewedAt": now,
-                "expiresAt": clock::later(now, self.ttl),
-                "progress": progress_bson(progress),
-            } },
-        )
-        .await
+        let lease_expires_at = clock::later(now, self.ttl);
+        let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
+        let update = doc! { "$set": {
+            "renewedAt": now,
+            "leaseExpiresAt": lease_expires_at,
+            "expiresAt": expires_at,
+            "writtenExpiresAt": expires_at,
+            "updatedAt": now,
+            "progress": progress_bson(progress),
+        } };
+        self.fenced_update(fence, now, update).await
     }
 
     /// Records a successful run. `Ok(false)`: the lease is lost.
+    ///
+    /// `expiresAt` moves to `now + reuse_completion_for + skew`: LibreChat's
+    /// waiters read "completed and unexpired" as done, and its claim filter
+    /// cannot take the document before then.
     pub async fn complete(
         &self,
         fence: &Fence,
@@ -251,26 +427,32 @@ impl JobStore {
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
     ) -> mongodb::error::Result<bool> {
-        let summary = bson::to_bson(summary).unwrap_or_else(|e| Bson::String(e.to_string()));
-        self.fenced_update(
-            fence,
-            now,
-            doc! {
-                "$set": {
-                    "status": "completed",
-                    "completedAt": now,
-                    "summary": summary,
-                    "progress": progress_bson(progress),
-                    "attempt": 0_i32,
-                },
-                "$unset": { "error": "", "retryAt": "" },
+        let summary = summary_bson(summary);
+        let expires_at = clock::later(
+            clock::later(now, self.completion_visible_for),
+            self.librechat_clock_skew,
+        );
+        let update = doc! {
+            "$set": {
+                "status": "completed",
+                "following": false,
+                "completedAt": now,
+                "summary": summary,
+                "progress": progress_bson(progress),
+                "attempt": 0_i32,
+                "expiresAt": expires_at,
+                "writtenExpiresAt": expires_at,
+                "updatedAt": now,
             },
-        )
-        .await
+            "$unset": { "error": "", "retryAt": "" },
+        };
+        self.terminal_update(fence, now, update, JobStatus::Completed)
+            .await
     }
 
     /// Records a failed run: `error`, the new consecutive `attempt` count and
-    /// when a retry may start. `Ok(false)`: the lease is lost.
+    /// when a retry may start; LibreChat's claim filter cannot take the
+    /// document before `retryAt` either. `Ok(false)`: the lease is lost.
     pub async fn fail(
         &self,
         fence: &Fence,
@@ -279,38 +461,148 @@ impl JobStore {
         attempt: u32,
         retry_at: DateTime,
     ) -> mongodb::error::Result<bool> {
-        self.fenced_update(
-            fence,
-            now,
-            doc! { "$set": {
-                "status": "failed",
-                "failedAt": now,
-                "error": error,
-                "attempt": i64::from(attempt),
-                "retryAt": retry_at,
-            } },
-        )
-        .await
+        let expires_at = clock::later(retry_at, self.librechat_clock_skew);
+        let update = doc! { "$set": {
+            "status": "failed",
+            "following": false,
+            "failedAt": now,
+            "error": error,
+            "attempt": i64::from(attempt),
+            "retryAt": retry_at,
+            "expiresAt": expires_at,
+            "writtenExpiresAt": expires_at,
+            "updatedAt": now,
+        } };
+        self.terminal_update(fence, now, update, JobStatus::Failed)
+            .await
     }
 
-    /// Gives the lease up (shutdown) so a follower can claim at once.
-    /// `Ok(false)`: the lease was already lost.
+    /// Gives the lease up (shutdown, or a handover to `to`, the replica that
+    /// asked for it) so one of our followers can claim at once. `expiresAt`
+    /// is left as the last renewal wrote it: LibreChat's replicas wait it
+    /// out, as they would for a lease that ran on. `Ok(false)`: the lease was
+    /// already lost.
     pub async fn release(
         &self,
         fence: &Fence,
         now: DateTime,
         progress: &ProgressSnapshot,
+        to: Option<&str>,
     ) -> mongodb::error::Result<bool> {
+        let update = doc! { "$set": {
+            "status": "released",
+            "following": false,
+            "releasedFor": to.map_or(Bson::Null, |to| Bson::String(to.to_string())),
+            "releasedAt": now,
+            "updatedAt": now,
+            "progress": progress_bson(progress),
+        } };
+        self.terminal_update(fence, now, update, JobStatus::Released)
+            .await
+    }
+
+    /// A fenced write that ends the run in `to`. Matching nothing is only a
+    /// loss when the document does not already show `to` under our fence: an
+    /// earlier attempt whose reply was lost may have landed.
+    async fn terminal_update(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        update: Document,
+        to: JobStatus,
+    ) -> mongodb::error::Result<bool> {
+        if self.fenced_update(fence, now, update).await? {
+            return Ok(true);
+        }
+        self.shows(fence, &to).await
+    }
+
+    /// Whether the document shows `status` under `fence` (owner and epoch),
+    /// and no longer held, read with the lease's read concern.
+    pub async fn shows(&self, fence: &Fence, status: &JobStatus) -> mongodb::error::Result<bool> {
+        Ok(self.read().await?.is_some_and(|record| {
+            record.holder() == Holder::Reconciler
+                && record.owner.as_deref() == Some(fence.owner.as_str())
+                && record.epoch == Some(fence.epoch)
+                && &record.status == status
+                && !record.following
+        }))
+    }
+
+    /// Whether the document still shows the lease held under `fence`.
+    pub async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
+        Ok(self
+            .read()
+            .await?
+            .is_some_and(|record| record.is_held_under(fence)))
+    }
+
+    /// Follow mode: the run's reconciliation is done (`summary`; `None` when
+    /// a fresh one by someone else was relied on) and the owner now follows
+    /// change streams, keeping the lease. `status` reads `completed`, so
+    /// LibreChat's waiters are done; `following` keeps it ours.
+    pub async fn start_following(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        summary: Option<&serde_json::Value>,
+    ) -> mongodb::error::Result<bool> {
+        let mut set = doc! {
+            "status": "completed",
+            "following": true,
+            "attempt": 0_i32,
+            "updatedAt": now,
+        };
+        if let Some(summary) = summary {
+            set.insert("completedAt", now);
+            set.insert("summary", summary_bson(summary));
+        }
         self.fenced_update(
             fence,
             now,
-            doc! { "$set": {
-                "status": "released",
-                "releasedAt": now,
-                "progress": progress_bson(progress),
-            } },
+            doc! { "$set": set, "$unset": { "error": "", "retryAt": "" } },
         )
         .await
+    }
+
+    /// Follow mode: a periodic reconciliation finished (the lease stays held).
+    pub async fn record_run(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        summary: &serde_json::Value,
+    ) -> mongodb::error::Result<bool> {
+        let set = doc! { "completedAt": now, "summary": summary_bson(summary), "updatedAt": now };
+        self.fenced_update(fence, now, doc! { "$set": set }).await
+    }
+
+    /// Follow mode: where the next owner resumes the change stream, saved
+    /// with each acknowledged micro-batch.
+    pub async fn save_follow_token(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        token: &Document,
+    ) -> mongodb::error::Result<bool> {
+        let set = doc! { "followToken": token.clone(), "followTokenSavedAt": now };
+        self.fenced_update(fence, now, doc! { "$set": set }).await
+    }
+
+    /// A replica that needs the lease (`once`, `reindex`) asks the owner
+    /// following change streams to hand it over. Not fenced (the asker holds
+    /// nothing) and touching only the two request fields; matches only a
+    /// following lease. `Ok(false)`: there was none to ask.
+    pub async fn request_handover(
+        &self,
+        requester: &str,
+        now: DateTime,
+    ) -> mongodb::error::Result<bool> {
+        let filter = doc! { "_id": &self.job, "following": true };
+        let update = doc! { "$set": {
+            "handoverRequestedBy": requester,
+            "handoverRequestedAt": now,
+        } };
+        Ok(self.jobs.update_one(filter, update).await?.matched_count == 1)
     }
 
     /// The one fence every owner write goes through.
@@ -324,12 +616,32 @@ impl JobStore {
             "_id": &self.job,
             "owner": &fence.owner,
             "epoch": fence.epoch,
-            "status": "running",
-            "expiresAt": { "$gt": now },
+            "leaseExpiresAt": { "$gt": now },
+            "$or": [ { "status": JobStatus::Running.as_str() }, { "following": true } ],
         };
         let result = self.jobs.update_one(filter, update).await?;
         Ok(result.matched_count == 1)
     }
+}
+
+/// The write concern of every lease write: `majority` with journaling, or
+/// `w: n`, and a `wtimeout` of half the renewal period (at most 10 s), so an
+/// unconfirmed write is reported (and resolved by a read) well before the
+/// owner's safety deadline.
+fn write_concern(opts: &LeaseOptions) -> WriteConcern {
+    let w = match opts.write_concern {
+        LeaseWriteConcern::Majority => Acknowledgment::Majority,
+        LeaseWriteConcern::Nodes(n) => Acknowledgment::Nodes(n),
+    };
+    WriteConcern::builder()
+        .w(w)
+        .journal(true)
+        .w_timeout((opts.renew_every / 2).min(Duration::from_secs(10)))
+        .build()
+}
+
+fn summary_bson(summary: &serde_json::Value) -> Bson {
+    bson::to_bson(summary).unwrap_or_else(|e| Bson::String(e.to_string()))
 }
 
 fn progress_bson(progress: &ProgressSnapshot) -> Bson {
@@ -355,7 +667,7 @@ mod tests {
         let at = DateTime::from_millis(1_000);
         let record = JobRecord::from_document(&doc! {
             "_id": "job", "owner": "a", "epoch": 3_i32, "status": "failed",
-            "expiresAt": 1_000_i64, "retryAt": at, "attempt": 2.0,
+            "expiresAt": 1_000_i64, "writtenExpiresAt": at, "retryAt": at, "attempt": 2.0,
             "progress": { "phase": "index", "done": 5_i64, "total": 10_i64, "docsPerSec": 1.5, "etaSecs": Bson::Null },
             "summary": { "indexed": 5_i32 },
         });
@@ -367,6 +679,40 @@ mod tests {
         assert_eq!(record.attempt, 2);
         assert_eq!(record.progress.as_ref().map(|p| p.done), Some(5));
         assert_eq!(record.summary, Some(serde_json::json!({ "indexed": 5 })));
-        assert!(!record.is_live(DateTime::from_millis(0)));
+        assert_eq!(record.holder(), Holder::Reconciler);
+        assert!(!record.is_live(DateTime::from_millis(0), Duration::ZERO));
+    }
+
+    #[test]
+    fn a_document_librechat_wrote_last_is_theirs_until_expires_at_plus_skew() {
+        let ours = DateTime::from_millis(5_000);
+        let theirs = DateTime::from_millis(9_000);
+        let skew = Duration::from_secs(2);
+        let record = JobRecord::from_document(&doc! {
+            "status": "running", "owner": "uuid", "epoch": 4_i64,
+            "leaseExpiresAt": DateTime::from_millis(3_000),
+            "expiresAt": theirs, "writtenExpiresAt": ours,
+        });
+        assert_eq!(record.holder(), Holder::LibreChat);
+        assert_eq!(
+            record.holds_until(skew),
+            Some(DateTime::from_millis(11_000))
+        );
+        assert!(record.is_live(DateTime::from_millis(10_999), skew));
+        assert!(!record.is_live(DateTime::from_millis(11_000), skew));
+        assert!(!record.is_running_for("uuid"));
+
+        // LibreChat's very first claim: no copy of ours at all.
+        let fresh = JobRecord::from_document(&doc! { "status": "running", "expiresAt": theirs });
+        assert_eq!(fresh.holder(), Holder::LibreChat);
+
+        let mine = JobRecord::from_document(&doc! {
+            "status": "running", "owner": "me", "epoch": 1_i64,
+            "leaseExpiresAt": DateTime::from_millis(3_000),
+            "expiresAt": ours, "writtenExpiresAt": ours,
+        });
+        assert_eq!(mine.holder(), Holder::Reconciler);
+        assert_eq!(mine.holds_until(skew), Some(DateTime::from_millis(3_000)));
+        assert!(mine.is_running_for("me"));
     }
 }

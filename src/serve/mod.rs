@@ -61,7 +61,13 @@ pub async fn run(
         db: reconciler.db.clone(),
         meili: reconciler.meili.clone(),
         lease: lease.clone(),
-        metrics: crate::metrics::install(),
+        metrics: crate::metrics::install(&crate::metrics::KnownLabels {
+            indexes: vec![settings.messages_index(), settings.convos_index()],
+            collections: Collection::ALL
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect(),
+        }),
     };
     let http_shutdown = shutdown.clone();
     let server = tokio::spawn(async move {
@@ -141,6 +147,7 @@ async fn schedule(
 fn report(outcome: &RunOutcome) {
     match outcome {
         RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => {}
+        RunOutcome::HandedOver { to } => tracing::info!(%to, "lease handed over"),
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => tracing::warn!(%error, "run did not complete"),
@@ -150,7 +157,7 @@ fn report(outcome: &RunOutcome) {
 async fn log_plan_only(reconciler: &Reconciler) -> RunOutcome {
     match crate::reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
         Ok(plan) => {
-            tracing::info!(plan = %serde_json::to_string(&plan).unwrap_or_default(), "plan only (MEILI_NO_SYNC): nothing written");
+            tracing::info!(plan = %serde_json::to_string(&plan).unwrap_or_default(), "plan only (sync.plan_only): nothing written");
             RunOutcome::DoneByOther {
                 owner: None,
                 summary: serde_json::to_value(&plan).ok(),

@@ -1,5 +1,5 @@
 //! `meili-bench`: the raw passes `scripts/bench-sync` compares
-//! `meili-reconciler once` against (DESIGN.md §7), on data `meili-seed` wrote.
+//! `meili-reconciler once` against (docs/design.md §7), on data `meili-seed` wrote.
 //!
 //! - `raw` measures (a) Meilisearch ingesting the projected documents of both
 //!   collections in large NDJSON batches, every batch enqueued at once and

@@ -31,14 +31,13 @@ pub struct Env {
 impl Env {
     /// A fresh namespace on the shared test servers.
     pub async fn new(tag: &str) -> Env {
-        let s = super::servers();
-        Env::on(&s.mongo_uri, &s.meili_host, &s.meili_key, tag).await
+        let meili = super::meili();
+        Env::on(super::mongo_uri(), &meili.host, &meili.key, tag).await
     }
 
     /// A fresh namespace on the shared MongoDB and a private stand-in.
     pub async fn on_standin(standin: &PrivateStandin, tag: &str) -> Env {
-        let s = super::servers();
-        Env::on(&s.mongo_uri, &standin.host, &standin.key, tag).await
+        Env::on(super::mongo_uri(), &standin.host, &standin.key, tag).await
     }
 
     /// A fresh namespace on the given servers.
@@ -243,7 +242,7 @@ impl Env {
 }
 
 /// The expected Meilisearch id and document of a MongoDB document, or `None`
-/// when it must not be in Meilisearch. Written from DESIGN.md §2, apart from
+/// when it must not be in Meilisearch. Written from docs/design.md §3, apart from
 /// the engine's own code.
 pub fn expected(collection: Collection, d: &Document, now: DateTime) -> Option<(String, Value)> {
     let user_ok = matches!(d.get("user"), Some(Bson::String(u)) if !u.is_empty());

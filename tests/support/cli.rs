@@ -22,13 +22,13 @@ pub struct Target {
 impl Target {
     /// The shared servers, a fresh database and index prefix.
     pub fn new(tag: &str) -> Self {
-        let servers = super::servers();
+        let meili = super::meili();
         let name = super::unique_name(tag);
         Target {
             database: name.clone(),
             prefix: format!("{name}_"),
-            meili_host: servers.meili_host.clone(),
-            meili_key: servers.meili_key.clone(),
+            meili_host: meili.host.clone(),
+            meili_key: meili.key.clone(),
             env: vec![
                 // Short lease timings: a crashed owner is replaced in ~2 s.
                 ("RECONCILER__LEASE__TTL".into(), "2s".into()),
@@ -60,7 +60,7 @@ impl Target {
         cmd.args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("MONGO_URI", &super::servers().mongo_uri)
+            .env("MONGO_URI", super::mongo_uri())
             .env("RECONCILER__MONGO__DATABASE", &self.database)
             .env("MEILI_HOST", &self.meili_host)
             .env("MEILI_MASTER_KEY", &self.meili_key)
@@ -102,7 +102,7 @@ impl Target {
     }
 
     pub async fn db(&self) -> mongodb::Database {
-        let client = mongodb::Client::with_uri_str(&super::servers().mongo_uri)
+        let client = mongodb::Client::with_uri_str(super::mongo_uri())
             .await
             .expect("mongo client");
         client.database(&self.database)

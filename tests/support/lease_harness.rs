@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use meili_reconciler::lease::store::{JobRecord, JobStore};
-use meili_reconciler::lease::{clock, LeaseOptions};
+use meili_reconciler::lease::{clock, run_single_flight, Guard, LeaseError, LeaseOptions, Outcome};
+use meili_reconciler::progress::Progress;
 use mongodb::bson::DateTime;
 use mongodb::options::{ClientOptions, ServerAddress};
 use mongodb::{Client, Database};
@@ -16,13 +17,15 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
-use super::{servers, unique_name};
+use super::{mongo_uri, unique_name};
 
 /// A fresh client (its own connection pool, like a separate replica).
 pub async fn client() -> Client {
-    Client::with_uri_str(&servers().mongo_uri)
+    Client::with_uri_str(mongo_uri())
         .await
         .expect("MONGO_URI parses")
 }
@@ -58,10 +61,23 @@ pub async fn server_now(db: &Database) -> DateTime {
 
 /// The job document as the protocol reads it.
 pub async fn read_job(db: &Database, opts: &LeaseOptions) -> Option<JobRecord> {
-    JobStore::new(db, &opts.collection, &opts.job, opts.ttl)
+    JobStore::new(db, opts)
         .read()
         .await
         .expect("read the job document")
+}
+
+/// The expiry fields of a job document as this service writes them: its
+/// lease ends at `lease_end`, `expiresAt` (what LibreChat's claim reads) lies
+/// `opts.librechat_clock_skew` later, and `writtenExpiresAt` records that we
+/// wrote it (see `src/lease/store.rs`).
+pub fn our_expiry(opts: &LeaseOptions, lease_end: DateTime) -> mongodb::bson::Document {
+    let librechat_end = clock::later(lease_end, opts.librechat_clock_skew);
+    mongodb::bson::doc! {
+        "leaseExpiresAt": lease_end,
+        "expiresAt": librechat_end,
+        "writtenExpiresAt": librechat_end,
+    }
 }
 
 /// Side effects a test job performed, stamped with the local monotonic time
@@ -81,12 +97,109 @@ impl Effects {
     }
 }
 
+/// A job that signals its start, then does side effects every 20 ms (each
+/// after a `guard.check()`) until it is stopped.
+pub async fn run_until_stopped(
+    guard: Guard,
+    progress: Progress,
+    started: Option<oneshot::Sender<Guard>>,
+    effects: Effects,
+) -> anyhow::Result<serde_json::Value> {
+    progress.phase("endless", 0);
+    if let Some(started) = started {
+        let _ = started.send(guard.clone());
+    }
+    loop {
+        let decided_at = Instant::now();
+        guard.check()?;
+        effects.record(decided_at);
+        progress.advance(1);
+        tokio::select! {
+            _ = guard.cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// Starts an owner running `run_until_stopped` and waits until its job runs.
+pub async fn start_endless_owner(
+    db: &Database,
+    opts: LeaseOptions,
+    effects: Effects,
+) -> (
+    tokio::task::JoinHandle<Result<Outcome, LeaseError>>,
+    Guard,
+    CancellationToken,
+) {
+    start_endless_owner_on(same_database(db).await, opts, effects).await
+}
+
+/// [`start_endless_owner`] on `db` itself (e.g. a client with faults).
+pub async fn start_endless_owner_on(
+    db: Database,
+    opts: LeaseOptions,
+    effects: Effects,
+) -> (
+    tokio::task::JoinHandle<Result<Outcome, LeaseError>>,
+    Guard,
+    CancellationToken,
+) {
+    let shutdown = CancellationToken::new();
+    let (started_tx, started_rx) = oneshot::channel();
+    let stop = shutdown.clone();
+    let owner = tokio::spawn(async move {
+        let mut started = Some(started_tx);
+        let mut job = move |guard: Guard, progress: Progress| {
+            run_until_stopped(guard, progress, started.take(), effects.clone())
+        };
+        run_single_flight(&db, &opts, &mut job, Progress::new(), stop).await
+    });
+    let guard = tokio::time::timeout(Duration::from_secs(10), started_rx)
+        .await
+        .expect("the owner's job starts")
+        .expect("the owner's job starts");
+    (owner, guard, shutdown)
+}
+
 /// A TCP proxy to MongoDB that a test can cut: [`MongoProxy::cut`] closes the
 /// listener and every forwarded connection, as a network partition would.
+/// [`MongoProxy::lose_reply_to`] makes it forward the next request for one
+/// command, swallow the server's reply and reset the connection: the write
+/// is applied, the client never learns it.
 pub struct MongoProxy {
     pub addr: SocketAddr,
     accept: tokio::task::JoinHandle<()>,
     connections: Arc<Mutex<JoinSet<()>>>,
+    lose: Arc<Mutex<Option<String>>>,
+    lost: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// One wire-protocol message: the 16-byte header and the rest.
+async fn read_message(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> std::io::Result<(Vec<u8>, i32, i32)> {
+    use tokio::io::AsyncReadExt;
+    let mut header = [0u8; 16];
+    from.read_exact(&mut header).await?;
+    let length = i32::from_le_bytes(header[0..4].try_into().unwrap()) as usize;
+    let request_id = i32::from_le_bytes(header[4..8].try_into().unwrap());
+    let response_to = i32::from_le_bytes(header[8..12].try_into().unwrap());
+    let mut message = header.to_vec();
+    message.resize(length.max(16), 0);
+    from.read_exact(&mut message[16..]).await?;
+    Ok((message, request_id, response_to))
+}
+
+/// The command name of an OP_MSG request (its body's first key).
+fn command_name(message: &[u8]) -> Option<String> {
+    const OP_MSG: i32 = 2013;
+    let op = i32::from_le_bytes(message.get(12..16)?.try_into().ok()?);
+    // header, flagBits, then section kind 0: one BSON document.
+    if op != OP_MSG || *message.get(20)? != 0 {
+        return None;
+    }
+    let body = mongodb::bson::Document::from_reader(&mut &message[21..]).ok()?;
+    body.keys().next().map(|k| k.to_string())
 }
 
 impl MongoProxy {
@@ -95,13 +208,17 @@ impl MongoProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(Mutex::new(JoinSet::new()));
+        let lose: Arc<Mutex<Option<String>>> = Arc::default();
+        let lost = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let tracked = connections.clone();
+        let (lose_in, lost_in) = (lose.clone(), lost.clone());
         let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
+            while let Ok((inbound, _)) = listener.accept().await {
                 let upstream = upstream.clone();
+                let (lose, lost) = (lose_in.clone(), lost_in.clone());
                 tracked.lock().unwrap().spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    if let Ok(outbound) = TcpStream::connect(&upstream).await {
+                        forward(inbound, outbound, lose, lost).await;
                     }
                 });
             }
@@ -110,6 +227,8 @@ impl MongoProxy {
             addr,
             accept,
             connections,
+            lose,
+            lost,
         }
     }
 
@@ -117,6 +236,61 @@ impl MongoProxy {
     pub fn cut(&self) {
         self.accept.abort();
         self.connections.lock().unwrap().abort_all();
+    }
+
+    /// The next request for `command` is forwarded, its reply swallowed and
+    /// the client's connection reset.
+    pub fn lose_reply_to(&self, command: &str) {
+        *self.lose.lock().unwrap() = Some(command.to_string());
+    }
+
+    /// How many replies were swallowed so far.
+    pub fn replies_lost(&self) -> usize {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Forwards one connection message by message, losing a reply when asked.
+async fn forward(
+    inbound: TcpStream,
+    outbound: TcpStream,
+    lose: Arc<Mutex<Option<String>>>,
+    lost: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let (mut client_read, mut client_write) = inbound.into_split();
+    let (mut server_read, mut server_write) = outbound.into_split();
+    // The request id whose reply is to be lost.
+    let doomed = Arc::new(Mutex::new(None::<i32>));
+    let marked = doomed.clone();
+    let requests = async move {
+        while let Ok((message, request_id, _)) = read_message(&mut client_read).await {
+            let name = command_name(&message);
+            {
+                let mut lose = lose.lock().unwrap();
+                if name.is_some() && *lose == name {
+                    *lose = None;
+                    *marked.lock().unwrap() = Some(request_id);
+                }
+            }
+            if server_write.write_all(&message).await.is_err() {
+                break;
+            }
+        }
+    };
+    let replies = async move {
+        while let Ok((message, _, response_to)) = read_message(&mut server_read).await {
+            if *doomed.lock().unwrap() == Some(response_to) {
+                lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return; // dropping both halves resets the client's connection
+            }
+            if client_write.write_all(&message).await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = requests => {}
+        _ = replies => {}
     }
 }
 
@@ -129,14 +303,14 @@ pub async fn primary_address(db: &Database) -> String {
     if let Ok(primary) = hello.get_str("primary") {
         return primary.to_string();
     }
-    let options = ClientOptions::parse(&servers().mongo_uri).await.unwrap();
+    let options = ClientOptions::parse(mongo_uri()).await.unwrap();
     options.hosts[0].to_string()
 }
 
 /// A client that reaches MongoDB only through `proxy` (credentials and
 /// options from MONGO_URI), with short timeouts so a cut shows quickly.
 pub async fn client_via(proxy: &MongoProxy) -> Client {
-    let mut options = ClientOptions::parse(&servers().mongo_uri).await.unwrap();
+    let mut options = ClientOptions::parse(mongo_uri()).await.unwrap();
     options.hosts = vec![ServerAddress::Tcp {
         host: proxy.addr.ip().to_string(),
         port: Some(proxy.addr.port()),

@@ -4,7 +4,9 @@
 //! Servers come from the environment (`MONGO_URI`, `MEILI_HOST`,
 //! `MEILI_MASTER_KEY`) so the same suite runs unchanged against real servers.
 //! When they are not set, the file written by `scripts/test-servers start`
-//! (`.test-servers/env` at the repository root) is read instead.
+//! (`.test-servers/env` at the repository root) is read instead. A test asks
+//! only for the servers it uses ([`mongo_uri`], [`meili`]), so e.g. the
+//! Meilisearch contract suite needs no MongoDB.
 #![allow(dead_code)]
 
 pub mod seeder;
@@ -13,53 +15,64 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-/// The servers a test run talks to.
+/// The Meilisearch a test run talks to.
 #[derive(Clone, Debug)]
-pub struct TestServers {
-    pub mongo_uri: String,
-    pub meili_host: String,
-    pub meili_key: String,
+pub struct MeiliServer {
+    pub host: String,
+    pub key: String,
 }
 
-fn env_file() -> HashMap<String, String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/.test-servers/env");
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return HashMap::new();
-    };
-    text.lines()
-        .filter_map(|line| {
-            let line = line.trim().strip_prefix("export ").unwrap_or(line.trim());
-            let (k, v) = line.split_once('=')?;
-            Some((
-                k.to_string(),
-                v.trim_matches(|c| c == '"' || c == '\'').to_string(),
-            ))
-        })
-        .collect()
-}
-
-/// The servers from the environment, else from `.test-servers/env`.
-/// Panics with a hint when neither names them.
-pub fn servers() -> &'static TestServers {
-    static SERVERS: OnceLock<TestServers> = OnceLock::new();
-    SERVERS.get_or_init(|| {
-        let file = env_file();
-        let get = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .filter(|v| !v.is_empty())
-                .or_else(|| file.get(name).cloned())
-                .unwrap_or_else(|| {
-                    panic!(
-                        "{name} is not set and .test-servers/env does not name it: \
-                         run `scripts/test-servers start` (or set MONGO_URI, MEILI_HOST, MEILI_MASTER_KEY)"
-                    )
-                })
+fn env_file() -> &'static HashMap<String, String> {
+    static FILE: OnceLock<HashMap<String, String>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/.test-servers/env");
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return HashMap::new();
         };
-        TestServers {
-            mongo_uri: get("MONGO_URI"),
-            meili_host: get("MEILI_HOST"),
-            meili_key: get("MEILI_MASTER_KEY"),
+        text.lines()
+            .filter_map(|line| {
+                let line = line.trim().strip_prefix("export ").unwrap_or(line.trim());
+                let (k, v) = line.split_once('=')?;
+                Some((
+                    k.to_string(),
+                    v.trim_matches(|c| c == '"' || c == '\'').to_string(),
+                ))
+            })
+            .collect()
+    })
+}
+
+/// `name` from the environment, else from `.test-servers/env`; panics with a
+/// hint naming the variables a test of this server needs when neither has it.
+fn setting(name: &str, needed: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| env_file().get(name).cloned())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is not set and .test-servers/env does not name it: \
+                 run `scripts/test-servers start` (or set {needed})"
+            )
+        })
+}
+
+/// The MongoDB of the test run (`MONGO_URI`). Only tests that use MongoDB
+/// ask for it, so a Meilisearch-only suite runs without one.
+pub fn mongo_uri() -> &'static str {
+    static URI: OnceLock<String> = OnceLock::new();
+    URI.get_or_init(|| setting("MONGO_URI", "MONGO_URI"))
+}
+
+/// The Meilisearch of the test run (`MEILI_HOST`, `MEILI_MASTER_KEY`). Only
+/// tests that use Meilisearch ask for it.
+pub fn meili() -> &'static MeiliServer {
+    static MEILI: OnceLock<MeiliServer> = OnceLock::new();
+    MEILI.get_or_init(|| {
+        let needed = "MEILI_HOST and MEILI_MASTER_KEY";
+        MeiliServer {
+            host: setting("MEILI_HOST", needed),
+            key: setting("MEILI_MASTER_KEY", needed),
         }
     })
 }
@@ -83,5 +96,8 @@ pub fn unique_name(tag: &str) -> String {
 
 pub mod chat_data;
 pub mod cli;
+pub mod faults;
+pub mod job_timeline;
 pub mod lease_harness;
+pub mod librechat_double;
 pub mod standin;

@@ -10,7 +10,7 @@
 //! drawn by sequential sampling without replacement, which also mixes the
 //! dimensions independently of one another. The [`SeedReport`] counts what
 //! was written, including how many documents are indexable by the rules of
-//! DESIGN.md §2, so tests can check the reconciler against an independent
+//! docs/design.md §3, so tests can check the reconciler against an independent
 //! expectation.
 //!
 //! Shapes follow LibreChat's mongoose schemas (`packages/data-schemas`:
@@ -123,7 +123,7 @@ impl Default for SeedSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CollectionCounts {
     pub total: usize,
-    /// Indexable by DESIGN.md §2: has `user`, not `isTemporary: true`,
+    /// Indexable by docs/design.md §3.3: has `user`, not `isTemporary: true`,
     /// `expiredAt` absent/null/future, and (messages) not `unfinished: true`.
     pub indexable: usize,
     /// Indexable documents whose `messageId` Meilisearch will reject.

@@ -57,12 +57,8 @@ fn http_get_status(host: &str, path: &str, key: Option<&str>) -> Option<u16> {
 
 /// Whether the configured Meilisearch is the stand-in (it has a request log).
 pub fn shared_server_is_standin() -> bool {
-    let servers = super::servers();
-    http_get_status(
-        &servers.meili_host,
-        "/_standin/requests",
-        Some(&servers.meili_key),
-    ) == Some(200)
+    let server = super::meili();
+    http_get_status(&server.host, "/_standin/requests", Some(&server.key)) == Some(200)
 }
 
 /// A fresh stand-in for this test (see [`private_standin_with`]).
@@ -76,7 +72,7 @@ pub fn private_standin_with(extra_args: &[&str]) -> Option<PrivateStandin> {
     if !shared_server_is_standin() {
         eprintln!(
             "skipped: the configured Meilisearch ({}) is a real server, which has no /_standin knobs",
-            super::servers().meili_host
+            super::meili().host
         );
         return None;
     }
