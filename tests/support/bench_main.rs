@@ -531,48 +531,95 @@ async fn scan(
             .find(|(name, _)| name == collection.name())
             .map(|(_, n)| *n)
     };
-    let mut passes = Vec::new();
+    let mut passes: Vec<Value> = Vec::new();
+    let mut best: Option<Value> = None;
     for &mode in modes {
-        let (docs, spent) = timed(cpu, async {
+        // A way to read that is already twice as slow as the best one is not
+        // the cheaper one: stop it there (pages can be quadratic on some servers).
+        let give_up = best
+            .as_ref()
+            .and_then(|best| best["secs"].as_f64())
+            .map(|secs| Instant::now() + Duration::from_secs_f64(ABANDON_FACTOR * secs));
+        let measured = timed(cpu, async {
             let mut docs = Vec::new();
             for collection in Collection::ALL {
                 let limit = limit_of(collection);
                 let read = match mode {
-                    ScanMode::Cursor => scan_cursor(db, collection, page_docs, limit).await?,
-                    ScanMode::Pages => scan_pages(db, collection, page_docs, limit).await?,
+                    ScanMode::Cursor => {
+                        scan_cursor(db, collection, page_docs, limit, give_up).await?
+                    }
+                    ScanMode::Pages => {
+                        scan_pages(db, collection, page_docs, limit, give_up).await?
+                    }
+                };
+                let Some(read) = read else {
+                    return Ok(None);
                 };
                 docs.push(json!({ "collection": collection.name(), "docs": read }));
             }
-            Ok(docs)
+            Ok(Some(docs))
         })
-        .await?;
+        .await;
+        // A way that fails once another succeeded is reported, not fatal.
+        let (docs, spent) = match measured {
+            Ok(measured) => measured,
+            Err(error) if best.is_some() => {
+                eprintln!("meili-bench: scan ({}) failed: {error:#}", mode.name());
+                passes.push(json!({ "mode": mode.name(), "error": format!("{error:#}") }));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let mut pass = spent.to_json();
+        pass["mode"] = json!(mode.name());
+        let Some(docs) = docs else {
+            eprintln!(
+                "meili-bench: scan ({}) abandoned after {:.2}s, over {ABANDON_FACTOR} × the cheaper way",
+                mode.name(),
+                spent.secs
+            );
+            pass["abandoned"] = json!(true);
+            passes.push(pass);
+            continue;
+        };
         eprintln!(
             "meili-bench: scan ({}) took {:.2}s ({:.1} busy core-s)",
             mode.name(),
             spent.secs,
             spent.busy_cpu_s
         );
-        let mut pass = spent.to_json();
-        pass["mode"] = json!(mode.name());
         pass["collections"] = Value::Array(docs);
+        let cheaper = best
+            .as_ref()
+            .is_none_or(|best| spent.secs < best["secs"].as_f64().unwrap_or(f64::MAX));
+        if cheaper {
+            best = Some(pass.clone());
+        }
         passes.push(pass);
     }
-    let best = passes
-        .iter()
-        .min_by(|a, b| a["secs"].as_f64().partial_cmp(&b["secs"].as_f64()).unwrap())
-        .cloned()
-        .unwrap_or(Value::Null);
     Ok(json!({ "passes": passes, "best": best }))
 }
 
+/// How much slower than the cheapest way so far a scan may get before it is stopped.
+const ABANDON_FACTOR: f64 = 2.0;
+
+/// The least time a page is given before the give-up time stops it.
+const MIN_PAGE_TIME: Duration = Duration::from_millis(100);
+
+fn past(give_up: Option<Instant>) -> bool {
+    give_up.is_some_and(|at| Instant::now() > at)
+}
+
+/// Documents read, or `None` if stopped at `give_up`.
 async fn scan_cursor(
     db: &Database,
     collection: Collection,
     batch: usize,
     limit: Option<u64>,
-) -> anyhow::Result<u64> {
+    give_up: Option<Instant>,
+) -> anyhow::Result<Option<u64>> {
     if limit == Some(0) {
-        return Ok(0);
+        return Ok(Some(0));
     }
     let handle = db.collection::<Document>(collection.name());
     // No limit: 0, as the server reads it.
@@ -587,16 +634,21 @@ async fn scan_cursor(
     let mut read = 0u64;
     while cursor.try_next().await.context("scan")?.is_some() {
         read += 1;
+        if read % batch as u64 == 0 && past(give_up) {
+            return Ok(None);
+        }
     }
-    Ok(read)
+    Ok(Some(read))
 }
 
+/// Documents read, or `None` if stopped at `give_up`.
 async fn scan_pages(
     db: &Database,
     collection: Collection,
     page: usize,
     limit: Option<u64>,
-) -> anyhow::Result<u64> {
+    give_up: Option<Instant>,
+) -> anyhow::Result<Option<u64>> {
     let handle = db.collection::<Document>(collection.name());
     let mut read = 0u64;
     let mut after: Option<Bson> = None;
@@ -605,27 +657,39 @@ async fn scan_pages(
         if wanted == 0 {
             break;
         }
+        if past(give_up) {
+            return Ok(None);
+        }
         let filter = match &after {
             Some(after) => doc! { "_id": { "$gt": after.clone() } },
             None => doc! {},
         };
-        let docs: Vec<Document> = handle
+        let mut find = handle
             .find(filter)
             .sort(doc! { "_id": 1 })
             .limit(wanted as i64)
-            .projection(projection(collection))
-            .await
-            .context("scan page")?
-            .try_collect()
-            .await
-            .context("scan page")?;
+            .projection(projection(collection));
+        if let Some(at) = give_up {
+            // The server stops a page that would run past the give-up time.
+            let left = at.saturating_duration_since(Instant::now());
+            find = find.max_time(left.max(MIN_PAGE_TIME));
+        }
+        let page: Result<Vec<Document>, _> = match find.await {
+            Ok(cursor) => cursor.try_collect().await,
+            Err(error) => Err(error),
+        };
+        let docs = match page {
+            Ok(docs) => docs,
+            Err(_) if past(give_up) => return Ok(None),
+            Err(error) => return Err(error).context("scan page"),
+        };
         read += docs.len() as u64;
         after = docs.last().and_then(|d| d.get("_id").cloned());
         if (docs.len() as u64) < wanted {
             break;
         }
     }
-    Ok(read)
+    Ok(Some(read))
 }
 
 /// Extra: the unindexed documents read the way `once` reads them, no acknowledgement.
