@@ -634,7 +634,7 @@ async fn scan_cursor(
     let mut read = 0u64;
     while cursor.try_next().await.context("scan")?.is_some() {
         read += 1;
-        if read % batch as u64 == 0 && past(give_up) {
+        if read.is_multiple_of(batch as u64) && past(give_up) {
             return Ok(None);
         }
     }
