@@ -12,6 +12,9 @@
 //! - `once-read` (extra information): the read the way `once` makes it today
 //!   (`_meiliIndex != true` and indexable, sorted by `_id`, in pages), without
 //!   acknowledging — the query shape's cost next to the plain scan's.
+//! - `flag-writes` (extra information): the flag of every document written by
+//!   `_id` ranges, the write volume acknowledging a full sync costs — which
+//!   the limit does not count.
 //! - `unindex`: clears the flag of every k-th flagged document (spread over the
 //!   collection), for the incremental case.
 //! - `cpu`: a snapshot of the busy-time counters, taken around `once`.
@@ -21,7 +24,7 @@
 //! Every timed pass reports wall seconds and busy core-seconds (`bench_cpu`):
 //! the machine's (`/proc/stat`) and the watched processes' (`--watch-pid`:
 //! the servers, when local) plus this one's. None of these passes write
-//! MongoDB but `unindex`. Prints one JSON object on stdout; progress goes to
+//! MongoDB but `unindex` and `flag-writes`. Prints one JSON object on stdout; progress goes to
 //! stderr.
 
 #[path = "bench_cpu.rs"]
@@ -144,6 +147,19 @@ enum Cmd {
         #[command(flatten)]
         cpu: CpuArgs,
     },
+    /// Extra: time writing the flag of every document, by `_id` ranges of
+    /// `--page-docs` (the write volume of acknowledging a full sync).
+    FlagWrites {
+        #[arg(long)]
+        database: String,
+        /// The value written (`true` on unflagged data, `false` after a sync).
+        #[arg(long, action = clap::ArgAction::Set)]
+        value: bool,
+        #[arg(long, default_value_t = 10_000)]
+        page_docs: usize,
+        #[command(flatten)]
+        cpu: CpuArgs,
+    },
     /// Clear the flag of every `--every`-th flagged document of each collection.
     Unindex {
         #[arg(long)]
@@ -244,6 +260,12 @@ async fn main() -> anyhow::Result<()> {
             page_docs,
             cpu,
         } => once_read(&client.database(&database), page_docs, &cpu).await?,
+        Cmd::FlagWrites {
+            database,
+            value,
+            page_docs,
+            cpu,
+        } => flag_writes(&client.database(&database), value, page_docs, &cpu).await?,
         Cmd::Unindex { database, every } => unindex(&client.database(&database), every).await?,
         Cmd::Verify {
             database,
@@ -722,6 +744,67 @@ async fn once_read(db: &Database, page_docs: usize, cpu: &CpuArgs) -> anyhow::Re
     );
     let mut report = spent.to_json();
     report["collections"] = Value::Array(docs);
+    Ok(report)
+}
+
+/// Extra: `value` written into every document's flag, one `update_many` per
+/// `_id` range of `page_docs` (ranges found before the clock starts).
+async fn flag_writes(
+    db: &Database,
+    value: bool,
+    page_docs: usize,
+    cpu: &CpuArgs,
+) -> anyhow::Result<Value> {
+    ensure!(page_docs >= 1, "--page-docs must be at least 1");
+    let mut ranges = Vec::new();
+    for collection in Collection::ALL {
+        let mut cursor = db
+            .collection::<Document>(collection.name())
+            .find(doc! {})
+            .sort(doc! { "_id": 1 })
+            .projection(doc! { "_id": 1 })
+            .batch_size(page_docs as u32)
+            .await
+            .context("reading ids")?;
+        let (mut first, mut last, mut count) = (None, None, 0usize);
+        while let Some(doc) = cursor.try_next().await.context("reading ids")? {
+            let id = doc.get("_id").cloned().context("a document without _id")?;
+            first.get_or_insert_with(|| id.clone());
+            last = Some(id);
+            count += 1;
+            if count == page_docs {
+                ranges.push((collection, first.take().unwrap(), last.take().unwrap()));
+                count = 0;
+            }
+        }
+        if let (Some(first), Some(last)) = (first, last) {
+            ranges.push((collection, first, last));
+        }
+    }
+    let (written, spent) = timed(cpu, async {
+        let mut written = 0u64;
+        for (collection, first, last) in &ranges {
+            let result = db
+                .collection::<Document>(collection.name())
+                .update_many(
+                    doc! { "_id": { "$gte": first.clone(), "$lte": last.clone() } },
+                    doc! { "$set": { FLAG: value } },
+                )
+                .await
+                .context("writing flags")?;
+            written += result.matched_count;
+        }
+        Ok(written)
+    })
+    .await?;
+    eprintln!(
+        "meili-bench: wrote the flag of {written} documents in {} ranges in {:.2}s",
+        ranges.len(),
+        spent.secs
+    );
+    let mut report = spent.to_json();
+    report["docs"] = json!(written);
+    report["ranges"] = json!(ranges.len());
     Ok(report)
 }
 
