@@ -58,6 +58,8 @@ pub fn sync_options(settings: &Settings) -> SyncOptions {
         filterable_attributes: settings.meili.filterable_attributes.clone(),
         force: false,
         deep: false,
+        state_collection: settings.lease.collection.clone(),
+        state_job: settings.lease.job.clone(),
     }
 }
 
@@ -84,13 +86,18 @@ pub enum RunOutcome {
     Unreachable { error: String },
     /// The lease was lost, the wait timed out, or we shut down.
     LeaseLost { error: String },
+    /// We held the lease (following change streams) and handed it to `to`,
+    /// a replica that asked for it (`once`, `reindex`).
+    HandedOver { to: String },
 }
 
 impl RunOutcome {
     /// The exit code (docs/design.md §1).
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => 0,
+            RunOutcome::Completed { .. }
+            | RunOutcome::DoneByOther { .. }
+            | RunOutcome::HandedOver { .. } => 0,
             RunOutcome::Failed { .. } => 1,
             RunOutcome::LeaseLost { .. } => 3,
             RunOutcome::Unreachable { .. } => 4,
@@ -106,6 +113,7 @@ impl RunOutcome {
             RunOutcome::Failed { .. } => "failed",
             RunOutcome::Unreachable { .. } => "unreachable",
             RunOutcome::LeaseLost { .. } => "lease_lost",
+            RunOutcome::HandedOver { .. } => "handed_over",
         }
     }
 
@@ -178,6 +186,7 @@ where
             text: summary_text.lock().expect("poisoned").clone(),
             rejects: *rejects.lock().expect("poisoned"),
         },
+        Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
         Ok(Outcome::CompletedByOther { owner, summary, .. })
         | Ok(Outcome::ReusedCompletion { owner, summary, .. }) => {
             RunOutcome::DoneByOther { owner, summary }

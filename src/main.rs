@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 enum Exit {
     /// Done: by us, or by the owner we waited for.
     Done = 0,
-    /// The run failed.
+    /// The run failed (`verify`: differences found).
     Failed = 1,
     /// Bad configuration (nothing was touched).
     BadConfig = 2,
@@ -52,8 +52,8 @@ coordinate through a lease in MongoDB (`distributedJobs`): exactly one does the 
 for its completion or take over if it dies.\n\n\
 Settings: built-in defaults < config/default.toml < --config FILE < environment \
 (LibreChat's MONGO_URI, MEILI_HOST, MEILI_MASTER_KEY, … or RECONCILER__SECTION__KEY).",
-    after_help = "Exit codes: 0 done (by us or by the owner we waited for) · 1 failed · 2 bad configuration · \
-3 lease lost or wait timed out · 4 a server unreachable"
+    after_help = "Exit codes: 0 done (by us or by the owner we waited for) · 1 failed (verify: differences found) · \
+2 bad configuration · 3 lease lost or wait timed out · 4 a server unreachable"
 )]
 struct Cli {
     /// A TOML file layered over config/default.toml (and under the environment).
@@ -79,6 +79,15 @@ enum LogFormatArg {
 enum IndexArg {
     Messages,
     Convos,
+}
+
+impl IndexArg {
+    fn collection(self) -> Collection {
+        match self {
+            IndexArg::Messages => Collection::Messages,
+            IndexArg::Convos => Collection::Conversations,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -118,6 +127,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare every Meilisearch document with its MongoDB document and report
+    /// missing, unexpected and stale documents (exit 1 when there are any);
+    /// with --repair, fix exactly those as the lease owner.
+    Verify {
+        /// Only this index (default: both).
+        #[arg(long, value_enum)]
+        index: Option<IndexArg>,
+        /// Fix the differences (send, flag, delete) under the lease.
+        #[arg(long)]
+        repair: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// With --repair: how long to wait for another owner before exiting with code 3.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+        wait_timeout: Duration,
+    },
     /// Show the lease (owner, epoch, state, expiry, progress, ETA) and the last run's summary.
     Status {
         /// Machine-readable output.
@@ -132,7 +158,10 @@ impl Command {
     /// of waiting for a server that may still be starting (as `once` and `run`
     /// do beside it).
     fn is_interactive(&self) -> bool {
-        matches!(self, Command::Plan { .. } | Command::Status { .. })
+        matches!(
+            self,
+            Command::Plan { .. } | Command::Status { .. } | Command::Verify { repair: false, .. }
+        )
     }
 }
 
@@ -223,6 +252,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         } => {
             let mut lease_opts = lease_opts;
             lease_opts.force = force;
+            lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let mut reconciler = reconciler;
             reconciler.sync.force = force;
@@ -242,12 +272,10 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             let mut lease_opts = lease_opts;
             lease_opts.force = true;
             lease_opts.own_run_only = true;
+            lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let options = ReindexOptions {
-                only: index.map(|i| match i {
-                    IndexArg::Messages => Collection::Messages,
-                    IndexArg::Convos => Collection::Conversations,
-                }),
+                only: index.map(IndexArg::collection),
                 in_place,
             };
             let shutdown = Shutdown::on_signals();
@@ -261,6 +289,53 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
                 )
             })
             .await;
+            finish(outcome)
+        }
+        Command::Verify {
+            index,
+            repair,
+            json,
+            wait_timeout,
+        } => {
+            let only = index.map(IndexArg::collection);
+            if !repair {
+                return verify(&reconciler, only, json).await;
+            }
+            // Only a repair of our own satisfies us; a replica following
+            // change streams is asked to hand the lease over.
+            let mut lease_opts = lease_opts;
+            lease_opts.force = true;
+            lease_opts.own_run_only = true;
+            lease_opts.request_handover = true;
+            lease_opts.wait_timeout = Some(wait_timeout);
+            let shutdown = Shutdown::on_signals();
+            let outcome = with_progress(|progress| {
+                job::run_leased(
+                    &reconciler.db,
+                    &lease_opts,
+                    progress,
+                    shutdown.token(),
+                    |guard, progress| {
+                        let r = reconciler.clone();
+                        async move {
+                            reconcile::verify::repair(
+                                &r.db, &r.meili, &r.sync, only, &guard, &progress,
+                            )
+                            .await
+                        }
+                    },
+                )
+            })
+            .await;
+            if json {
+                if let RunOutcome::Completed { summary, .. } = &outcome {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(summary).expect("summary serializes")
+                    );
+                    return Exit::Done;
+                }
+            }
             finish(outcome)
         }
         Command::Run => {
@@ -278,10 +353,10 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
 }
 
 /// Runs `work` with a progress reporter (log lines, and a bar on a terminal).
-async fn with_progress<F, Fut>(work: F) -> RunOutcome
+async fn with_progress<F, Fut, T>(work: F) -> T
 where
     F: FnOnce(Progress) -> Fut,
-    Fut: std::future::Future<Output = RunOutcome>,
+    Fut: std::future::Future<Output = T>,
 {
     let progress = Progress::new();
     let stop = CancellationToken::new();
@@ -305,6 +380,7 @@ fn finish(outcome: RunOutcome) -> Exit {
             "done by {} (this replica waited for its completion)",
             owner.as_deref().unwrap_or("another replica")
         ),
+        RunOutcome::HandedOver { to } => println!("handed the lease over to {to}"),
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => eprintln!("meili-reconciler: {error}"),
@@ -329,6 +405,49 @@ async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
         Ok(plan) => {
             println!("{plan}");
             Exit::Done
+        }
+        Err(error) => {
+            eprintln!("meili-reconciler: {error}");
+            match error {
+                ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
+                    Exit::Unreachable
+                }
+                _ => Exit::Failed,
+            }
+        }
+    }
+}
+
+/// `verify` without `--repair`: reads both sides, writes nothing, takes no
+/// lease. Exit 0 clean, 1 differences found (or the comparison failed), 4 a
+/// server unreachable.
+async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -> Exit {
+    let report = with_progress(|progress| async move {
+        reconcile::verify::verify(
+            &reconciler.db,
+            &reconciler.meili,
+            &reconciler.sync,
+            only,
+            &progress,
+        )
+        .await
+    })
+    .await;
+    match report {
+        Ok(report) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("report serializes")
+                );
+            } else {
+                println!("{report}");
+            }
+            if report.clean {
+                Exit::Done
+            } else {
+                Exit::Failed
+            }
         }
         Err(error) => {
             eprintln!("meili-reconciler: {error}");

@@ -381,6 +381,25 @@ impl Meili {
         Ok((ids, v["total"].as_u64().unwrap_or(0)))
     }
 
+    /// One page of documents with only `fields` (a field a document lacks
+    /// stays absent), in Meilisearch's listing order.
+    pub async fn documents_with_fields(
+        &self,
+        uid: &str,
+        fields: &[&str],
+        offset: u64,
+        limit: u64,
+    ) -> Result<Vec<Value>, MeiliError> {
+        let path = format!(
+            "/indexes/{uid}/documents?offset={offset}&limit={limit}&fields={}",
+            fields.join(",")
+        );
+        let v = self
+            .call("get documents", Verb::Get, &path, None::<&()>, 200, None)
+            .await?;
+        Ok(v["results"].as_array().cloned().unwrap_or_default())
+    }
+
     /// Full documents, for tests and diagnostics.
     pub async fn documents_page(
         &self,

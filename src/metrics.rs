@@ -27,6 +27,7 @@ pub const LEASE_TAKEOVERS: &str = "reconciler_lease_takeovers_total";
 pub const LEASE_LOSSES: &str = "reconciler_lease_losses_total";
 pub const SECONDS_SINCE_SUCCESS: &str = "reconciler_seconds_since_last_success";
 pub const UNINDEXED: &str = "reconciler_unindexed_documents";
+pub const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
 
 /// Every value of the `outcome` label of [`RUNS`] (`RunOutcome::metric_label`).
 pub const RUN_OUTCOMES: &[&str] = &[
@@ -36,6 +37,7 @@ pub const RUN_OUTCOMES: &[&str] = &[
     "failed",
     "unreachable",
     "lease_lost",
+    "handed_over",
 ];
 
 /// Batch latencies span milliseconds (stand-in) to minutes (a busy server).
@@ -121,6 +123,10 @@ fn describe() {
         Unit::Seconds,
         "Seconds since this replica last saw a run succeed (by it or another replica); before the first, seconds since it started."
     );
+    describe_counter!(
+        FLAG_WRITE_RETRIES,
+        "Flag writes sent again after a transient MongoDB error (failover, write-concern error, lost connection)."
+    );
     describe_gauge!(
         UNINDEXED,
         "Indexable documents not yet in Meilisearch, by collection, as counted after this replica's last run (0 before the first count)."
@@ -146,6 +152,7 @@ fn register_at_zero(known: &KnownLabels) {
     counter!(LEASE_CLAIMS).increment(0);
     counter!(LEASE_TAKEOVERS).increment(0);
     counter!(LEASE_LOSSES).increment(0);
+    counter!(FLAG_WRITE_RETRIES).increment(0);
     gauge!(SECONDS_SINCE_SUCCESS).increment(0.0);
 }
 
@@ -194,6 +201,10 @@ pub fn lease_lost() {
     counter!(LEASE_LOSSES).increment(1);
 }
 
+pub fn flag_write_retried() {
+    counter!(FLAG_WRITE_RETRIES).increment(1);
+}
+
 pub fn unindexed_backlog(collection: &str, count: u64) {
     gauge!(UNINDEXED, "collection" => collection.to_string()).set(count as f64);
 }
@@ -229,6 +240,7 @@ mod tests {
             RunOutcome::LeaseLost {
                 error: String::new(),
             },
+            RunOutcome::HandedOver { to: String::new() },
         ];
         let mut labels: Vec<&str> = outcomes.iter().map(RunOutcome::metric_label).collect();
         labels.sort();

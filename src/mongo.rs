@@ -1,12 +1,22 @@
 //! The chat collections in MongoDB (`messages`, `conversations`): which
-//! documents are indexable, the counts the plan needs, paging by `_id`, the
-//! document → Meilisearch shape (DESIGN.md §2), and every write of the
+//! documents are indexable (one definition, as a filter and as a Rust
+//! predicate that mirrors it), the counts the plan needs, paging by `_id`,
+//! the document → Meilisearch shape (DESIGN.md §2), and every write of the
 //! `_meiliIndex` flag.
 //!
-//! Queries use the server's clock (`hello.localTime`) for expiry and for the
-//! acknowledgement filter, never `$$NOW`, and page by `_id` range instead of
-//! holding a cursor or sending long `$in` lists. Every flag write checks the
-//! lease [`Guard`] first and never touches `updatedAt`.
+//! Queries use the server's clock (`hello.localTime`) for expiry, never
+//! `$$NOW`, and page by `_id` range instead of holding a cursor or sending
+//! long `$in` lists. Every flag write goes through the few functions at the
+//! end of this file, checks the lease [`Guard`] first and never touches
+//! `updatedAt`.
+//!
+//! A flag is set only for an exact version ([`set_flags_if_unchanged`]): one
+//! update statement per document, matching its `_id` and the exact
+//! `updatedAt` value that was read (see docs/design.md, "Version-exact
+//! acknowledgement"). The statements of many documents travel in one raw
+//! `update` command (every MongoDB version has it; the driver's `bulk_write`
+//! needs 8.0). Per-document filters never use `$or`: some servers then scan
+//! the collection for every statement.
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, DateTime, Document};
@@ -15,13 +25,19 @@ use mongodb::{Collection as MongoCollection, Database};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::flag_retry::{self, Attempt};
 use crate::lease::{Guard, LeaseLost};
 
 /// The flag LibreChat keeps on each document: true = Meilisearch has this version.
 pub const FLAG: &str = "_meiliIndex";
 
-/// How many `_id`s one flag-clearing `$in` may carry (long `$in` lists are slow).
-const CLEAR_CHUNK: usize = 200;
+/// The field whose exact value identifies a document's version: LibreChat
+/// (mongoose timestamps) rewrites it with every save.
+pub const VERSION_FIELD: &str = "updatedAt";
+
+/// Update statements per `update` command (well under the 100,000 a command
+/// may hold and the 16 MiB a message may weigh).
+pub const STATEMENTS_PER_COMMAND: usize = 1_000;
 
 /// Why a MongoDB operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -32,6 +48,19 @@ pub enum MongoError {
     Failed { what: String, detail: String },
     #[error(transparent)]
     LeaseLost(#[from] LeaseLost),
+}
+
+/// A flag write's attempt, classified for [`flag_retry::with_retries`].
+fn attempt_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Attempt + '_ {
+    move |e| {
+        let transient = flag_retry::is_transient(&e);
+        let error = mongo_err(what)(e);
+        if transient {
+            Attempt::Transient(error)
+        } else {
+            Attempt::Final(error)
+        }
+    }
 }
 
 fn mongo_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> MongoError + '_ {
@@ -46,6 +75,11 @@ fn mongo_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> MongoError + '
             detail: short(&e),
         },
     }
+}
+
+/// A driver error as ours (`what` names the operation that failed).
+pub(crate) fn failed(what: &str, error: &mongodb::error::Error) -> MongoError {
+    mongo_err(what)(error.clone())
 }
 
 /// The error's message without the topology dump server-selection errors carry.
@@ -100,9 +134,10 @@ impl Collection {
         }
     }
 
-    /// What to read from MongoDB to build the Meilisearch document.
+    /// What to read from MongoDB to build the Meilisearch document, plus
+    /// its version (`updatedAt`) and its flag.
     fn read_projection(self) -> Document {
-        let mut projection = doc! { "_id": 1 };
+        let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, FLAG: 1 };
         for field in self.fields() {
             projection.insert(*field, 1);
         }
@@ -138,17 +173,62 @@ pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
     }
 }
 
-/// Documents that belong in Meilisearch at server time `now` (DESIGN.md §2).
+/// Documents that belong in Meilisearch at server time `now` (DESIGN.md §2):
+/// a `user` (not null, not `""`), not `isTemporary: true`, not expired at
+/// `now`, and for messages not `unfinished: true`.
+///
+/// Expiry is written `expiredAt: { $not: { $lte: now } }` — "unset, null or
+/// later than `now`" without an `$or`, so the same conditions can sit inside
+/// a per-document update filter without making any server scan. `$lte`
+/// compares dates with dates only, so an `expiredAt` that is not a date (a
+/// string, a number) counts as "never expires". [`is_indexable`] is the same
+/// rule in Rust, value for value (arrays included, as MongoDB matches them).
 pub fn indexable_filter(collection: Collection, now: DateTime) -> Document {
     let mut filter = doc! {
         "user": { "$nin": [Bson::Null, ""] },
         "isTemporary": { "$ne": true },
-        "$or": [ { "expiredAt": Bson::Null }, { "expiredAt": { "$gt": now } } ],
+        "expiredAt": { "$not": { "$lte": now } },
     };
     if collection == Collection::Messages {
         filter.insert("unfinished", doc! { "$ne": true });
     }
     filter
+}
+
+/// Whether `doc` matches [`indexable_filter`] at `now`, decided in Rust with
+/// MongoDB's matching rules: a missing field equals `null`, and a condition
+/// on an array field holds when it holds for the array or for one of its
+/// elements (so `isTemporary: [true]` is temporary, `user: ["a", ""]` has an
+/// empty user). The fields it reads are [`INDEXABILITY_FIELDS`].
+pub fn is_indexable(collection: Collection, doc: &Document, now: DateTime) -> bool {
+    let no_user =
+        |v: &Bson| matches!(v, Bson::Null) || matches!(v, Bson::String(s) if s.is_empty());
+    let is_true = |v: &Bson| matches!(v, Bson::Boolean(true));
+    let expired = |v: &Bson| matches!(v, Bson::DateTime(t) if *t <= now);
+    let user_missing = match doc.get("user") {
+        None => true,
+        Some(value) => matches_or_contains(value, no_user),
+    };
+    let temporary = doc
+        .get("isTemporary")
+        .is_some_and(|v| matches_or_contains(v, is_true));
+    let is_expired = doc
+        .get("expiredAt")
+        .is_some_and(|v| matches_or_contains(v, expired));
+    let unfinished = collection == Collection::Messages
+        && doc
+            .get("unfinished")
+            .is_some_and(|v| matches_or_contains(v, is_true));
+    !(user_missing || temporary || is_expired || unfinished)
+}
+
+/// The fields [`is_indexable`] reads.
+pub const INDEXABILITY_FIELDS: [&str; 4] = ["user", "isTemporary", "expiredAt", "unfinished"];
+
+/// MongoDB's rule for a condition on a field that may hold an array: it
+/// holds for the value itself or for one of its elements (one level).
+fn matches_or_contains(value: &Bson, condition: impl Fn(&Bson) -> bool) -> bool {
+    condition(value) || matches!(value, Bson::Array(items) if items.iter().any(&condition))
 }
 
 /// Indexable documents whose flag is not set.
@@ -246,22 +326,23 @@ pub async fn read_unindexed_page(
 }
 
 /// The next page of every indexable document at server time `now`, whatever
-/// its flag — only those changed at or after `changed_since` when given (a
-/// document without `updatedAt` has not changed) — projected like
-/// [`read_unindexed_page`]. What a forced reindex builds from.
+/// its flag, projected like [`read_unindexed_page`]. What a forced reindex
+/// builds from and what an exact comparison reads.
 pub async fn read_indexable_page(
     db: &Database,
     collection: Collection,
     now: DateTime,
-    changed_since: Option<DateTime>,
     after: Option<&Bson>,
     limit: usize,
 ) -> Result<Vec<Document>, MongoError> {
-    let mut filter = indexable_filter(collection, now);
-    if let Some(since) = changed_since {
-        filter.insert("updatedAt", doc! { "$gte": since });
-    }
-    read_page(db, collection, filter, after, limit).await
+    read_page(
+        db,
+        collection,
+        indexable_filter(collection, now),
+        after,
+        limit,
+    )
+    .await
 }
 
 async fn read_page(
@@ -330,70 +411,214 @@ pub async fn indexable_ids_page(
         .collect())
 }
 
-/// Acknowledges one sent range: sets the flag on the documents with `_id` in
-/// `[first, last]` that still match the read's filter and were not changed
-/// since the read (`updatedAt ≤ read_time`, or no `updatedAt`). One update.
-pub async fn ack_range(
-    db: &Database,
-    collection: Collection,
-    read_time: DateTime,
-    first: &Bson,
-    last: &Bson,
-    guard: &Guard,
-) -> Result<u64, MongoError> {
-    flag_range(db, collection, read_time, read_time, first, last, guard).await
+/// One version of one document: its `_id` and the exact `updatedAt` value
+/// read with it (`None`: it had no `updatedAt`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DocVersion {
+    pub id: Bson,
+    pub updated_at: Option<Bson>,
 }
 
-/// Sets the flag on the unflagged documents with `_id` in `[first, last]`
-/// that are indexable at `now` and unchanged since `unchanged_since`
-/// (`updatedAt ≤ unchanged_since`, or no `updatedAt`): the version
-/// Meilisearch holds is theirs. One update, fenced by the guard.
-pub async fn flag_range(
+impl DocVersion {
+    /// The version of a document as read (it must have been read with its
+    /// `_id` and `updatedAt`).
+    pub fn of(doc: &Document) -> DocVersion {
+        DocVersion {
+            id: doc.get("_id").cloned().unwrap_or(Bson::Null),
+            updated_at: doc.get(VERSION_FIELD).cloned(),
+        }
+    }
+
+    /// The filter that matches this document only while it still has this
+    /// version: `_id` and `updatedAt` equal to the values read. A `null`
+    /// must be matched by type (`updatedAt: null` would also match a
+    /// document whose `updatedAt` was since removed).
+    fn filter(&self) -> Document {
+        let version = match &self.updated_at {
+            None => Bson::Document(doc! { "$exists": false }),
+            Some(Bson::Null) => Bson::Document(doc! { "$type": "null" }),
+            Some(value) => Bson::Document(doc! { "$eq": value.clone() }),
+        };
+        doc! { "_id": self.id.clone(), VERSION_FIELD: version }
+    }
+}
+
+/// What a batch of update statements did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Updated {
+    /// Statements whose filter matched a document.
+    pub matched: u64,
+    /// Documents actually changed.
+    pub modified: u64,
+}
+
+/// Sets the flag of each document that still has the version given and is
+/// indexable at server time `now`: one statement per document, filter `_id`,
+/// the exact `updatedAt` read and [`indexable_filter`]. Returns how many
+/// statements matched: fewer than `versions.len()` means some document was
+/// changed, deleted or made unindexable since it was read (those keep the
+/// flag the application gave them). Fenced by the guard before each command.
+pub async fn set_flags_if_unchanged(
     db: &Database,
     collection: Collection,
+    versions: &[DocVersion],
     now: DateTime,
-    unchanged_since: DateTime,
-    first: &Bson,
-    last: &Bson,
     guard: &Guard,
-) -> Result<u64, MongoError> {
-    let filter = doc! {
-        "$and": [
-            unindexed_filter(collection, now),
-            { "_id": { "$gte": first.clone(), "$lte": last.clone() } },
-            { "$or": [ { "updatedAt": { "$lte": unchanged_since } }, { "updatedAt": { "$exists": false } } ] },
-        ]
-    };
-    guard.check()?;
-    let result = collection
-        .handle(db)
-        .update_many(filter, doc! { "$set": { FLAG: true } })
-        .await
-        .map_err(mongo_err("set flags"))?;
-    Ok(result.modified_count)
+) -> Result<Updated, MongoError> {
+    let indexable = indexable_filter(collection, now);
+    let statements = versions
+        .iter()
+        .map(|version| {
+            let mut filter = version.filter();
+            filter.extend(indexable.clone());
+            doc! { "q": filter, "u": { "$set": { FLAG: true } } }
+        })
+        .collect();
+    update_each(db, collection, statements, "set flags", guard).await
 }
 
-/// Clears the flag of the given documents, in short `$in` chunks.
+/// Clears the flag of the given documents (those that have it set): one
+/// statement per `_id`, whatever the version — always safe, it only makes
+/// indexing send the document again. Returns how many were cleared.
 pub async fn clear_flags(
     db: &Database,
     collection: Collection,
     ids: &[Bson],
     guard: &Guard,
 ) -> Result<u64, MongoError> {
-    let mut cleared = 0;
-    for chunk in ids.chunks(CLEAR_CHUNK) {
-        guard.check()?;
-        let result = collection
-            .handle(db)
-            .update_many(
-                doc! { "_id": { "$in": chunk.to_vec() }, FLAG: true },
-                doc! { "$set": { FLAG: false } },
-            )
-            .await
-            .map_err(mongo_err("clear flags"))?;
-        cleared += result.modified_count;
+    let statements = ids
+        .iter()
+        .map(|id| doc! { "q": { "_id": id.clone(), FLAG: true }, "u": { "$set": { FLAG: false } } })
+        .collect();
+    Ok(
+        update_each(db, collection, statements, "clear flags", guard)
+            .await?
+            .modified,
+    )
+}
+
+/// Runs update statements as raw `update` commands of at most
+/// [`STATEMENTS_PER_COMMAND`] statements (unordered), checking the guard
+/// before each command. A write error or write-concern error in a reply is
+/// an error: no flag write is silently lost.
+async fn update_each(
+    db: &Database,
+    collection: Collection,
+    statements: Vec<Document>,
+    what: &str,
+    guard: &Guard,
+) -> Result<Updated, MongoError> {
+    let mut total = Updated::default();
+    let mut statements = statements.into_iter();
+    loop {
+        let chunk: Vec<Document> = statements.by_ref().take(STATEMENTS_PER_COMMAND).collect();
+        if chunk.is_empty() {
+            return Ok(total);
+        }
+        let command = doc! { "update": collection.name(), "updates": chunk, "ordered": false };
+        let updated = flag_retry::with_retries(what, guard, || async {
+            let reply = db
+                .run_command(command.clone())
+                .await
+                .map_err(attempt_err(what))?;
+            update_reply(&reply, what)
+        })
+        .await?;
+        total.matched += updated.matched;
+        total.modified += updated.modified;
     }
-    Ok(cleared)
+}
+
+/// The counts of an `update` command's reply, or its first write error (not
+/// worth another attempt), or its write-concern error (applied, unconfirmed:
+/// sent again, which is harmless).
+fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt> {
+    let failed = |detail: String| {
+        Attempt::Final(MongoError::Failed {
+            what: what.to_string(),
+            detail,
+        })
+    };
+    if let Ok(errors) = reply.get_array("writeErrors") {
+        if let Some(first) = errors.first().and_then(Bson::as_document) {
+            return Err(failed(format!(
+                "{} of the statements failed; the first: code {}: {}",
+                errors.len(),
+                first
+                    .get("code")
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                first.get_str("errmsg").unwrap_or("(no message)")
+            )));
+        }
+    }
+    if let Ok(error) = reply.get_document("writeConcernError") {
+        return Err(Attempt::Transient(MongoError::Failed {
+            what: what.to_string(),
+            detail: format!(
+                "write concern error: {}",
+                error.get_str("errmsg").unwrap_or("(no message)")
+            ),
+        }));
+    }
+    let count =
+        |field| count_field(reply, field).map_err(|_| failed(format!("no {field} in the reply")));
+    Ok(Updated {
+        matched: count("n")?,
+        modified: count("nModified").unwrap_or(0),
+    })
+}
+
+/// The key of an `_id` in sets of ids (its exact BSON value, type included).
+pub fn id_key(id: &Bson) -> String {
+    format!("{id:?}")
+}
+
+/// The documents with `_id` in `[first, last]` whose [`id_key`] is in `wanted`, with
+/// their `_id`, version, primary key, flag and the fields
+/// [`is_indexable`] reads — what an acknowledgement that did not match
+/// everything reads back to learn what happened. Read in `_id` pages;
+/// only the kept documents are held.
+pub async fn read_states_in_range(
+    db: &Database,
+    collection: Collection,
+    first: &Bson,
+    last: &Bson,
+    wanted: &std::collections::HashSet<String>,
+) -> Result<Vec<Document>, MongoError> {
+    const PAGE: i64 = 10_000;
+    let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, FLAG: 1, collection.primary_key(): 1 };
+    for field in INDEXABILITY_FIELDS {
+        projection.insert(field, 1);
+    }
+    let mut kept = Vec::new();
+    let mut lower = doc! { "$gte": first.clone() };
+    loop {
+        lower.insert("$lte", last.clone());
+        let page: Vec<Document> = collection
+            .handle(db)
+            .find(doc! { "_id": lower.clone() })
+            .sort(doc! { "_id": 1 })
+            .limit(PAGE)
+            .projection(projection.clone())
+            .await
+            .map_err(mongo_err("read back"))?
+            .try_collect()
+            .await
+            .map_err(mongo_err("read back"))?;
+        let full = page.len() as i64 == PAGE;
+        let Some(after) = page.last().and_then(|d| d.get("_id").cloned()) else {
+            return Ok(kept);
+        };
+        kept.extend(
+            page.into_iter()
+                .filter(|d| d.get("_id").is_some_and(|id| wanted.contains(&id_key(id)))),
+        );
+        if !full {
+            return Ok(kept);
+        }
+        lower = doc! { "$gt": after };
+    }
 }
 
 /// Clears the flag of every document that is not indexable at `now` (they
@@ -405,13 +630,15 @@ pub async fn clear_flags_of_unindexable(
     guard: &Guard,
 ) -> Result<u64, MongoError> {
     let filter = doc! { FLAG: true, "$nor": [ indexable_filter(collection, now) ] };
-    guard.check()?;
-    let result = collection
-        .handle(db)
-        .update_many(filter, doc! { "$set": { FLAG: false } })
-        .await
-        .map_err(mongo_err("clear flags"))?;
-    Ok(result.modified_count)
+    let handle = collection.handle(db);
+    flag_retry::with_retries("clear flags", guard, || async {
+        let result = handle
+            .update_many(filter.clone(), doc! { "$set": { FLAG: false } })
+            .await
+            .map_err(attempt_err("clear flags"))?;
+        Ok(result.modified_count)
+    })
+    .await
 }
 
 /// Clears the flags of the next `batch` flagged documents after `after` (by
@@ -454,12 +681,15 @@ pub async fn reset_flags_batch(
     if !range.is_empty() {
         update_filter.insert("_id", range);
     }
-    guard.check()?;
-    let result = handle
-        .update_many(update_filter, doc! { "$set": { FLAG: false } })
-        .await
-        .map_err(mongo_err("reset flags"))?;
-    Ok((result.modified_count, upper))
+    let cleared = flag_retry::with_retries("reset flags", guard, || async {
+        let result = handle
+            .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
+            .await
+            .map_err(attempt_err("reset flags"))?;
+        Ok(result.modified_count)
+    })
+    .await?;
+    Ok((cleared, upper))
 }
 
 /// The Meilisearch primary-key value of a document, as sent.
@@ -578,6 +808,91 @@ mod tests {
         let doc = doc! { "messageId": 42_i64 };
         assert_eq!(meili_id(Collection::Messages, &doc).as_deref(), Some("42"));
         assert_eq!(meili_id(Collection::Messages, &doc! {}), None);
+    }
+
+    #[test]
+    fn indexability_follows_mongodb_matching_rules() {
+        let now = DateTime::from_millis(1_000_000);
+        let before = DateTime::from_millis(999_999);
+        let after = DateTime::from_millis(1_000_001);
+        let m = |d: Document| is_indexable(Collection::Messages, &d, now);
+        let c = |d: Document| is_indexable(Collection::Conversations, &d, now);
+        assert!(m(doc! { "user": "u" }));
+        // user: absent, null, empty, or an array holding null or "".
+        assert!(!m(doc! {}));
+        assert!(!m(doc! { "user": Bson::Null }));
+        assert!(!m(doc! { "user": "" }));
+        assert!(!m(doc! { "user": ["a", ""] }));
+        assert!(!m(doc! { "user": [Bson::Null] }));
+        assert!(m(doc! { "user": ["a"] }));
+        assert!(m(doc! { "user": Bson::Array(vec![]) }));
+        assert!(m(doc! { "user": 5 }), "any other value is a user");
+        // isTemporary: only true (or an array holding true).
+        assert!(!m(doc! { "user": "u", "isTemporary": true }));
+        assert!(!m(doc! { "user": "u", "isTemporary": [true] }));
+        assert!(m(doc! { "user": "u", "isTemporary": false }));
+        assert!(m(doc! { "user": "u", "isTemporary": 1 }));
+        assert!(m(doc! { "user": "u", "isTemporary": "true" }));
+        assert!(m(doc! { "user": "u", "isTemporary": Bson::Null }));
+        // expiredAt: a date at or before now expires; anything else never does.
+        assert!(!m(doc! { "user": "u", "expiredAt": before }));
+        assert!(!m(doc! { "user": "u", "expiredAt": now }));
+        assert!(m(doc! { "user": "u", "expiredAt": after }));
+        assert!(m(doc! { "user": "u", "expiredAt": Bson::Null }));
+        assert!(m(doc! { "user": "u", "expiredAt": "2001-01-01" }));
+        assert!(m(doc! { "user": "u", "expiredAt": 5 }));
+        assert!(!m(doc! { "user": "u", "expiredAt": [before] }));
+        assert!(m(doc! { "user": "u", "expiredAt": [after, 3] }));
+        assert!(m(doc! { "user": "u", "expiredAt": Bson::Array(vec![]) }));
+        // unfinished: messages only.
+        assert!(!m(doc! { "user": "u", "unfinished": true }));
+        assert!(m(doc! { "user": "u", "unfinished": false }));
+        assert!(c(doc! { "user": "u", "unfinished": true }));
+        assert!(!c(doc! { "user": "u", "isTemporary": true }));
+    }
+
+    #[test]
+    fn a_version_filter_matches_the_exact_value_read() {
+        let at = DateTime::from_millis(5);
+        let v = DocVersion::of(&doc! { "_id": 1, "updatedAt": at, "text": "x" });
+        assert_eq!(v.filter(), doc! { "_id": 1, "updatedAt": { "$eq": at } });
+        let v = DocVersion::of(&doc! { "_id": 2 });
+        assert_eq!(
+            v.filter(),
+            doc! { "_id": 2, "updatedAt": { "$exists": false } }
+        );
+        let v = DocVersion::of(&doc! { "_id": 3, "updatedAt": Bson::Null });
+        assert_eq!(
+            v.filter(),
+            doc! { "_id": 3, "updatedAt": { "$type": "null" } }
+        );
+    }
+
+    #[test]
+    fn update_replies_count_or_fail() {
+        let ok = doc! { "ok": 1.0, "n": 3, "nModified": 2 };
+        assert!(matches!(
+            update_reply(&ok, "x"),
+            Ok(Updated {
+                matched: 3,
+                modified: 2
+            })
+        ));
+        let failed = doc! { "ok": 1.0, "n": 1, "writeErrors": [ { "index": 0, "code": 66, "errmsg": "immutable" } ] };
+        let Err(Attempt::Final(error)) = update_reply(&failed, "set flags") else {
+            panic!("a write error is final");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("set flags") && error.contains("immutable"),
+            "{error}"
+        );
+        // Applied but not confirmed: worth sending again.
+        let concern = doc! { "ok": 1.0, "n": 1, "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+        assert!(matches!(
+            update_reply(&concern, "x"),
+            Err(Attempt::Transient(_))
+        ));
     }
 
     #[test]

@@ -179,7 +179,11 @@ pub async fn connect_mongo(
     let mut options = ClientOptions::parse(settings.uri.expose())
         .await
         .map_err(unreachable)?;
-    options.app_name = Some("meili-reconciler".into());
+    // The connection string's `appName` wins (operators tell replicas apart
+    // by it in MongoDB's logs and `currentOp`).
+    options
+        .app_name
+        .get_or_insert_with(|| "meili-reconciler".into());
     options.connect_timeout = Some(settings.connect_timeout);
     options.server_selection_timeout = Some(settings.connect_timeout);
     options.sdam_event_handler = Some(last_failure.handler());

@@ -182,3 +182,22 @@ fn unreachable_meilisearch_exits_4_naming_it_without_the_key() {
     );
     assert!(!text.contains("key-do-not-print"), "{text}");
 }
+
+/// `lease.write_concern` below majority is allowed (two data nodes and an
+/// arbiter) but said out loud at start: a failover can then yield two owners.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_write_concern_below_majority_is_warned_about() {
+    let warning = "lease.write_concern is not \\\"majority\\\"";
+    let target = Target::new("cli_wc");
+    let out = target.run("op", &["status"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(!all(&out).contains(warning), "{}", all(&out));
+
+    let weak = target.clone().set("RECONCILER__LEASE__WRITE_CONCERN", "1");
+    let out = weak.run("op", &["status"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    let text = all(&out);
+    assert!(text.contains(warning), "{text}");
+    assert!(text.contains("two replicas own the same epoch"), "{text}");
+    target.cleanup().await;
+}

@@ -82,6 +82,7 @@ async fn lease_child() {
                     Ok(Outcome::Ran { .. }) => "ran",
                     Ok(Outcome::CompletedByOther { .. }) => "other",
                     Ok(Outcome::ReusedCompletion { .. }) => "reused",
+                    Ok(Outcome::HandedOver { to }) => panic!("round {round}: handed over to {to}"),
                     Err(error) => panic!("round {round}: {error}"),
                 };
                 emit(format!("done {round} {kind}"));

@@ -150,6 +150,7 @@ async fn sixteen_clients_race_and_exactly_one_runs_per_round() {
                     );
                 }
                 Ok(Outcome::CompletedByOther { .. } | Outcome::ReusedCompletion { .. }) => {}
+                Ok(Outcome::HandedOver { to }) => panic!("round {round}: handed over to {to}"),
                 Err(error) => panic!("round {round}: a racer failed: {error}"),
             }
         }
@@ -332,7 +333,7 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         "fail must match nothing"
     );
     assert!(
-        !a.release(&stale, now, &progress).await.unwrap(),
+        !a.release(&stale, now, &progress, None).await.unwrap(),
         "release must match nothing"
     );
     // Even with b's epoch, a is not the owner.
@@ -340,7 +341,7 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         owner: "a".into(),
         epoch: 2,
     };
-    assert!(!a.release(&wrong_owner, now, &progress).await.unwrap());
+    assert!(!a.release(&wrong_owner, now, &progress, None).await.unwrap());
     assert_eq!(
         read_job(&db, &opts).await.unwrap(),
         before,

@@ -8,8 +8,11 @@
 //! | document | verdict |
 //! |---|---|
 //! | absent | claim |
-//! | `running` under our own owner id, unexpired | adopt (a claim of ours whose reply was lost) |
-//! | `running`, `leaseExpiresAt > now` | wait |
+//! | held (`running`, or following) under our own owner id, unexpired | adopt (a claim of ours whose reply was lost) |
+//! | following, unexpired, its last run satisfies us (the `completed` rows) | done |
+//! | following, unexpired, we need the lease (`request_handover`) | ask for a handover, wait |
+//! | `running` or following, `leaseExpiresAt > now` | wait |
+//! | `released` for another replica that asked for it, within the handover grace | wait |
 //! | `running`, expired | claim (takeover) |
 //! | `released` (or unknown status) | claim |
 //! | `completed` at or after `wait start - reuse_completion_for` | done (not when forced) |
@@ -63,6 +66,9 @@ pub(crate) enum Verdict {
     Claim,
     /// The document shows our own running lease (a claim whose reply we lost).
     Adopt,
+    /// An owner following change streams holds it: ask it to hand it over
+    /// (`request_handover`), then wait.
+    RequestHandover,
 }
 
 /// The lease rules for a waiting replica, as a pure function (tables above).
@@ -79,51 +85,93 @@ pub(crate) fn judge(
     if record.holder() == Holder::LibreChat {
         return if live { Verdict::Wait } else { Verdict::Claim };
     }
+    if live && record.is_running_for(&opts.owner) {
+        return Verdict::Adopt;
+    }
+    if live {
+        // An owner following change streams has reconciled and keeps the
+        // index in step: its recorded run counts like a completion.
+        if record.following {
+            if let Some(done) = completion_satisfies(record, now, wait_started, opts) {
+                return done;
+            }
+            if opts.request_handover {
+                return Verdict::RequestHandover;
+            }
+        }
+        return Verdict::Wait;
+    }
     match record.status {
-        JobStatus::Running if live && record.is_running_for(&opts.owner) => Verdict::Adopt,
-        JobStatus::Running if live => Verdict::Wait,
+        JobStatus::Released if released_for_another(record, now, opts) => Verdict::Wait,
         JobStatus::Running | JobStatus::Released | JobStatus::Other(_) => Verdict::Claim,
         JobStatus::Failed => match record.retry_at {
             Some(retry_at) if retry_at > now && !opts.force => Verdict::Wait,
             _ => Verdict::Claim,
         },
         JobStatus::Completed => {
-            let Some(completed_at) = record.completed_at else {
-                return Verdict::Claim;
-            };
-            let done = |age: Option<Duration>| {
-                let (owner, epoch, summary) =
-                    (record.owner.clone(), record.epoch, record.summary.clone());
-                Verdict::Done(match age {
-                    None => Outcome::CompletedByOther {
-                        owner,
-                        epoch,
-                        summary,
-                    },
-                    Some(age) => Outcome::ReusedCompletion {
-                        owner,
-                        epoch,
-                        age,
-                        summary,
-                    },
-                })
-            };
-            if opts.own_run_only {
-                Verdict::Claim
-            } else if opts.force {
-                // Only a run that began after we were asked satisfies --force.
-                match record.claimed_at {
-                    Some(claimed_at) if claimed_at >= wait_started => done(None),
-                    _ => Verdict::Claim,
-                }
-            } else if completed_at >= wait_started {
-                done(None)
-            } else if completed_at > clock::earlier(wait_started, opts.reuse_completion_for) {
-                done(Some(now.saturating_duration_since(completed_at)))
-            } else {
-                Verdict::Claim
-            }
+            completion_satisfies(record, now, wait_started, opts).unwrap_or(Verdict::Claim)
         }
+    }
+}
+
+/// How long a lease released for the replica that asked for it (a handover)
+/// is left to that replica before anyone may claim it.
+pub(crate) fn handover_grace(opts: &LeaseOptions) -> Duration {
+    (opts.poll_every * 5).max(Duration::from_secs(1))
+}
+
+/// Released for another replica that asked for it, recently enough that it
+/// is still coming to claim it.
+fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) -> bool {
+    let for_another = record
+        .released_for
+        .as_deref()
+        .is_some_and(|to| to != opts.owner);
+    let recent = record
+        .released_at
+        .is_some_and(|at| at > clock::earlier(now, handover_grace(opts)));
+    for_another && recent
+}
+
+/// `Done` when our last recorded run satisfies this follower (the
+/// `completed` rows of the table above), else `None`.
+fn completion_satisfies(
+    record: &JobRecord,
+    now: DateTime,
+    wait_started: DateTime,
+    opts: &LeaseOptions,
+) -> Option<Verdict> {
+    let completed_at = record.completed_at?;
+    let done = |age: Option<Duration>| {
+        let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
+        Some(Verdict::Done(match age {
+            None => Outcome::CompletedByOther {
+                owner,
+                epoch,
+                summary,
+            },
+            Some(age) => Outcome::ReusedCompletion {
+                owner,
+                epoch,
+                age,
+                summary,
+            },
+        }))
+    };
+    if opts.own_run_only {
+        None
+    } else if opts.force {
+        // Only a run that began after we were asked satisfies --force.
+        match record.claimed_at {
+            Some(claimed_at) if claimed_at >= wait_started && !record.following => done(None),
+            _ => None,
+        }
+    } else if completed_at >= wait_started {
+        done(None)
+    } else if completed_at > clock::earlier(wait_started, opts.reuse_completion_for) {
+        done(Some(now.saturating_duration_since(completed_at)))
+    } else {
+        None
     }
 }
 
@@ -255,6 +303,21 @@ async fn poll_until_turn(
                 }
                 pause(jittered(opts.poll_every), shutdown, give_up_at).await;
             }
+            Verdict::RequestHandover => {
+                if let Some(record) = &record {
+                    watch.observe(opts, record, now);
+                }
+                // Asked again on every poll until it is honoured (cheap, and
+                // a later asker's name simply replaces ours: it then waits,
+                // and so do we, for the one the lease is handed to).
+                match store.request_handover(&opts.owner, now).await {
+                    Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
+                        "asked the owner following change streams to hand the lease over"),
+                    Ok(false) => {}
+                    Err(error) => unreachable(opts, &mut unreachable_since, &error)?,
+                }
+                pause(jittered(opts.poll_every), shutdown, give_up_at).await;
+            }
             Verdict::Claim => {
                 // Not raced against shutdown: a claim we sent must be
                 // answered, or we could walk away from a lease we hold.
@@ -318,7 +381,7 @@ impl AmbiguousClaims {
                 epoch: record.epoch.unwrap_or_default(),
             };
             let progress = crate::progress::Progress::new().snapshot();
-            store.release(&fence, now, &progress).await
+            store.release(&fence, now, &progress, None).await
         };
         match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
             Ok(Ok(true)) => {
@@ -428,7 +491,7 @@ fn log_done(opts: &LeaseOptions, outcome: &Outcome) {
                 epoch = epoch.unwrap_or(0), age_ms = age.as_millis() as u64,
                 "a fresh completion exists; not running again");
         }
-        Outcome::Ran { .. } => {}
+        Outcome::Ran { .. } | Outcome::HandedOver { .. } => {}
     }
 }
 

@@ -4,12 +4,16 @@
 //! renewal task moves the local safety deadline forward after each successful
 //! renewal and cancels the guard when the lease is lost; the job calls
 //! [`Guard::check`] before each Meilisearch or MongoDB write and selects on
-//! [`Guard::cancelled`] while it waits, so it stops at once.
+//! [`Guard::cancelled`] while it waits, so it stops at once. An owner's guard
+//! also carries the [`LeaseHandle`] for the job's own writes to the lease
+//! document (follow mode).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use super::handle::LeaseHandle;
 
 /// Why the job must stop writing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +41,7 @@ struct State {
 pub struct Guard {
     token: CancellationToken,
     state: Arc<Mutex<State>>,
+    lease: Option<Arc<LeaseHandle>>,
 }
 
 impl Guard {
@@ -48,7 +53,22 @@ impl Guard {
                 deadline: Some(deadline),
                 reason: None,
             })),
+            lease: None,
         }
+    }
+
+    /// The owner's guard, with its handle on the lease document.
+    pub(crate) fn for_owner(deadline: Instant, lease: LeaseHandle) -> Self {
+        Guard {
+            lease: Some(Arc::new(lease)),
+            ..Guard::with_deadline(deadline)
+        }
+    }
+
+    /// The owner's handle on its lease document (`None` for guards with no
+    /// lease behind them).
+    pub fn lease(&self) -> Option<&LeaseHandle> {
+        self.lease.as_deref()
     }
 
     /// A guard with no lease behind it (read-only work, unit tests): it only
@@ -60,6 +80,7 @@ impl Guard {
                 deadline: None,
                 reason: None,
             })),
+            lease: None,
         }
     }
 

@@ -16,11 +16,13 @@
 //! - `renewer`: the renewal timer and self-fencing;
 //! - `runner`: the owner's life cycle and how a run is recorded;
 //! - `guard`: what the job checks before each side effect;
+//! - `handle`: the owner job's own writes to the document (follow mode);
 //! - `status`: the operator's view.
 
 pub mod clock;
 mod follower;
 pub mod guard;
+mod handle;
 mod job;
 mod options;
 mod outcome;
@@ -31,6 +33,7 @@ pub mod status;
 pub mod store;
 
 pub use guard::{Guard, LeaseLost};
+pub use handle::{HandOver, LeaseHandle, LeaseWriteError};
 pub use job::LeasedJob;
 pub use options::{default_owner_id, LeaseOptions, LeaseWriteConcern};
 pub use outcome::{LeaseError, Outcome};

@@ -38,6 +38,9 @@ pub struct LeaseOptions {
     /// of a run claimed after we started waiting, is waited out and then the
     /// lease claimed (`reindex`: an ordinary reconciliation is not a reindex).
     pub own_run_only: bool,
+    /// When an owner following change streams holds the lease, ask it to
+    /// hand the lease over (`once`, `reindex`: they need it to run).
+    pub request_handover: bool,
     /// `retryAt` after the first failure; doubled per further consecutive
     /// failure.
     pub failure_backoff: Duration,
@@ -83,6 +86,7 @@ impl LeaseOptions {
             wait_timeout: None,
             force: false,
             own_run_only: false,
+            request_handover: false,
             failure_backoff: Duration::from_secs(30),
             failure_backoff_max: Duration::from_secs(30 * 60),
             unreachable_timeout: Duration::from_secs(60),

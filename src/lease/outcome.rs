@@ -22,6 +22,9 @@ pub enum Outcome {
         epoch: Option<i64>,
         summary: Option<serde_json::Value>,
     },
+    /// We held the lease (following change streams) and handed it over to
+    /// `to`, which asked for it; the work goes on there.
+    HandedOver { to: String },
     /// A completion younger than `reuse_completion_for` already existed when
     /// we started, so we did not run again (not when forced).
     ReusedCompletion {

@@ -12,7 +12,7 @@
 //! - an error: ambiguous — a write-concern error, a timeout or a lost reply
 //!   may hide a renewal that was applied (or one a failover will roll back).
 //!   It never moves the deadline. The document is read again (majority):
-//!   if it no longer shows our owner and epoch running, the lease is lost
+//!   if it no longer shows our owner and epoch holding it, the lease is lost
 //!   and the guard is cancelled at once; otherwise the renewal is retried
 //!   with backoff, and if the local deadline comes first the guard is
 //!   cancelled ([`LeaseLost::SelfFenced`]) before any other replica can
@@ -26,7 +26,7 @@ use tracing::{debug, error, warn};
 
 use super::guard::{Guard, LeaseLost};
 use super::retry;
-use super::store::{Fence, JobStatus, JobStore};
+use super::store::{Fence, JobStore};
 use crate::progress::Progress;
 
 /// A running renewal timer; stop it with [`Renewer::stop`]. Dropping it
@@ -148,7 +148,7 @@ async fn renew_until_stopped(
                         biased;
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep_until(deadline.into()) => continue,
-                        read = store.shows(&fence, &JobStatus::Running) => read,
+                        read = store.still_held(&fence) => read,
                     };
                     if let Ok(false) = still_ours {
                         error!(owner = %fence.owner, epoch = fence.epoch,

@@ -11,6 +11,7 @@ use tracing::{error, info, warn};
 use super::clock;
 use super::follower::{self, Claimed, Turn};
 use super::guard::{Guard, LeaseLost};
+use super::handle::{HandOver, LeaseHandle};
 use super::job::LeasedJob;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
@@ -82,7 +83,7 @@ async fn run_as_owner(
         deadline,
     } = claimed;
     let epoch = fence.epoch;
-    let guard = Guard::with_deadline(deadline);
+    let guard = Guard::for_owner(deadline, LeaseHandle::new(store.clone(), fence.clone()));
     let renewer = Renewer::start(
         store.clone(),
         fence.clone(),
@@ -118,7 +119,7 @@ async fn run_as_owner(
     renewer.stop().await;
 
     match guard.check() {
-        Err(LeaseLost::ShuttingDown) => release(store, &fence, &guard, &progress).await,
+        Err(LeaseLost::ShuttingDown) => release(store, &fence, &guard, &progress, None).await,
         Err(reason) => {
             if let Some(Err(job_error)) = &finished {
                 warn!(owner = %fence.owner, epoch, error = format!("{job_error:#}"),
@@ -128,6 +129,10 @@ async fn run_as_owner(
         }
         Ok(()) => match finished.expect("only a cancelled guard interrupts the job") {
             Ok(summary) => complete(store, &fence, &guard, &progress, summary).await,
+            Err(job_error) if job_error.is::<HandOver>() => {
+                let to = job_error.downcast::<HandOver>().expect("checked").to;
+                release(store, &fence, &guard, &progress, Some(&to)).await
+            }
             Err(job_error) => {
                 let attempt = record.attempt.saturating_add(1);
                 record_failure(store, opts, &fence, &guard, attempt, job_error).await
@@ -136,21 +141,29 @@ async fn run_as_owner(
     }
 }
 
-/// Shutdown: sets `released` so a follower claims at once.
+/// Shutdown, or a handover to `to`: sets `released` so a follower (`to`,
+/// when named) claims at once.
 async fn release(
     store: &JobStore,
     fence: &Fence,
     guard: &Guard,
     progress: &Progress,
+    to: Option<&str>,
 ) -> Result<Outcome, LeaseError> {
     let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(guard));
     let snapshot = progress.snapshot();
-    let write = |now| store.release(fence, now, &snapshot);
+    let write = |now| store.release(fence, now, &snapshot, to);
     match fenced_write(store, fence, JobStatus::Released, until, write).await {
-        Written::Yes => {
-            info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
-            Err(LeaseError::ShutDown { released: true })
-        }
+        Written::Yes => match to {
+            Some(to) => {
+                info!(owner = %fence.owner, epoch = fence.epoch, to, "lease handed over");
+                Ok(Outcome::HandedOver { to: to.to_string() })
+            }
+            None => {
+                info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
+                Err(LeaseError::ShutDown { released: true })
+            }
+        },
         Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
         Written::Unconfirmed(err) => {
             warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,

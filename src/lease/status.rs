@@ -24,6 +24,9 @@ pub enum LeaseState {
     NeverRun,
     /// An owner holds an unexpired lease.
     Running,
+    /// An owner holds an unexpired lease and follows change streams after
+    /// its reconciliation (`status` reads `completed` in the document).
+    Following,
     /// The owner stopped renewing (crashed or partitioned); claimable.
     Expired,
     Completed,
@@ -64,6 +67,10 @@ pub struct LeaseStatus {
     /// Seconds until a retry may start (negative: it may now).
     pub retry_in_secs: Option<f64>,
     pub released_at: Option<String>,
+    /// A handover was asked for by this replica (follow mode).
+    pub handover_requested_by: Option<String>,
+    /// When the follower last saved where the change stream resumes.
+    pub follow_token_saved_at: Option<String>,
 }
 
 /// Reads the job's lease document and the server's clock.
@@ -119,10 +126,16 @@ impl LeaseStatus {
                 retry_at: None,
                 retry_in_secs: None,
                 released_at: None,
+                handover_requested_by: None,
+                follow_token_saved_at: None,
             };
         };
+        let live = record.is_live(now, librechat_clock_skew);
+        let following = record.following && record.holder() == Holder::Reconciler;
         let state = match &record.status {
-            JobStatus::Running if record.is_live(now, librechat_clock_skew) => LeaseState::Running,
+            _ if following && live => LeaseState::Following,
+            _ if following => LeaseState::Expired,
+            JobStatus::Running if live => LeaseState::Running,
             JobStatus::Running => LeaseState::Expired,
             JobStatus::Completed => LeaseState::Completed,
             JobStatus::Failed => LeaseState::Failed,
@@ -149,6 +162,8 @@ impl LeaseStatus {
             retry_at: rfc3339(record.retry_at),
             retry_in_secs: secs_until(record.retry_at),
             released_at: rfc3339(record.released_at),
+            handover_requested_by: record.handover_requested_by.clone().filter(|_| following),
+            follow_token_saved_at: rfc3339(record.follow_token_saved_at),
         }
     }
 }
@@ -159,6 +174,9 @@ impl fmt::Display for LeaseStatus {
         let state = match self.state {
             LeaseState::NeverRun => "never run",
             LeaseState::Running => "running",
+            LeaseState::Following => {
+                "following change streams (reconciled, keeps the index in step)"
+            }
             LeaseState::Expired => "expired (owner stopped renewing)",
             LeaseState::Completed => "completed",
             LeaseState::Failed => "failed",
@@ -188,7 +206,10 @@ impl fmt::Display for LeaseStatus {
             let epoch = self.epoch.map_or("-".into(), |e| e.to_string());
             writeln!(f, "owner:      {} (epoch {epoch})", or_dash(&self.owner))?;
         }
-        if matches!(self.state, LeaseState::Running | LeaseState::Expired) {
+        if matches!(
+            self.state,
+            LeaseState::Running | LeaseState::Following | LeaseState::Expired
+        ) {
             if let Some(secs) = self.expires_in_secs {
                 if secs >= 0.0 {
                     writeln!(f, "expires in: {secs:.1}s")?;
@@ -209,6 +230,12 @@ impl fmt::Display for LeaseStatus {
                 "progress:   {} {}{total} ({:.0} docs/s{eta})",
                 p.phase, p.done, p.docs_per_sec
             )?;
+        }
+        if let Some(at) = &self.follow_token_saved_at {
+            writeln!(f, "resume token saved: {at}")?;
+        }
+        if let Some(by) = &self.handover_requested_by {
+            writeln!(f, "handover asked by: {by}")?;
         }
         if let Some(at) = &self.completed_at {
             writeln!(f, "last reconciliation completed: {at}")?;

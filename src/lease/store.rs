@@ -2,9 +2,16 @@
 //!
 //! One document per job in `distributedJobs`, `_id` = the job name. Our
 //! fields: `{ owner, epoch, status: running|completed|failed|released,
-//! claimedAt, renewedAt, leaseExpiresAt, expiresAt, writtenExpiresAt,
-//! updatedAt, completedAt, failedAt, releasedAt, error, attempt, retryAt,
-//! progress, summary }` (docs/design.md, "The lease document").
+//! following, claimedAt, renewedAt, leaseExpiresAt, expiresAt,
+//! writtenExpiresAt, updatedAt, completedAt, failedAt, releasedAt,
+//! releasedFor, error, attempt, retryAt, progress, summary, followToken,
+//! followTokenSavedAt, handoverRequestedBy, handoverRequestedAt }`
+//! (docs/design.md §5.1).
+//!
+//! The lease is **held** while `status` is `running` (a run), or while
+//! `following` is true (a `run` replica tailing change streams after its
+//! reconciliation: `status` then reads `completed`, which is also what tells
+//! LibreChat's waiters the sync is done), and `leaseExpiresAt` is ahead.
 //!
 //! LibreChat's own `runDistributedJob` claims the same document
 //! (`meili-index-sync`) and writes only `status`, `owner`, `expiresAt` and
@@ -24,8 +31,9 @@
 //!   those, so the claim is a compare-and-swap on the whole judged state: if
 //!   anyone wrote in between, nothing matches, the upsert's insert collides
 //!   with the existing `_id` (E11000) and we are a follower.
-//! - **Renew / complete / fail / release**: `updateOne` fenced by
-//!   `_id + owner + epoch + status running + leaseExpiresAt > server now`.
+//! - **Renew / complete / fail / release** (and the follow-mode writes:
+//!   start following, record a run, save the resume token): `updateOne`
+//!   fenced by `_id + owner + epoch + held + leaseExpiresAt > server now`.
 //!   Matching nothing means the lease is no longer ours — unless an earlier
 //!   attempt of the same write landed without its reply reaching us, which a
 //!   majority read of the document tells ([`JobStore::shows`]).
@@ -120,6 +128,18 @@ pub struct JobRecord {
     pub retry_at: Option<DateTime>,
     pub progress: Option<ProgressSnapshot>,
     pub summary: Option<serde_json::Value>,
+    /// The owner follows change streams (the lease stays held, `status`
+    /// reads `completed`).
+    pub following: bool,
+    /// Released for this replica, which asked for the lease (§5.12).
+    pub released_for: Option<String>,
+    /// Where a follower resumes the change stream.
+    pub follow_token: Option<Document>,
+    pub follow_token_saved_at: Option<DateTime>,
+    /// A replica that needs the lease (`once`, `reindex`) asked the following
+    /// owner to hand it over.
+    pub handover_requested_by: Option<String>,
+    pub handover_requested_at: Option<DateTime>,
     /// The fields a claim compares, exactly as read (see [`JobStore::claim`]).
     judged: Document,
 }
@@ -174,8 +194,19 @@ impl JobRecord {
                 .get("summary")
                 .filter(|s| !matches!(s, Bson::Null))
                 .map(|s| s.clone().into_relaxed_extjson()),
+            following: doc.get_bool("following").unwrap_or(false),
+            released_for: text("releasedFor"),
+            follow_token: doc.get_document("followToken").ok().cloned(),
+            follow_token_saved_at: time("followTokenSavedAt"),
+            handover_requested_by: text("handoverRequestedBy"),
+            handover_requested_at: time("handoverRequestedAt"),
             judged,
         }
+    }
+
+    /// Ours and held: `running`, or following (whatever the clock says).
+    fn held_by_us_in_form(&self) -> bool {
+        self.holder() == Holder::Reconciler && (self.status == JobStatus::Running || self.following)
     }
 
     /// Who wrote the document last: LibreChat when its `expiresAt` is not
@@ -199,19 +230,26 @@ impl JobRecord {
         }
     }
 
-    /// `running` and not yet expired at `now` (see [`JobRecord::holds_until`]).
+    /// Held and not yet expired at `now` (see [`JobRecord::holds_until`]):
+    /// LibreChat's `running`, or ours `running` or following.
     pub fn is_live(&self, now: DateTime, librechat_clock_skew: Duration) -> bool {
-        self.status == JobStatus::Running
-            && self
-                .holds_until(librechat_clock_skew)
-                .is_some_and(|at| at > now)
+        let held = match self.holder() {
+            Holder::LibreChat => self.status == JobStatus::Running,
+            Holder::Reconciler => self.held_by_us_in_form(),
+        };
+        held && self
+            .holds_until(librechat_clock_skew)
+            .is_some_and(|at| at > now)
     }
 
-    /// Our lease, `running` under `owner` (any epoch).
+    /// Our lease, held under `owner` (any epoch).
     pub fn is_running_for(&self, owner: &str) -> bool {
-        self.holder() == Holder::Reconciler
-            && self.status == JobStatus::Running
-            && self.owner.as_deref() == Some(owner)
+        self.held_by_us_in_form() && self.owner.as_deref() == Some(owner)
+    }
+
+    /// Held under `fence` (owner and epoch), whatever the clock says.
+    pub fn is_held_under(&self, fence: &Fence) -> bool {
+        self.is_running_for(&fence.owner) && self.epoch == Some(fence.epoch)
     }
 }
 
@@ -310,7 +348,10 @@ impl JobStore {
         };
         filter.insert(
             "$or",
-            vec![doc! { "status": { "$ne": "running" } }, expired],
+            vec![
+                doc! { "status": { "$ne": "running" }, "following": { "$ne": true } },
+                expired,
+            ],
         );
         let lease_expires_at = clock::later(now, self.ttl);
         let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
@@ -325,6 +366,10 @@ impl JobStore {
             "writtenExpiresAt": expires_at,
             "updatedAt": now,
             "progress": Bson::Null,
+            "following": false,
+            "releasedFor": Bson::Null,
+            "handoverRequestedBy": Bson::Null,
+            "handoverRequestedAt": Bson::Null,
         } }];
         let result = self
             .jobs
@@ -382,7 +427,7 @@ impl JobStore {
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
     ) -> mongodb::error::Result<bool> {
-        let summary = bson::to_bson(summary).unwrap_or_else(|e| Bson::String(e.to_string()));
+        let summary = summary_bson(summary);
         let expires_at = clock::later(
             clock::later(now, self.completion_visible_for),
             self.librechat_clock_skew,
@@ -390,6 +435,7 @@ impl JobStore {
         let update = doc! {
             "$set": {
                 "status": "completed",
+                "following": false,
                 "completedAt": now,
                 "summary": summary,
                 "progress": progress_bson(progress),
@@ -418,6 +464,7 @@ impl JobStore {
         let expires_at = clock::later(retry_at, self.librechat_clock_skew);
         let update = doc! { "$set": {
             "status": "failed",
+            "following": false,
             "failedAt": now,
             "error": error,
             "attempt": i64::from(attempt),
@@ -430,18 +477,22 @@ impl JobStore {
             .await
     }
 
-    /// Gives the lease up (shutdown) so one of our followers can claim at
-    /// once. `expiresAt` is left as the last renewal wrote it: LibreChat's
-    /// replicas wait it out, as they would for a lease that ran on.
-    /// `Ok(false)`: the lease was already lost.
+    /// Gives the lease up (shutdown, or a handover to `to`, the replica that
+    /// asked for it) so one of our followers can claim at once. `expiresAt`
+    /// is left as the last renewal wrote it: LibreChat's replicas wait it
+    /// out, as they would for a lease that ran on. `Ok(false)`: the lease was
+    /// already lost.
     pub async fn release(
         &self,
         fence: &Fence,
         now: DateTime,
         progress: &ProgressSnapshot,
+        to: Option<&str>,
     ) -> mongodb::error::Result<bool> {
         let update = doc! { "$set": {
             "status": "released",
+            "following": false,
+            "releasedFor": to.map_or(Bson::Null, |to| Bson::String(to.to_string())),
             "releasedAt": now,
             "updatedAt": now,
             "progress": progress_bson(progress),
@@ -467,14 +518,91 @@ impl JobStore {
     }
 
     /// Whether the document shows `status` under `fence` (owner and epoch),
-    /// read with the lease's read concern.
+    /// and no longer held, read with the lease's read concern.
     pub async fn shows(&self, fence: &Fence, status: &JobStatus) -> mongodb::error::Result<bool> {
         Ok(self.read().await?.is_some_and(|record| {
             record.holder() == Holder::Reconciler
                 && record.owner.as_deref() == Some(fence.owner.as_str())
                 && record.epoch == Some(fence.epoch)
                 && &record.status == status
+                && !record.following
         }))
+    }
+
+    /// Whether the document still shows the lease held under `fence`.
+    pub async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
+        Ok(self
+            .read()
+            .await?
+            .is_some_and(|record| record.is_held_under(fence)))
+    }
+
+    /// Follow mode: the run's reconciliation is done (`summary`; `None` when
+    /// a fresh one by someone else was relied on) and the owner now follows
+    /// change streams, keeping the lease. `status` reads `completed`, so
+    /// LibreChat's waiters are done; `following` keeps it ours.
+    pub async fn start_following(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        summary: Option<&serde_json::Value>,
+    ) -> mongodb::error::Result<bool> {
+        let mut set = doc! {
+            "status": "completed",
+            "following": true,
+            "attempt": 0_i32,
+            "updatedAt": now,
+        };
+        if let Some(summary) = summary {
+            set.insert("completedAt", now);
+            set.insert("summary", summary_bson(summary));
+        }
+        self.fenced_update(
+            fence,
+            now,
+            doc! { "$set": set, "$unset": { "error": "", "retryAt": "" } },
+        )
+        .await
+    }
+
+    /// Follow mode: a periodic reconciliation finished (the lease stays held).
+    pub async fn record_run(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        summary: &serde_json::Value,
+    ) -> mongodb::error::Result<bool> {
+        let set = doc! { "completedAt": now, "summary": summary_bson(summary), "updatedAt": now };
+        self.fenced_update(fence, now, doc! { "$set": set }).await
+    }
+
+    /// Follow mode: where the next owner resumes the change stream, saved
+    /// with each acknowledged micro-batch.
+    pub async fn save_follow_token(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        token: &Document,
+    ) -> mongodb::error::Result<bool> {
+        let set = doc! { "followToken": token.clone(), "followTokenSavedAt": now };
+        self.fenced_update(fence, now, doc! { "$set": set }).await
+    }
+
+    /// A replica that needs the lease (`once`, `reindex`) asks the owner
+    /// following change streams to hand it over. Not fenced (the asker holds
+    /// nothing) and touching only the two request fields; matches only a
+    /// following lease. `Ok(false)`: there was none to ask.
+    pub async fn request_handover(
+        &self,
+        requester: &str,
+        now: DateTime,
+    ) -> mongodb::error::Result<bool> {
+        let filter = doc! { "_id": &self.job, "following": true };
+        let update = doc! { "$set": {
+            "handoverRequestedBy": requester,
+            "handoverRequestedAt": now,
+        } };
+        Ok(self.jobs.update_one(filter, update).await?.matched_count == 1)
     }
 
     /// The one fence every owner write goes through.
@@ -488,8 +616,8 @@ impl JobStore {
             "_id": &self.job,
             "owner": &fence.owner,
             "epoch": fence.epoch,
-            "status": JobStatus::Running.as_str(),
             "leaseExpiresAt": { "$gt": now },
+            "$or": [ { "status": JobStatus::Running.as_str() }, { "following": true } ],
         };
         let result = self.jobs.update_one(filter, update).await?;
         Ok(result.matched_count == 1)
@@ -510,6 +638,10 @@ fn write_concern(opts: &LeaseOptions) -> WriteConcern {
         .journal(true)
         .w_timeout((opts.renew_every / 2).min(Duration::from_secs(10)))
         .build()
+}
+
+fn summary_bson(summary: &serde_json::Value) -> Bson {
+    bson::to_bson(summary).unwrap_or_else(|e| Bson::String(e.to_string()))
 }
 
 fn progress_bson(progress: &ProgressSnapshot) -> Bson {

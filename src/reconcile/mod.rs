@@ -1,10 +1,16 @@
 //! The reconciliation engine (DESIGN.md §3): bring both Meilisearch indexes
 //! in step with the chat collections, in a safe order — settings and index
-//! structure first, then flag resets, drift repair, and finally indexing.
+//! structure first, then flag resets, the exact comparison a reindex left
+//! pending (or `--deep` asked for) or the id-set drift repair, and finally
+//! indexing, acknowledged version-exactly.
 //!
-//! [`plan`](plan::plan) is the read-only half; [`reconcile`] does the work
-//! under a lease [`Guard`] that every write checks first.
+//! [`plan`](plan::plan) and [`verify`](verify::verify) are read-only;
+//! [`reconcile`], [`reindex`] and [`verify::repair`] do the work under a
+//! lease [`Guard`] that every write checks first.
 
+mod ack;
+pub mod exact;
+mod marker;
 pub mod orphans;
 pub mod plan;
 pub mod rebuild;
@@ -12,6 +18,8 @@ pub mod reindex;
 pub mod rejects;
 pub mod settings;
 pub mod sync;
+mod test_hook;
+pub mod verify;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -49,8 +57,13 @@ pub struct SyncOptions {
     pub filterable_attributes: Vec<String>,
     /// Ignore the threshold and compare id sets.
     pub force: bool,
-    /// Compare id sets even when the counts agree.
+    /// Compare every document's contents (the exact comparison) instead of
+    /// only the id sets when the counts disagree.
     pub deep: bool,
+    /// Collection of the reconciler's state document (the lease's collection).
+    pub state_collection: String,
+    /// The lease's job id: the state document is `<state_job>:indexes`.
+    pub state_job: String,
 }
 
 impl Default for SyncOptions {
@@ -65,6 +78,8 @@ impl Default for SyncOptions {
             filterable_attributes: vec!["user".into()],
             force: false,
             deep: false,
+            state_collection: "distributedJobs".into(),
+            state_job: "meili-index-sync".into(),
         }
     }
 }
@@ -120,8 +135,11 @@ pub struct CollectionSummary {
     pub indexed: u64,
     /// Documents deleted from Meilisearch (gone or no longer indexable in Mongo).
     pub deleted: u64,
-    /// Flags cleared (index rebuilt, drift, documents no longer indexable).
+    /// Flags cleared (index rebuilt, drift, documents no longer indexable,
+    /// documents changed while in flight).
     pub flags_cleared: u64,
+    /// Flags set by an exact comparison on documents the index already held.
+    pub flags_set: u64,
     /// Documents Meilisearch refused, left unacknowledged.
     pub rejected: Vec<Rejected>,
     /// Settings keys that were changed.
@@ -132,6 +150,10 @@ pub struct CollectionSummary {
     pub skipped_by_threshold: Option<u64>,
     /// Whether the id sets were compared.
     pub compared_ids: bool,
+    /// What an exact comparison of every document found (before repairing),
+    /// when one ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified: Option<exact::Comparison>,
 }
 
 impl CollectionSummary {
@@ -139,6 +161,7 @@ impl CollectionSummary {
         self.indexed > 0
             || self.deleted > 0
             || self.flags_cleared > 0
+            || self.flags_set > 0
             || !self.rejected.is_empty()
             || !self.settings_changed.is_empty()
             || self.rebuilt.is_some()
@@ -191,6 +214,9 @@ impl fmt::Display for RunSummary {
                 if c.flags_cleared > 0 {
                     parts.push(format!("flags cleared {}", c.flags_cleared));
                 }
+                if c.flags_set > 0 {
+                    parts.push(format!("flags set {}", c.flags_set));
+                }
                 if !c.rejected.is_empty() {
                     let shown: Vec<String> = c
                         .rejected
@@ -211,6 +237,13 @@ impl fmt::Display for RunSummary {
                     ));
                 }
                 write!(f, "{}", parts.join(", "))?;
+            }
+            if let Some(v) = &c.verified {
+                write!(
+                    f,
+                    "; compared every document: {} missing, {} unexpected, {} stale before repair",
+                    v.missing.count, v.unexpected.count, v.stale.count
+                )?;
             }
             if let Some(n) = c.skipped_by_threshold {
                 write!(f, "; {n} unindexed left below the threshold")?;
@@ -303,6 +336,39 @@ impl<'a> Ctx<'a> {
     pub fn phase(&self, name: &str, total: u64) {
         self.progress
             .phase(&format!("{name} {}", self.collection.name()), total);
+    }
+
+    /// Deletes documents from the index by Meilisearch id, waiting for each
+    /// task (one per 10,000 ids). Returns how many ids were sent.
+    pub async fn delete_documents(&self, ids: &[String]) -> Result<u64, ReconcileError> {
+        for chunk in ids.chunks(10_000) {
+            let task = self
+                .meili
+                .delete_documents(&self.uid, chunk, self.guard)
+                .await?;
+            self.meili
+                .wait_ok(task, "delete documents", self.guard)
+                .await?;
+        }
+        Ok(ids.len() as u64)
+    }
+
+    /// Drops `uid` if it exists (a leftover reindex build index), waiting
+    /// for the task. Returns whether there was one.
+    pub async fn drop_index(&self, uid: &str) -> Result<bool, ReconcileError> {
+        if self.meili.index(uid).await?.is_none() {
+            return Ok(false);
+        }
+        let task = self.meili.delete_index(uid, self.guard).await?;
+        let outcome = self.meili.wait_for_task(task, self.guard).await?;
+        if outcome
+            .error
+            .as_ref()
+            .is_some_and(|e| e.code != "index_not_found")
+        {
+            outcome.into_result("delete index")?;
+        }
+        Ok(true)
     }
 }
 
@@ -401,7 +467,10 @@ pub(crate) async fn prepare_index(
     Ok(settings::apply(meili, &index.index_uid, &diff, guard).await?)
 }
 
-/// One collection's flag reset (when rebuilding), drift repair and indexing.
+/// One collection's flag reset (when rebuilding), the exact comparison an
+/// interrupted reindex left pending (or `--deep` asked for) or else the
+/// id-set drift repair, the removal of a leftover reindex build index, and
+/// indexing.
 pub(crate) async fn reconcile_collection(
     ctx: &Ctx<'_>,
     index: &IndexPlan,
@@ -413,22 +482,65 @@ pub(crate) async fn reconcile_collection(
         summary.rebuilt = Some(reason.clone());
     }
 
-    let now = mongo::server_time(ctx.db).await?;
-    let mut counts = mongo::counts(ctx.db, ctx.collection, now).await?;
-    let in_meili = ctx.meili.document_count(&ctx.uid).await?;
     let mut repaired = false;
-    if ctx.opts.deep || ctx.opts.force || in_meili != counts.indexed {
+    // The counts the threshold decision needs, when still current.
+    let mut current_counts = None;
+    if (index.exact_comparison_pending || ctx.opts.deep) && index.rebuild.is_none() {
+        if index.exact_comparison_pending {
+            tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
+        }
+        ctx.phase("compare", 0);
+        let (comparison, repairs) = exact::compare(
+            ctx,
+            exact::Mode::Repair {
+                skip: &HashSet::new(),
+            },
+        )
+        .await?;
+        repaired = !comparison.is_exact();
         summary.compared_ids = true;
-        let outcome = orphans::repair(ctx).await?;
-        summary.deleted += outcome.deleted;
-        summary.flags_cleared += outcome.flags_cleared;
-        repaired = outcome.deleted + outcome.flags_cleared > 0;
-        if outcome.flags_cleared > 0 {
-            let now = mongo::server_time(ctx.db).await?;
-            counts = mongo::counts(ctx.db, ctx.collection, now).await?;
+        summary.verified = Some(comparison);
+        summary.indexed += repairs.indexed;
+        summary.deleted += repairs.deleted;
+        summary.flags_set += repairs.flags_set;
+        summary.flags_cleared += repairs.flags_cleared;
+        summary.rejected.extend(repairs.rejected);
+    } else {
+        let now = mongo::server_time(ctx.db).await?;
+        let counts = mongo::counts(ctx.db, ctx.collection, now).await?;
+        let in_meili = ctx.meili.document_count(&ctx.uid).await?;
+        if ctx.opts.force || in_meili != counts.indexed {
+            summary.compared_ids = true;
+            let outcome = orphans::repair(ctx).await?;
+            summary.deleted += outcome.deleted;
+            summary.flags_cleared += outcome.flags_cleared;
+            repaired = outcome.deleted + outcome.flags_cleared > 0;
+        }
+        if !repaired {
+            current_counts = Some(counts);
+        }
+    }
+    if index.exact_comparison_pending {
+        // The flags are exact now (compared, or reset by the rebuild).
+        marker::clear(ctx.db, ctx.opts, &ctx.uid, ctx.guard).await?;
+    }
+    if index.leftover_build_index {
+        // We hold the lease, so no reindex is running: whatever
+        // `<uid>_reindex` holds (a half build, or the old index after a
+        // swap) is not live and goes.
+        let build = reindex::build_uid(&ctx.uid);
+        if ctx.drop_index(&build).await? {
+            tracing::info!(index = %build, "dropped the index an interrupted reindex left");
         }
     }
 
+    let counts = match current_counts {
+        Some(counts) => counts,
+        None => {
+            let now = mongo::server_time(ctx.db).await?;
+            mongo::counts(ctx.db, ctx.collection, now).await?
+        }
+    };
     if counts.unindexed == 0 {
         return Ok(());
     }
@@ -443,9 +555,16 @@ pub(crate) async fn reconcile_collection(
         summary.skipped_by_threshold = Some(counts.unindexed);
         return Ok(());
     }
-    let outcome = sync::index_unindexed(ctx, counts.unindexed, &HashSet::new()).await?;
-    summary.indexed = outcome.indexed;
-    summary.rejected = outcome.rejected;
+    let skip: HashSet<String> = summary
+        .rejected
+        .iter()
+        .map(|r| r.mongo_id_key.clone())
+        .collect();
+    let outcome = sync::index_unindexed(ctx, counts.unindexed, &skip).await?;
+    summary.indexed += outcome.indexed;
+    summary.deleted += outcome.deleted;
+    summary.flags_cleared += outcome.flags_cleared;
+    summary.rejected.extend(outcome.rejected);
     Ok(())
 }
 

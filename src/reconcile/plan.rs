@@ -1,14 +1,16 @@
 //! The read-only plan (DESIGN.md §3.1): what each index and collection look
 //! like and what a reconciliation would do. It writes nothing, takes no lease,
-//! and costs a health check, an index lookup, a settings read and a stats
-//! read per index, plus two indexed count queries per collection.
+//! and costs a health check, two index lookups (the index and a leftover
+//! `<uid>_reindex`), a settings read and a stats read per index, one count
+//! aggregation per collection, and one read of the reindex marker.
 //!
 //! JSON shape (stable; camelCase):
 //! `{ meiliHealth, serverTime, nothingToDo, indexes: [ { collection, indexUid,
 //! exists, primaryKey, expectedPrimaryKey, meiliDocuments, mongo: { indexable,
 //! indexed, unindexed }, settingsToApply: {…}, rebuild: null | { reason:
 //! indexMissing | wrongPrimaryKey | indexLost, … }, driftSuspected,
-//! documentsToIndex, skippedByThreshold } ] }`.
+//! exactComparisonPending, leftoverBuildIndex, documentsToIndex,
+//! skippedByThreshold } ] }`.
 
 use std::fmt;
 
@@ -16,7 +18,7 @@ use mongodb::Database;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{settings, ReconcileError, SyncOptions};
+use super::{marker, reindex, settings, ReconcileError, SyncOptions};
 use crate::meili::Meili;
 use crate::mongo::{self, Collection, Counts};
 
@@ -88,6 +90,11 @@ pub struct IndexPlan {
     pub rebuild: Option<RebuildReason>,
     /// The index and the flags disagree on the count: id sets will be compared.
     pub drift_suspected: bool,
+    /// A reindex swapped (or was about to swap) this index and died before
+    /// its flags were set exactly: every document will be compared.
+    pub exact_comparison_pending: bool,
+    /// A `<uid>_reindex` index left by an interrupted reindex: it will be dropped.
+    pub leftover_build_index: bool,
     /// Documents that would be sent (before drift repair adds any).
     pub documents_to_index: u64,
     /// Unindexed documents below the threshold are left for a later run.
@@ -116,10 +123,15 @@ pub async fn plan(
     let meili_health = meili.health().await?;
     let now = mongo::server_time(mongo_db).await?;
     let desired = settings::desired(&opts.filterable_attributes);
+    let pending = marker::pending(mongo_db, opts).await?;
     let mut indexes = Vec::new();
     for collection in Collection::ALL {
         let index_uid = opts.index_uid(collection);
         let info = meili.index(&index_uid).await?;
+        let leftover_build_index = meili
+            .index(&reindex::build_uid(&index_uid))
+            .await?
+            .is_some();
         let counts = mongo::counts(mongo_db, collection, now).await?;
         let (meili_documents, actual_settings) = match &info {
             Some(_) => (
@@ -128,7 +140,7 @@ pub async fn plan(
             ),
             None => (0, Value::Object(Map::new())),
         };
-        indexes.push(decide(
+        let mut index = decide(
             collection,
             index_uid,
             info.map(|i| i.primary_key),
@@ -136,12 +148,17 @@ pub async fn plan(
             counts,
             settings::diff(&actual_settings, &desired),
             opts,
-        ));
+        );
+        index.exact_comparison_pending = pending.contains(&index.index_uid);
+        index.leftover_build_index = leftover_build_index;
+        indexes.push(index);
     }
     let nothing_to_do = indexes.iter().all(|i| {
         i.settings_to_apply.is_empty()
             && i.rebuild.is_none()
             && !i.drift_suspected
+            && !i.exact_comparison_pending
+            && !i.leftover_build_index
             && i.documents_to_index == 0
     });
     Ok(Plan {
@@ -203,6 +220,8 @@ pub(crate) fn decide(
         settings_to_apply,
         rebuild,
         drift_suspected,
+        exact_comparison_pending: false,
+        leftover_build_index: false,
         documents_to_index,
         skipped_by_threshold,
     }
@@ -245,6 +264,19 @@ impl fmt::Display for Plan {
             }
             if i.drift_suspected {
                 writeln!(f, "  drift:     counts disagree; id sets would be compared")?;
+            }
+            if i.exact_comparison_pending {
+                writeln!(
+                    f,
+                    "  reindex:   interrupted after its build; every document would be compared and the flags set exactly"
+                )?;
+            }
+            if i.leftover_build_index {
+                writeln!(
+                    f,
+                    "  reindex:   {} left by an interrupted reindex would be dropped",
+                    reindex::build_uid(&i.index_uid)
+                )?;
             }
             if i.skipped_by_threshold {
                 writeln!(

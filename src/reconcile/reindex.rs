@@ -1,31 +1,30 @@
 //! The forced reindex (DESIGN.md §3.7, `meili-reconciler reindex`).
 //!
 //! **Zero-downtime (default)**, per collection, with `<uid>` the live index
-//! and `<uid>_reindex` the build target:
+//! and `<uid>_reindex` the build target (docs/design.md, "Reindex steps and
+//! crash points"):
 //!
 //! 1. *prepare*: delete a `<uid>_reindex` left by a crashed attempt, create
 //!    it with the right primary key and the desired settings (that task
 //!    finished before any document is sent);
-//! 2. *build*: note MongoDB's clock `T0`, then stream every indexable
-//!    document into `<uid>_reindex` through the sync pipeline, without
-//!    touching `_meiliIndex` — the flags keep describing the live index,
-//!    which search still answers from, until the swap;
-//! 3. *swap*: `POST /swap-indexes` the two, atomically. A missing live index
+//! 2. *build*: stream every indexable document into `<uid>_reindex` through
+//!    the sync pipeline, without touching `_meiliIndex` — the flags keep
+//!    describing the live index, which search still answers from;
+//! 3. *mark*: record in the reindex marker (a state document next to the
+//!    lease, [`super::marker`]) that `<uid>` needs an exact comparison;
+//! 4. *swap*: `POST /swap-indexes` the two, atomically. A missing live index
 //!    is first created empty: the `rename` form of a swap only exists since
 //!    Meilisearch 1.18, and a plain swap works on every v1;
-//! 4. *catch-up*: note the clock `T1`, re-send the indexable documents
-//!    changed since `T0` (a document without `updatedAt` cannot have
-//!    changed) into the now-live index. Both times are widened by
-//!    [`CLOCK_SKEW`], because `updatedAt` comes from the application
-//!    servers' clocks, not MongoDB's;
-//! 5. *flags*: one id-set comparison of the new index with MongoDB (the
-//!    engine's drift repair) deletes what is gone or no longer indexable,
-//!    clears the flags of what the index lacks and of what is not
-//!    indexable, and sets the flags of what it holds and is unchanged since
-//!    `T1`, by `_id` ranges;
+//! 5. *flags*: the exact comparison ([`super::exact`]) of the now-live index
+//!    with MongoDB, document by document: a document the index holds
+//!    exactly gets its flag set for the version compared; a missing or
+//!    stale one has its flag cleared (the old index's flag may say true)
+//!    and is sent and acknowledged version-exactly; an unexpected one is
+//!    deleted. Then the mark is cleared. This replaces a "catch-up" of the
+//!    documents changed since the build began, which had to guess how far
+//!    the application servers' clocks (which write `updatedAt`) may be off;
 //! 6. *index*: the ordinary indexing of whatever is still unflagged
-//!    (edited after `T1`, inserted without `updatedAt` after the build
-//!    passed), acknowledged as usual;
+//!    (edited or inserted since), acknowledged version-exactly;
 //! 7. *drop*: delete the old index, now named `<uid>_reindex`.
 //!
 //! Search answers from a complete index throughout: the old one until the
@@ -33,10 +32,12 @@
 //! indexable when the build read it. Documents Meilisearch refuses are
 //! isolated as in a sync, reported, and left unflagged.
 //!
-//! A crash at any point leaves a live index that search can use: before the
-//! swap the old one untouched (the next attempt deletes the half-built
-//! target), after it the new one, whose flags the next reconciliation's
-//! drift check repairs.
+//! A crash at any point leaves a live index search can use and a state the
+//! next ordinary reconciliation makes exact: before the mark, the live
+//! index is untouched (the leftover build is dropped); after it, the marker
+//! makes the next run compare every document of whichever index is live
+//! before anything else, then drop the leftover `<uid>_reindex`. The test
+//! `reindex_kill_at_each_step` kills a real process after each step.
 //!
 //! **In place** (`--in-place`): the structure and settings step of a
 //! reconciliation, then the collection's flags reset in batches (the
@@ -45,28 +46,21 @@
 //! again.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mongodb::bson::DateTime;
 use mongodb::Database;
 use serde_json::{Map, Value};
 
 use super::sync::{self, Feed};
+use super::test_hook::pause_after;
 use super::{
-    finish, orphans, plan, prepare_index, rebuild, reconcile_collection, settings,
+    exact, finish, marker, plan, prepare_index, rebuild, reconcile_collection, settings,
     CollectionSummary, Ctx, RebuildReason, ReconcileError, RunSummary, SyncOptions,
 };
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::{self, Collection};
 use crate::progress::Progress;
-
-/// How far the application servers' clocks (which write `updatedAt`) may be
-/// behind MongoDB's: the catch-up re-sends documents changed this long
-/// before the build began, and flags are only set on documents unchanged
-/// this long before the catch-up began (the rest go through ordinary,
-/// acknowledged indexing). Costs a few re-sent documents, never a stale one.
-pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
 /// Suffix of the index a zero-downtime reindex builds.
 pub const BUILD_SUFFIX: &str = "_reindex";
@@ -98,8 +92,8 @@ pub fn build_uid(live_uid: &str) -> String {
 
 /// A forced full reindex as lease owner (see the module documentation).
 /// Every write checks `guard` first; `progress` shows the phases
-/// (`reindex prepare`, `reindex build`, `swap`, `catch-up`, `compare ids`,
-/// `index`, `drop old index`, each followed by the collection's name).
+/// (`reindex prepare`, `reindex build`, `swap`, `compare: …`, `index`,
+/// `drop old index`, each followed by the collection's name).
 pub async fn reindex(
     db: &Database,
     meili: &Meili,
@@ -182,10 +176,6 @@ async fn in_place(
     Ok(summaries)
 }
 
-fn minus(t: DateTime, d: Duration) -> DateTime {
-    DateTime::from_millis(t.timestamp_millis() - d.as_millis() as i64)
-}
-
 /// The zero-downtime reindex of one collection (`ctx.uid` is the live index).
 async fn build_and_swap(
     ctx: &Ctx<'_>,
@@ -227,23 +217,22 @@ async fn build_and_swap(
     let build = ctx.on_index(target.clone());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %live, target = %target, documents = counts.indexable, "reindex: building");
-    let built = sync::run_pass(
-        &build,
-        Feed::Indexable {
-            changed_since: None,
-        },
-        &HashSet::new(),
-    )
-    .await?;
-    summary.indexed += built.indexed;
-    let mut rejected: HashSet<String> = built
+    let built = sync::run_pass(&build, Feed::Indexable, &HashSet::new()).await?;
+    summary.indexed += built.settled.indexed;
+    let rejected: HashSet<String> = built
+        .settled
         .rejected
         .iter()
         .map(|r| r.mongo_id_key.clone())
         .collect();
-    summary.rejected.extend(built.rejected);
+    summary.rejected.extend(built.settled.rejected);
+    pause_after("build").await;
 
-    // 3. The atomic swap.
+    // 3. From here until the flags are exact, a crash must leave a mark.
+    marker::mark(ctx.db, ctx.opts, &live, ctx.guard).await?;
+    pause_after("mark").await;
+
+    // 4. The atomic swap.
     ctx.phase("swap", 0);
     if !live_exists {
         create_tolerating_existing(ctx, &live, pk).await?;
@@ -251,26 +240,21 @@ async fn build_and_swap(
     let task = ctx.meili.swap_indexes(&live, &target, ctx.guard).await?;
     ctx.meili.wait_ok(task, "swap indexes", ctx.guard).await?;
     tracing::info!(index = %live, "reindex: swapped in the new index");
+    pause_after("swap").await;
 
-    // 4. Catch up with what changed while the build ran.
-    let catch_up_began = mongo::server_time(ctx.db).await?;
-    ctx.phase("catch-up", 0);
-    let caught = sync::run_pass(
-        ctx,
-        Feed::Indexable {
-            changed_since: Some(minus(build_began, CLOCK_SKEW)),
-        },
-        &rejected,
-    )
-    .await?;
-    summary.indexed += caught.indexed;
-    rejected.extend(caught.rejected.iter().map(|r| r.mongo_id_key.clone()));
-    summary.rejected.extend(caught.rejected);
-
-    // 5. Drift both ways, and the flags of what the new index holds.
-    let repaired = orphans::repair_and_flag(ctx, minus(catch_up_began, CLOCK_SKEW)).await?;
-    summary.deleted += repaired.deleted;
-    summary.flags_cleared += repaired.flags_cleared;
+    // 5. Flags exactly as the new index holds the documents.
+    let (comparison, repairs) =
+        exact::compare(ctx, exact::Mode::Repair { skip: &rejected }).await?;
+    marker::clear(ctx.db, ctx.opts, &live, ctx.guard).await?;
+    summary.indexed += repairs.indexed;
+    summary.deleted += repairs.deleted;
+    summary.flags_set += repairs.flags_set;
+    summary.flags_cleared += repairs.flags_cleared;
+    let mut rejected = rejected;
+    rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
+    summary.rejected.extend(repairs.rejected);
+    summary.verified = Some(comparison);
+    pause_after("flags").await;
 
     // 6. Whatever is still unflagged goes through ordinary indexing.
     let now = mongo::server_time(ctx.db).await?;
@@ -278,25 +262,21 @@ async fn build_and_swap(
     if unindexed > 0 {
         let indexed = sync::index_unindexed(ctx, unindexed, &rejected).await?;
         summary.indexed += indexed.indexed;
+        summary.deleted += indexed.deleted;
+        summary.flags_cleared += indexed.flags_cleared;
         summary.rejected.extend(indexed.rejected);
     }
+    pause_after("index").await;
 
     // 7. The old index goes.
     ctx.phase("drop old index", 0);
-    let task = ctx.meili.delete_index(&target, ctx.guard).await?;
-    let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
-    if outcome
-        .error
-        .as_ref()
-        .is_some_and(|e| e.code != "index_not_found")
-    {
-        outcome.into_result("delete the old index")?;
-    }
+    ctx.drop_index(&target).await?;
+    pause_after("drop").await;
     tracing::info!(
         index = %live,
         indexed = summary.indexed,
         deleted = summary.deleted,
-        flags_set = repaired.flags_set,
+        flags_set = summary.flags_set,
         rejected = summary.rejected.len(),
         "reindex finished"
     );
@@ -335,12 +315,6 @@ mod tests {
             in_place: false,
         };
         assert_eq!(one.collections(), vec![Collection::Conversations]);
-    }
-
-    #[test]
-    fn skew_moves_times_back() {
-        let t = DateTime::from_millis(100_000);
-        assert_eq!(minus(t, Duration::from_secs(60)).timestamp_millis(), 40_000);
     }
 
     /// The lead spawns the reindex on the runtime: its future must be `Send`.

@@ -1,31 +1,37 @@
 //! The pipelined indexer (DESIGN.md §3.4): read unindexed documents page by
 //! page (by `_id`, no long-lived cursor), shape and serialize them to NDJSON,
 //! cut batches by count and bytes, keep up to `in_flight` Meilisearch tasks
-//! outstanding while the next page is read, and acknowledge each batch by
-//! its `_id` range once its task succeeded.
+//! outstanding while the next page is read, and acknowledge each batch once
+//! its task succeeded.
 //!
-//! The acknowledgement filter is the read's own filter plus "not changed since
-//! the read" (`updatedAt ≤ server time of the read`), so a document edited in
-//! between stays unindexed; the next pass re-reads and re-sends it, and
-//! Meilisearch's task order leaves the latest version. Passes repeat until
-//! one finds nothing to send (bounded). Memory is bounded by the batch
-//! settings: one batch being built, one queued, `in_flight` awaiting tasks.
+//! The acknowledgement is version-exact ([`super::ack`]): each document's
+//! flag is set only if it still has the very `updatedAt` value that was read
+//! and sent, and documents deleted, made unindexable or changed while their
+//! batch was in flight are found and handled in the same run. A document
+//! edited in between stays (or becomes) unindexed; the next pass re-reads
+//! and re-sends it, and Meilisearch's task order leaves the latest version.
+//! Passes repeat until one finds nothing to send (bounded). Memory is
+//! bounded by the batch settings: one batch being built, one queued,
+//! `in_flight` awaiting tasks.
 //!
-//! The same pipeline feeds a forced reindex ([`Feed::Indexable`]): every
-//! indexable document, into the index `ctx.uid` names, with no
-//! acknowledgement (the flags describe the live index until the swap).
+//! The same sender serves a forced reindex's build ([`Feed::Indexable`]:
+//! every indexable document into the index `ctx.uid` names, with no
+//! acknowledgement — the flags describe the live index until the swap) and
+//! the exact comparison's repairs ([`super::exact`], which feeds its own
+//! batches to [`send_batches`]).
 
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use mongodb::bson::{Bson, DateTime};
+use mongodb::bson::{Bson, Document};
 use tokio::sync::mpsc;
 
+use super::ack;
 use super::rejects::{self, Rejected};
 use super::{Ctx, ReconcileError};
-use crate::mongo;
+use crate::mongo::{self, DocVersion};
 
 /// Passes over the unindexed documents in one run; later passes only find
 /// documents edited while the earlier ones ran.
@@ -36,9 +42,8 @@ const MAX_PASSES: usize = 5;
 pub(crate) enum Feed {
     /// Unindexed documents, each batch acknowledged once its task succeeded.
     Unindexed,
-    /// Every indexable document whatever its flag (only those changed at or
-    /// after `changed_since`, when given), not acknowledged.
-    Indexable { changed_since: Option<DateTime> },
+    /// Every indexable document whatever its flag, not acknowledged.
+    Indexable,
 }
 
 impl Feed {
@@ -52,9 +57,8 @@ impl Feed {
 pub(crate) struct PassOutcome {
     /// Documents sent.
     pub sent: u64,
-    /// Documents Meilisearch confirmed.
-    pub indexed: u64,
-    pub rejected: Vec<Rejected>,
+    /// What the sender did with them.
+    pub settled: Settled,
 }
 
 /// What indexing one collection did.
@@ -62,24 +66,53 @@ pub(crate) struct PassOutcome {
 pub(crate) struct SyncOutcome {
     /// Documents Meilisearch confirmed.
     pub indexed: u64,
+    /// Documents deleted from Meilisearch because they were deleted or made
+    /// unindexable in MongoDB while their batch was in flight.
+    pub deleted: u64,
+    /// Flags cleared because the document changed while in flight.
+    pub flags_cleared: u64,
     pub rejected: Vec<Rejected>,
+}
+
+/// What the sender did with the batches it was given.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    /// Documents Meilisearch confirmed.
+    pub indexed: u64,
+    /// See [`SyncOutcome`].
+    pub deleted: u64,
+    pub flags_cleared: u64,
+    pub rejected: Vec<Rejected>,
+}
+
+impl Settled {
+    fn add(&mut self, other: Settled) {
+        self.indexed += other.indexed;
+        self.deleted += other.deleted;
+        self.flags_cleared += other.flags_cleared;
+        self.rejected.extend(other.rejected);
+    }
 }
 
 /// One document of a batch.
 #[derive(Clone, Debug)]
 pub(crate) struct BatchDoc {
-    pub mongo_id: Bson,
+    /// Its `_id` and the `updatedAt` value that was read and sent.
+    pub version: DocVersion,
     pub meili_id: Option<String>,
-    /// Read right after the previous document of the batch, with no
-    /// document left out in between: both can share an acknowledged range.
-    pub follows_previous: bool,
 }
 
-/// Documents sent in one Meilisearch task, as NDJSON.
+impl BatchDoc {
+    /// The `_id`.
+    pub fn mongo_id(&self) -> &Bson {
+        &self.version.id
+    }
+}
+
+/// Documents sent in one Meilisearch task, as NDJSON, in ascending `_id`
+/// order (they are read that way).
 #[derive(Debug)]
 pub(crate) struct Batch {
-    /// MongoDB's clock just before the page was read.
-    pub read_time: DateTime,
     pub docs: Vec<BatchDoc>,
     /// Start of each document's line in `payload`, plus the end.
     offsets: Vec<usize>,
@@ -87,13 +120,24 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    fn new(read_time: DateTime) -> Batch {
+    pub fn new() -> Batch {
         Batch {
-            read_time,
             docs: Vec::new(),
             offsets: vec![0],
             payload: Vec::new(),
         }
+    }
+
+    /// Adds a MongoDB document (read with its `_id` and `updatedAt`) as the
+    /// line Meilisearch gets.
+    pub fn push_document(&mut self, collection: mongo::Collection, doc: &Document, line: &[u8]) {
+        self.push(
+            BatchDoc {
+                version: DocVersion::of(doc),
+                meili_id: mongo::meili_id(collection, doc),
+            },
+            line,
+        );
     }
 
     fn push(&mut self, doc: BatchDoc, line: &[u8]) {
@@ -106,48 +150,36 @@ impl Batch {
         self.docs.len()
     }
 
-    fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.payload.len()
+    }
+
+    /// Whether adding a line of `line_len` bytes must start a new batch.
+    pub fn is_full_for(&self, line_len: usize, opts: &super::SyncOptions) -> bool {
+        self.len() > 0
+            && (self.len() >= opts.batch_docs || self.bytes() + line_len > opts.batch_bytes)
     }
 
     /// The NDJSON of documents `range`.
     pub fn payload_of(&self, range: Range<usize>) -> Arc<[u8]> {
         Arc::from(&self.payload[self.offsets[range.start]..self.offsets[range.end]])
     }
+}
 
-    /// The `_id` ranges to acknowledge: maximal runs of accepted documents
-    /// read one after the other (a rejected or skipped document breaks a run,
-    /// so no range can cover it).
-    pub fn accepted_runs(&self, accepted: &[bool]) -> Vec<(Bson, Bson)> {
-        let mut runs = Vec::new();
-        let mut start: Option<usize> = None;
-        for (i, (doc, &ok)) in self.docs.iter().zip(accepted).enumerate() {
-            let joins = start.is_some() && doc.follows_previous && ok;
-            if !joins {
-                if let Some(s) = start.take() {
-                    runs.push((
-                        self.docs[s].mongo_id.clone(),
-                        self.docs[i - 1].mongo_id.clone(),
-                    ));
-                }
-                if ok {
-                    start = Some(i);
-                }
-            }
-        }
-        if let Some(s) = start {
-            runs.push((
-                self.docs[s].mongo_id.clone(),
-                self.docs[self.len() - 1].mongo_id.clone(),
-            ));
-        }
-        runs
-    }
+/// A document as one NDJSON line of its Meilisearch shape.
+pub(crate) fn ndjson_line(
+    collection: mongo::Collection,
+    doc: &Document,
+) -> Result<Vec<u8>, ReconcileError> {
+    let mut line = serde_json::to_vec(&mongo::to_meili(collection, doc))
+        .map_err(|e| ReconcileError::Other(format!("serializing a document: {e}")))?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 /// The key a document's `_id` has in skip sets (see [`Rejected`]).
 pub(crate) fn id_key(id: &Bson) -> String {
-    format!("{id:?}")
+    mongo::id_key(id)
 }
 
 /// Indexes every unindexed indexable document of the collection, leaving
@@ -163,9 +195,12 @@ pub(crate) async fn index_unindexed(
     let mut rejected_ids = already_rejected.clone();
     for pass in 1..=MAX_PASSES {
         let done = run_pass(ctx, Feed::Unindexed, &rejected_ids).await?;
-        tracing::debug!(index = %ctx.uid, pass, sent = done.sent, indexed = done.indexed, "indexing pass done");
-        outcome.indexed += done.indexed;
-        for r in done.rejected {
+        let settled = done.settled;
+        tracing::debug!(index = %ctx.uid, pass, sent = done.sent, indexed = settled.indexed, "indexing pass done");
+        outcome.indexed += settled.indexed;
+        outcome.deleted += settled.deleted;
+        outcome.flags_cleared += settled.flags_cleared;
+        for r in settled.rejected {
             rejected_ids.insert(r.mongo_id_key.clone());
             outcome.rejected.push(r);
         }
@@ -184,15 +219,11 @@ pub(crate) async fn run_pass(
     skip: &HashSet<String>,
 ) -> Result<PassOutcome, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
-    let (sent, (indexed, rejected)) = tokio::try_join!(
+    let (sent, settled) = tokio::try_join!(
         read_batches(ctx, feed, tx, skip),
         send_batches(ctx, feed.acknowledges(), rx)
     )?;
-    Ok(PassOutcome {
-        sent,
-        indexed,
-        rejected,
-    })
+    Ok(PassOutcome { sent, settled })
 }
 
 /// Reads pages of the documents `feed` selects and cuts them into batches.
@@ -207,66 +238,37 @@ async fn read_batches(
     let mut after: Option<Bson> = None;
     let mut sent = 0u64;
     loop {
-        let read_time = mongo::server_time(ctx.db).await?;
+        let now = mongo::server_time(ctx.db).await?;
         let page = match feed {
             Feed::Unindexed => {
-                mongo::read_unindexed_page(
-                    ctx.db,
-                    ctx.collection,
-                    read_time,
-                    after.as_ref(),
-                    page_size,
-                )
-                .await?
+                mongo::read_unindexed_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
+                    .await?
             }
-            Feed::Indexable { changed_since } => {
-                mongo::read_indexable_page(
-                    ctx.db,
-                    ctx.collection,
-                    read_time,
-                    changed_since,
-                    after.as_ref(),
-                    page_size,
-                )
-                .await?
+            Feed::Indexable => {
+                mongo::read_indexable_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
+                    .await?
             }
         };
         let full_page = page.len() == page_size;
         after = page.last().and_then(|d| d.get("_id").cloned());
-        let mut batch = Batch::new(read_time);
-        let mut follows = false;
+        let mut batch = Batch::new();
         for doc in &page {
             let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
             if skip.contains(&id_key(&mongo_id)) {
-                follows = false;
                 continue;
             }
-            let mut line = serde_json::to_vec(&mongo::to_meili(ctx.collection, doc))
-                .map_err(|e| ReconcileError::Other(format!("serializing a document: {e}")))?;
-            line.push(b'\n');
-            if batch.len() > 0
-                && (batch.len() >= opts.batch_docs || batch.bytes() + line.len() > opts.batch_bytes)
-            {
+            let line = ndjson_line(ctx.collection, doc)?;
+            if batch.is_full_for(line.len(), opts) {
                 sent += batch.len() as u64;
                 if tx
-                    .send(std::mem::replace(&mut batch, Batch::new(read_time)))
+                    .send(std::mem::replace(&mut batch, Batch::new()))
                     .await
                     .is_err()
                 {
                     return Ok(sent); // the sender stopped; its error is reported
                 }
-                follows = false;
             }
-            let meili_id = mongo::meili_id(ctx.collection, doc);
-            batch.push(
-                BatchDoc {
-                    mongo_id,
-                    meili_id,
-                    follows_previous: follows,
-                },
-                &line,
-            );
-            follows = true;
+            batch.push_document(ctx.collection, doc, &line);
         }
         if batch.len() > 0 {
             sent += batch.len() as u64;
@@ -288,22 +290,19 @@ async fn read_batches(
 
 /// Sends batches, keeping at most `in_flight` tasks outstanding, and settles
 /// each (wait, isolate rejects, acknowledge when `acknowledge`).
-async fn send_batches(
+pub(crate) async fn send_batches(
     ctx: &Ctx<'_>,
     acknowledge: bool,
     mut rx: mpsc::Receiver<Batch>,
-) -> Result<(u64, Vec<Rejected>), ReconcileError> {
+) -> Result<Settled, ReconcileError> {
     let in_flight = ctx.opts.in_flight.max(1);
     let mut pending = FuturesUnordered::new();
-    let mut indexed = 0;
-    let mut rejected = Vec::new();
+    let mut settled = Settled::default();
     let mut open = true;
     while open || !pending.is_empty() {
         tokio::select! {
             Some(done) = pending.next(), if !pending.is_empty() => {
-                let (n, mut r): (u64, Vec<Rejected>) = done?;
-                indexed += n;
-                rejected.append(&mut r);
+                settled.add(done?);
             }
             batch = rx.recv(), if open && pending.len() < in_flight => match batch {
                 Some(batch) => {
@@ -318,18 +317,19 @@ async fn send_batches(
             },
         }
     }
-    Ok((indexed, rejected))
+    Ok(settled)
 }
 
 /// Waits for a batch's task; on a document error isolates the rejected
-/// documents; acknowledges the accepted ones by range when `acknowledge`.
+/// documents; acknowledges the accepted ones, version-exactly, when
+/// `acknowledge`.
 async fn settle(
     ctx: &Ctx<'_>,
     batch: Batch,
     task: u64,
     sent: std::time::Instant,
     acknowledge: bool,
-) -> Result<(u64, Vec<Rejected>), ReconcileError> {
+) -> Result<Settled, ReconcileError> {
     let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
     crate::metrics::batch_latency(sent.elapsed());
     let verdicts = match &outcome.error {
@@ -341,78 +341,64 @@ async fn settle(
         }
         Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
     };
-    let accepted: Vec<bool> = verdicts.iter().map(Option::is_none).collect();
-    let runs = if acknowledge {
-        batch.accepted_runs(&accepted)
-    } else {
-        Vec::new()
+    let accepted: Vec<&BatchDoc> = batch
+        .docs
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, verdict)| verdict.is_none())
+        .map(|(doc, _)| doc)
+        .collect();
+    let mut settled = Settled {
+        indexed: accepted.len() as u64,
+        ..Settled::default()
     };
-    for (first, last) in runs {
-        mongo::ack_range(
-            ctx.db,
-            ctx.collection,
-            batch.read_time,
-            &first,
-            &last,
-            ctx.guard,
-        )
-        .await?;
+    if acknowledge {
+        let acked = ack::acknowledge(ctx, &accepted).await?;
+        settled.deleted = acked.deleted;
+        settled.flags_cleared = acked.flags_cleared;
     }
-    let confirmed = accepted.iter().filter(|a| **a).count() as u64;
-    ctx.advance(confirmed);
-    let rejected = batch
+    ctx.advance(settled.indexed);
+    settled.rejected = batch
         .docs
         .iter()
         .zip(verdicts)
         .filter_map(|(doc, verdict)| verdict.map(|e| Rejected::new(doc, e)))
         .collect();
-    Ok((confirmed, rejected))
+    Ok(settled)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mongodb::bson::doc;
 
-    fn batch(follows: &[bool]) -> Batch {
-        let mut b = Batch::new(DateTime::from_millis(0));
-        for (i, f) in follows.iter().enumerate() {
-            b.push(
-                BatchDoc {
-                    mongo_id: Bson::Int32(i as i32),
-                    meili_id: Some(format!("m{i}")),
-                    follows_previous: *f,
-                },
-                format!("{{\"messageId\":\"m{i}\"}}\n").as_bytes(),
-            );
+    #[test]
+    fn payload_slices_are_whole_lines_and_batches_remember_versions() {
+        let mut b = Batch::new();
+        for i in 0..3 {
+            let d = doc! { "_id": i, "messageId": format!("m{i}"), "updatedAt": i * 10 };
+            let line = ndjson_line(mongo::Collection::Messages, &d).unwrap();
+            b.push_document(mongo::Collection::Messages, &d, &line);
         }
-        b
-    }
-
-    #[test]
-    fn runs_exclude_rejected_and_skipped_documents() {
-        let b = batch(&[false, true, true, true, false, true]);
-        assert_eq!(
-            b.accepted_runs(&[true; 6]),
-            vec![
-                (Bson::Int32(0), Bson::Int32(3)),
-                (Bson::Int32(4), Bson::Int32(5))
-            ]
-        );
-        assert_eq!(
-            b.accepted_runs(&[true, false, true, true, true, false]),
-            vec![
-                (Bson::Int32(0), Bson::Int32(0)),
-                (Bson::Int32(2), Bson::Int32(3)),
-                (Bson::Int32(4), Bson::Int32(4))
-            ]
-        );
-        assert!(b.accepted_runs(&[false; 6]).is_empty());
-    }
-
-    #[test]
-    fn payload_slices_are_whole_lines() {
-        let b = batch(&[false, true, true]);
         assert_eq!(&*b.payload_of(1..2), b"{\"messageId\":\"m1\"}\n");
         assert_eq!(b.payload_of(0..3).len(), b.bytes());
+        assert_eq!(b.docs[2].version.updated_at, Some(Bson::Int32(20)));
+        assert_eq!(b.docs[2].meili_id.as_deref(), Some("m2"));
+    }
+
+    #[test]
+    fn batches_are_cut_by_count_and_bytes() {
+        let opts = super::super::SyncOptions {
+            batch_docs: 2,
+            batch_bytes: 30,
+            ..Default::default()
+        };
+        let mut b = Batch::new();
+        assert!(!b.is_full_for(1000, &opts), "an empty batch takes any line");
+        b.push_document(mongo::Collection::Messages, &doc! { "_id": 1 }, &[b'x'; 20]);
+        assert!(b.is_full_for(11, &opts));
+        assert!(!b.is_full_for(10, &opts));
+        b.push_document(mongo::Collection::Messages, &doc! { "_id": 2 }, b"y");
+        assert!(b.is_full_for(1, &opts));
     }
 }

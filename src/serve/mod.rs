@@ -147,6 +147,7 @@ async fn schedule(
 fn report(outcome: &RunOutcome) {
     match outcome {
         RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => {}
+        RunOutcome::HandedOver { to } => tracing::info!(%to, "lease handed over"),
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => tracing::warn!(%error, "run did not complete"),

@@ -12,9 +12,10 @@
 //! - `once-read` (extra information): the read the way `once` makes it today
 //!   (`_meiliIndex != true` and indexable, sorted by `_id`, in pages), without
 //!   acknowledging — the query shape's cost next to the plain scan's.
-//! - `flag-writes` (extra information): the flag of every document written by
-//!   `_id` ranges, the write volume acknowledging a full sync costs — which
-//!   the limit does not count.
+//! - `flag-writes` and `ack-writes` (extra information): the flag of every
+//!   document written by `_id` ranges (the raw write volume of acknowledging
+//!   a full sync), and `once`'s own version-exact acknowledgement statements
+//!   for every unindexed document — writes the limit does not count.
 //! - `unindex`: clears the flag of every k-th flagged document (spread over the
 //!   collection), for the incremental case.
 //! - `cpu`: a snapshot of the busy-time counters, taken around `once`.
@@ -24,7 +25,7 @@
 //! Every timed pass reports wall seconds and busy core-seconds (`bench_cpu`):
 //! the machine's (`/proc/stat`) and the watched processes' (`--watch-pid`:
 //! the servers, when local) plus this one's. None of these passes write
-//! MongoDB but `unindex` and `flag-writes`. Prints one JSON object on stdout; progress goes to
+//! MongoDB but `unindex`, `flag-writes` and `ack-writes`. Prints one JSON object on stdout; progress goes to
 //! stderr.
 
 #[path = "bench_cpu.rs"]
@@ -160,6 +161,17 @@ enum Cmd {
         #[command(flatten)]
         cpu: CpuArgs,
     },
+    /// Extra: time `once`'s own acknowledgement statements for every unindexed
+    /// indexable document (version-exact, one per document), on unflagged data.
+    AckWrites {
+        #[arg(long)]
+        database: String,
+        /// Stop after this many seconds and report the rate so far.
+        #[arg(long, default_value_t = 300)]
+        max_secs: u64,
+        #[command(flatten)]
+        cpu: CpuArgs,
+    },
     /// Clear the flag of every `--every`-th flagged document of each collection.
     Unindex {
         #[arg(long)]
@@ -266,6 +278,14 @@ async fn main() -> anyhow::Result<()> {
             page_docs,
             cpu,
         } => flag_writes(&client.database(&database), value, page_docs, &cpu).await?,
+        Cmd::AckWrites {
+            database,
+            max_secs,
+            cpu,
+        } => {
+            let budget = Duration::from_secs(max_secs);
+            ack_writes(&client.database(&database), budget, &cpu).await?
+        }
         Cmd::Unindex { database, every } => unindex(&client.database(&database), every).await?,
         Cmd::Verify {
             database,
@@ -525,10 +545,16 @@ async fn batch_uids(meili: &Meili, uids: &[u64]) -> anyhow::Result<BTreeSet<u64>
 // --- scans ----------------------------------------------------------------------
 
 /// What `once` reads of a document (`mongo`'s read projection, which the
-/// library keeps private).
+/// library keeps private: the sent fields, the version and the flag) plus
+/// the fields its indexability predicate needs, so a plain scan reads what a
+/// reader filtering as it goes would.
 fn projection(collection: Collection) -> Document {
-    let mut projection = doc! { "_id": 1 };
-    for field in collection.fields() {
+    let mut projection = doc! { "_id": 1, mongo::VERSION_FIELD: 1, FLAG: 1 };
+    for field in collection
+        .fields()
+        .iter()
+        .chain(&mongo::INDEXABILITY_FIELDS)
+    {
         projection.insert(*field, 1);
     }
     if collection == Collection::Messages {
@@ -805,6 +831,58 @@ async fn flag_writes(
     let mut report = spent.to_json();
     report["docs"] = json!(written);
     report["ranges"] = json!(ranges.len());
+    Ok(report)
+}
+
+/// Extra: the versions of every unindexed indexable document (read before
+/// the clock starts), then `mongo::set_flags_if_unchanged` over them in
+/// commands of `mongo::STATEMENTS_PER_COMMAND`, with a server-time read per
+/// command as `once` makes it; stops after `budget`.
+async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::Result<Value> {
+    let guard = Guard::unfenced();
+    let mut versions = Vec::new();
+    for collection in Collection::ALL {
+        let now = mongo::server_time(db).await?;
+        let docs: Vec<Document> = db
+            .collection::<Document>(collection.name())
+            .find(mongo::unindexed_filter(collection, now))
+            .sort(doc! { "_id": 1 })
+            .projection(doc! { "_id": 1, mongo::VERSION_FIELD: 1 })
+            .await
+            .context("reading versions")?
+            .try_collect()
+            .await
+            .context("reading versions")?;
+        versions.push((
+            collection,
+            docs.iter().map(mongo::DocVersion::of).collect::<Vec<_>>(),
+        ));
+    }
+    let total: usize = versions.iter().map(|(_, v)| v.len()).sum();
+    let (matched, spent) = timed(cpu, async {
+        let stop_at = Instant::now() + budget;
+        let mut matched = 0u64;
+        for (collection, versions) in &versions {
+            for chunk in versions.chunks(mongo::STATEMENTS_PER_COMMAND) {
+                if Instant::now() > stop_at {
+                    return Ok(matched);
+                }
+                let now = mongo::server_time(db).await?;
+                matched += mongo::set_flags_if_unchanged(db, *collection, chunk, now, &guard)
+                    .await?
+                    .matched;
+            }
+        }
+        Ok(matched)
+    })
+    .await?;
+    eprintln!(
+        "meili-bench: once's acknowledgement statements: {matched} of {total} documents in {:.2}s",
+        spent.secs
+    );
+    let mut report = spent.to_json();
+    report["docs"] = json!(matched);
+    report["of"] = json!(total);
     Ok(report)
 }
 

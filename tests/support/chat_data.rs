@@ -55,6 +55,24 @@ impl Env {
         Env { db, meili, opts }
     }
 
+    /// The namespace a CLI [`Target`](super::cli::Target) points its
+    /// replicas at (same database, index prefix and Meilisearch), to inspect
+    /// what real processes did.
+    pub async fn for_target(target: &super::cli::Target) -> Env {
+        let meili = Meili::new(&target.meili_host, Some(&target.meili_key))
+            .expect("meili client")
+            .with_retry_for(Duration::from_secs(30));
+        let opts = SyncOptions {
+            index_prefix: target.prefix.clone(),
+            ..SyncOptions::default()
+        };
+        Env {
+            db: target.db().await,
+            meili,
+            opts,
+        }
+    }
+
     pub fn uid(&self, collection: Collection) -> String {
         self.opts.index_uid(collection)
     }

@@ -193,6 +193,13 @@ pub struct Replica {
     _dir: tempfile::TempDir,
 }
 
+impl Replica {
+    /// What the replica has written to stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+}
+
 impl Drop for Replica {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {

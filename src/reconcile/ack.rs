@@ -1,0 +1,203 @@
+//! Version-exact acknowledgement and in-flight changes (docs/design.md,
+//! "Version-exact acknowledgement" and "Documents changed while in flight").
+//!
+//! After a batch's task succeeded, the flag of each accepted document is set
+//! by one update statement that matches its `_id`, the exact `updatedAt`
+//! value that was read and sent, and the indexability conditions at
+//! MongoDB's current time ([`mongo::set_flags_if_unchanged`]). Nothing is
+//! compared with any clock: a statement matches only the version that
+//! Meilisearch now holds, so application clocks cannot make it flag another.
+//!
+//! The reply says how many statements matched. When a chunk's statements did
+//! not all match, its documents are read back by `_id` range (never a long
+//! `$in` list) and each sent document is classified:
+//! - gone, or no longer indexable → deleted from Meilisearch (by its
+//!   Meilisearch id, the task awaited) and its flag cleared: the version we
+//!   just added must not stay searchable;
+//! - another version → its flag cleared (whatever set it: LibreChat's own
+//!   save hook may have indexed the newer version and set the flag before
+//!   our older batch landed on top of it), so indexing sends it again;
+//! - same version and indexable → it matched; nothing to do.
+
+use std::collections::{HashMap, HashSet};
+
+use mongodb::bson::{Bson, DateTime, Document};
+
+use super::sync::{id_key, BatchDoc};
+use super::{Ctx, ReconcileError};
+use crate::mongo::{self, DocVersion};
+
+/// What acknowledging some documents did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Acked {
+    /// Flags set (or found set) for the exact version sent.
+    pub flagged: u64,
+    /// Documents deleted from Meilisearch: deleted or made unindexable in
+    /// MongoDB while their batch was in flight.
+    pub deleted: u64,
+    /// Flags cleared: the document changed (or became unindexable) while in flight.
+    pub flags_cleared: u64,
+}
+
+/// Flags `docs` (sent and accepted by Meilisearch, in ascending `_id`
+/// order) version-exactly, and handles those that changed in between.
+pub(crate) async fn acknowledge(
+    ctx: &Ctx<'_>,
+    docs: &[&BatchDoc],
+) -> Result<Acked, ReconcileError> {
+    let mut acked = Acked::default();
+    for chunk in docs.chunks(mongo::STATEMENTS_PER_COMMAND) {
+        let now = mongo::server_time(ctx.db).await?;
+        let versions: Vec<DocVersion> = chunk.iter().map(|d| d.version.clone()).collect();
+        let updated =
+            mongo::set_flags_if_unchanged(ctx.db, ctx.collection, &versions, now, ctx.guard)
+                .await?;
+        acked.flagged += updated.matched;
+        if updated.matched < chunk.len() as u64 {
+            let changed = handle_changed(ctx, chunk, now).await?;
+            acked.deleted += changed.deleted;
+            acked.flags_cleared += changed.flags_cleared;
+        }
+    }
+    Ok(acked)
+}
+
+/// How a sent document stands when read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Gone,
+    Unindexable,
+    Changed,
+    Unchanged,
+}
+
+fn fate(
+    collection: mongo::Collection,
+    sent: &BatchDoc,
+    now_state: Option<&Document>,
+    now: DateTime,
+) -> Fate {
+    match now_state {
+        None => Fate::Gone,
+        Some(state) if !mongo::is_indexable(collection, state, now) => Fate::Unindexable,
+        Some(state) if DocVersion::of(state) != sent.version => Fate::Changed,
+        Some(_) => Fate::Unchanged,
+    }
+}
+
+/// Reads back a chunk whose statements did not all match and repairs what
+/// changed while it was in flight (see the module documentation).
+async fn handle_changed(
+    ctx: &Ctx<'_>,
+    chunk: &[&BatchDoc],
+    now: DateTime,
+) -> Result<Acked, ReconcileError> {
+    let mut states: HashMap<String, Document> = HashMap::new();
+    for run in same_type_runs(chunk) {
+        let wanted: HashSet<String> = run.iter().map(|d| id_key(d.mongo_id())).collect();
+        let (first, last) = (run[0].mongo_id(), run[run.len() - 1].mongo_id());
+        let found =
+            mongo::read_states_in_range(ctx.db, ctx.collection, first, last, &wanted).await?;
+        for state in found {
+            let key = id_key(state.get("_id").unwrap_or(&Bson::Null));
+            states.insert(key, state);
+        }
+    }
+    let mut to_delete = Vec::new();
+    let mut to_clear = Vec::new();
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    for doc in chunk {
+        let state = states.get(&id_key(doc.mongo_id()));
+        match fate(ctx.collection, doc, state, now) {
+            Fate::Gone => {
+                *counts.entry("deleted").or_default() += 1;
+                to_delete.extend(doc.meili_id.clone());
+            }
+            Fate::Unindexable => {
+                *counts.entry("unindexable").or_default() += 1;
+                to_delete.extend(doc.meili_id.clone());
+                to_clear.push(doc.mongo_id().clone());
+            }
+            Fate::Changed => {
+                *counts.entry("changed").or_default() += 1;
+                to_clear.push(doc.mongo_id().clone());
+            }
+            Fate::Unchanged => {}
+        }
+    }
+    tracing::info!(
+        index = %ctx.uid,
+        deleted = counts.get("deleted").copied().unwrap_or(0),
+        unindexable = counts.get("unindexable").copied().unwrap_or(0),
+        changed = counts.get("changed").copied().unwrap_or(0),
+        "documents changed while their batch was in flight: removing what must not be searchable, re-sending what changed"
+    );
+    let deleted = ctx.delete_documents(&to_delete).await?;
+    let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?;
+    Ok(Acked {
+        flagged: 0,
+        deleted,
+        flags_cleared,
+    })
+}
+
+/// Consecutive documents whose `_id`s have the same BSON type: a range query
+/// only matches values of the bound's type, so each run is read back by its
+/// own range.
+fn same_type_runs<'a, 'b>(chunk: &'a [&'b BatchDoc]) -> Vec<&'a [&'b BatchDoc]> {
+    chunk
+        .chunk_by(|a, b| a.mongo_id().element_type() == b.mongo_id().element_type())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::doc;
+
+    fn sent(id: Bson, updated_at: Option<Bson>) -> BatchDoc {
+        BatchDoc {
+            version: DocVersion { id, updated_at },
+            meili_id: Some("m".into()),
+        }
+    }
+
+    #[test]
+    fn read_back_documents_are_classified_by_version_and_indexability() {
+        let now = DateTime::from_millis(1_000);
+        let at = Bson::DateTime(DateTime::from_millis(500));
+        let later = Bson::DateTime(DateTime::from_millis(400)); // an app clock behind
+        let m = mongo::Collection::Messages;
+        let doc_sent = sent(Bson::Int32(1), Some(at.clone()));
+        assert_eq!(fate(m, &doc_sent, None, now), Fate::Gone);
+        let same = doc! { "_id": 1, "updatedAt": at.clone(), "user": "u" };
+        assert_eq!(fate(m, &doc_sent, Some(&same), now), Fate::Unchanged);
+        let edited = doc! { "_id": 1, "updatedAt": later, "user": "u" };
+        assert_eq!(fate(m, &doc_sent, Some(&edited), now), Fate::Changed);
+        let temporary =
+            doc! { "_id": 1, "updatedAt": at.clone(), "user": "u", "isTemporary": true };
+        assert_eq!(fate(m, &doc_sent, Some(&temporary), now), Fate::Unindexable);
+        let expired = doc! { "_id": 1, "updatedAt": at, "user": "u", "expiredAt": now };
+        assert_eq!(fate(m, &doc_sent, Some(&expired), now), Fate::Unindexable);
+        // No updatedAt sent, one now: another version.
+        let doc_sent = sent(Bson::Int32(1), None);
+        let stamped = doc! { "_id": 1, "updatedAt": 5, "user": "u" };
+        assert_eq!(fate(m, &doc_sent, Some(&stamped), now), Fate::Changed);
+        let unstamped = doc! { "_id": 1, "user": "u" };
+        assert_eq!(fate(m, &doc_sent, Some(&unstamped), now), Fate::Unchanged);
+    }
+
+    #[test]
+    fn ranges_never_mix_id_types() {
+        let docs = [
+            sent(Bson::Int32(1), None),
+            sent(Bson::Int32(2), None),
+            sent(Bson::String("a".into()), None),
+            sent(Bson::Int32(3), None),
+        ];
+        let refs: Vec<&BatchDoc> = docs.iter().collect();
+        let runs = same_type_runs(&refs);
+        let lens: Vec<usize> = runs.iter().map(|r| r.len()).collect();
+        assert_eq!(lens, vec![2, 1, 1]);
+    }
+}

@@ -1,0 +1,611 @@
+//! The exact comparison (docs/design.md, "Exact comparison and `verify`"):
+//! every Meilisearch document of an index against the projection of its
+//! MongoDB document, by a 64-bit digest of a canonical serialization on each
+//! side — what `verify` reports, what `verify --repair`, `once --deep`, a
+//! reindex's flag step and the recovery of an interrupted reindex repair.
+//!
+//! Three streaming passes; only compact per-id digests of ONE side are kept:
+//! 1. Meilisearch, page by page (the fields we send): a sorted
+//!    `Vec<(id hash, digest)>`, 16 bytes per document, plus a seen-bitmap
+//!    (one bit per document);
+//! 2. MongoDB, every indexable document by `_id` pages with the sync's
+//!    projection: found with an equal digest → *matching*; found with
+//!    another digest → *stale*; not found → *missing*;
+//! 3. Meilisearch ids again: those never seen in pass 2 → *unexpected*
+//!    (gone or no longer indexable in MongoDB). Documents added to the index
+//!    since pass 1 are not in the vector and are left alone.
+//!
+//! Before pass 1 it waits for the tasks already enqueued on the index (and
+//! any pending index swap), so what it reads is settled.
+//!
+//! Repairing, it sets the flag of every matching unflagged document
+//! version-exactly (the `updatedAt` read in pass 2, as an acknowledgement
+//! does), clears the flag of every flagged missing or stale document and
+//! sends it (acknowledged version-exactly once its task succeeded — the flag
+//! is cleared first, so a crash in between leaves it to ordinary indexing),
+//! deletes the unexpected documents, and clears the flags of documents that
+//! are not indexable.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+
+use mongodb::bson::{Bson, Document};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::ack;
+use super::orphans::id_hash;
+use super::rejects::Rejected;
+use super::sync::{self, id_key, Batch, BatchDoc};
+use super::{Ctx, ReconcileError};
+use crate::meili;
+use crate::mongo::{self, FLAG};
+
+/// Documents per page read from Meilisearch (whole documents, so fewer than
+/// the id pages of pass 3).
+const MEILI_PAGE: u64 = 1_000;
+/// Ids per page of pass 3.
+const ID_PAGE: u64 = 10_000;
+/// Example ids kept per kind of difference.
+const EXAMPLES: usize = 5;
+
+/// One kind of difference: how many, how many of those MongoDB flags as
+/// indexed (for missing and stale documents), and a few ids.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Difference {
+    pub count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flagged: Option<u64>,
+    /// Up to five Meilisearch ids (for a MongoDB document without one, its `_id`).
+    pub examples: Vec<String>,
+}
+
+impl Difference {
+    fn flaggable() -> Difference {
+        Difference {
+            flagged: Some(0),
+            ..Difference::default()
+        }
+    }
+
+    fn note(&mut self, id: &str, flagged: bool) {
+        self.count += 1;
+        if flagged {
+            if let Some(n) = &mut self.flagged {
+                *n += 1;
+            }
+        }
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(id.to_string());
+        }
+    }
+}
+
+/// What comparing one index with its collection found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Comparison {
+    /// Documents in the index when it was read.
+    pub meili_documents: u64,
+    /// Indexable documents in MongoDB.
+    pub mongo_indexable: u64,
+    /// Indexable documents Meilisearch holds exactly.
+    pub matching: u64,
+    /// Indexable in MongoDB, absent from Meilisearch.
+    pub missing: Difference,
+    /// In Meilisearch, gone or not indexable in MongoDB.
+    pub unexpected: Difference,
+    /// In both, but Meilisearch holds another version.
+    pub stale: Difference,
+}
+
+impl Default for Comparison {
+    fn default() -> Self {
+        Comparison {
+            meili_documents: 0,
+            mongo_indexable: 0,
+            matching: 0,
+            missing: Difference::flaggable(),
+            unexpected: Difference::default(),
+            stale: Difference::flaggable(),
+        }
+    }
+}
+
+impl Comparison {
+    /// No difference at all.
+    pub fn is_exact(&self) -> bool {
+        self.missing.count + self.unexpected.count + self.stale.count == 0
+    }
+}
+
+/// What a repairing comparison did.
+#[derive(Debug, Default)]
+pub(crate) struct Repairs {
+    /// Missing and stale documents Meilisearch confirmed.
+    pub indexed: u64,
+    /// Unexpected documents deleted (and documents that went away while
+    /// their repair was in flight).
+    pub deleted: u64,
+    /// Flags set on documents Meilisearch holds exactly.
+    pub flags_set: u64,
+    pub flags_cleared: u64,
+    pub rejected: Vec<Rejected>,
+}
+
+/// Whether the comparison only reports or also repairs.
+pub(crate) enum Mode<'s> {
+    Report,
+    /// Repair, sending no document whose `_id` key is in `skip` (refused by
+    /// Meilisearch earlier in the run).
+    Repair {
+        skip: &'s HashSet<String>,
+    },
+}
+
+/// Compares `ctx.uid` with `ctx.collection` (see the module documentation).
+pub(crate) async fn compare(
+    ctx: &Ctx<'_>,
+    mode: Mode<'_>,
+) -> Result<(Comparison, Repairs), ReconcileError> {
+    wait_for_pending_tasks(ctx).await?;
+    let mut comparison = Comparison::default();
+    let mut repairs = Repairs::default();
+
+    let mut meili = read_meili_digests(ctx).await?;
+    comparison.meili_documents = meili.len() as u64;
+
+    let now = mongo::server_time(ctx.db).await?;
+    match &mode {
+        Mode::Report => {
+            compare_mongo(ctx, now, &mut meili, &mut comparison, None).await?;
+        }
+        Mode::Repair { skip } => {
+            let (tx, rx) = mpsc::channel::<Batch>(1);
+            let repair = Repair {
+                skip,
+                tx,
+                to_clear: Vec::new(),
+                to_flag: Vec::new(),
+                batch: Batch::new(),
+                acked: ack::Acked::default(),
+                flags_cleared: 0,
+            };
+            let (tally, settled) = tokio::try_join!(
+                compare_mongo(ctx, now, &mut meili, &mut comparison, Some(repair)),
+                sync::send_batches(ctx, true, rx)
+            )?;
+            repairs.flags_set += tally.acked.flagged;
+            repairs.deleted += tally.acked.deleted + settled.deleted;
+            repairs.flags_cleared +=
+                tally.flags_cleared + tally.acked.flags_cleared + settled.flags_cleared;
+            repairs.indexed += settled.indexed;
+            repairs.rejected = settled.rejected;
+        }
+    }
+
+    let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
+    if let Mode::Repair { .. } = mode {
+        repairs.deleted += ctx.delete_documents(&unexpected).await?;
+        repairs.flags_cleared +=
+            mongo::clear_flags_of_unindexable(ctx.db, ctx.collection, now, ctx.guard).await?;
+    }
+    tracing::info!(
+        index = %ctx.uid,
+        meili_documents = comparison.meili_documents,
+        mongo_indexable = comparison.mongo_indexable,
+        matching = comparison.matching,
+        missing = comparison.missing.count,
+        unexpected = comparison.unexpected.count,
+        stale = comparison.stale.count,
+        "exact comparison"
+    );
+    Ok((comparison, repairs))
+}
+
+/// Waits for the tasks already enqueued on the index and for pending index
+/// swaps (e.g. left by a process that died), so the index is read settled.
+async fn wait_for_pending_tasks(ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
+    let queries = [
+        format!(
+            "statuses=enqueued,processing&indexUids={}&limit=1000",
+            ctx.uid
+        ),
+        "statuses=enqueued,processing&types=indexSwap&limit=1000".to_string(),
+    ];
+    for query in queries {
+        let answer = ctx.meili.tasks(&query).await?;
+        let uids: Vec<u64> = answer["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["uid"].as_u64())
+            .collect();
+        for uid in uids {
+            ctx.meili.wait_for_task(uid, ctx.guard).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Pass 1: the sorted `(id hash, digest)` of every Meilisearch document.
+async fn read_meili_digests(ctx: &Ctx<'_>) -> Result<Digests, ReconcileError> {
+    let pk = ctx.collection.primary_key();
+    let fields = ctx.collection.fields();
+    if ctx.meili.index(&ctx.uid).await?.is_none() {
+        return Ok(Digests::new(Vec::new()));
+    }
+    let total = ctx.meili.document_count(&ctx.uid).await?;
+    ctx.phase("compare: read meilisearch", total);
+    let mut entries = Vec::with_capacity(total as usize);
+    let mut offset = 0;
+    loop {
+        let page = ctx
+            .meili
+            .documents_with_fields(&ctx.uid, fields, offset, MEILI_PAGE)
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        offset += page.len() as u64;
+        ctx.advance(page.len() as u64);
+        for doc in &page {
+            let Some(id) = meili::id_string(&doc[pk]) else {
+                continue;
+            };
+            entries.push((id_hash(&id), digest(&meili_shape(ctx.collection, doc))));
+        }
+    }
+    Ok(Digests::new(entries))
+}
+
+/// What a repairing pass 2 did itself (the sender reports the rest).
+#[derive(Default)]
+struct Tally {
+    acked: ack::Acked,
+    flags_cleared: u64,
+}
+
+/// The state of a repairing pass 2.
+struct Repair<'s> {
+    skip: &'s HashSet<String>,
+    tx: mpsc::Sender<Batch>,
+    /// Flagged documents to send: their flags are cleared before the batch goes.
+    to_clear: Vec<Bson>,
+    /// Matching unflagged documents to flag.
+    to_flag: Vec<BatchDoc>,
+    batch: Batch,
+    acked: ack::Acked,
+    flags_cleared: u64,
+}
+
+impl Repair<'_> {
+    /// Sets the flags of the matching documents collected so far.
+    async fn flag(&mut self, ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
+        let docs: Vec<&BatchDoc> = self.to_flag.iter().collect();
+        let acked = ack::acknowledge(ctx, &docs).await?;
+        self.acked.flagged += acked.flagged;
+        self.acked.deleted += acked.deleted;
+        self.acked.flags_cleared += acked.flags_cleared;
+        self.to_flag.clear();
+        Ok(())
+    }
+
+    /// Clears the flags collected so far, then hands the batch to the sender.
+    /// `false`: the sender stopped (its error is reported).
+    async fn send(&mut self, ctx: &Ctx<'_>) -> Result<bool, ReconcileError> {
+        self.flags_cleared +=
+            mongo::clear_flags(ctx.db, ctx.collection, &self.to_clear, ctx.guard).await?;
+        self.to_clear.clear();
+        if self.batch.len() == 0 {
+            return Ok(true);
+        }
+        let batch = std::mem::replace(&mut self.batch, Batch::new());
+        Ok(self.tx.send(batch).await.is_ok())
+    }
+
+    /// A missing or stale document: cleared if flagged, sent unless skipped.
+    async fn resend(
+        &mut self,
+        ctx: &Ctx<'_>,
+        doc: &Document,
+        flagged: bool,
+    ) -> Result<bool, ReconcileError> {
+        let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+        let skipped = self.skip.contains(&id_key(&id));
+        if flagged {
+            self.to_clear.push(id);
+        }
+        if skipped {
+            return Ok(true);
+        }
+        let line = sync::ndjson_line(ctx.collection, doc)?;
+        if self.batch.is_full_for(line.len(), ctx.opts) && !self.send(ctx).await? {
+            return Ok(false);
+        }
+        self.batch.push_document(ctx.collection, doc, &line);
+        Ok(true)
+    }
+}
+
+/// Pass 2: every indexable MongoDB document against the digests; repairs
+/// as it goes when given a [`Repair`], which it drops at the end (closing
+/// the sender's channel).
+async fn compare_mongo(
+    ctx: &Ctx<'_>,
+    now: mongodb::bson::DateTime,
+    meili: &mut Digests,
+    comparison: &mut Comparison,
+    mut repair: Option<Repair<'_>>,
+) -> Result<Tally, ReconcileError> {
+    let indexable = mongo::counts(ctx.db, ctx.collection, now).await?.indexable;
+    ctx.phase("compare: read mongodb", indexable);
+    let page_size = ctx.opts.batch_docs.max(1);
+    let mut after: Option<Bson> = None;
+    loop {
+        let page =
+            mongo::read_indexable_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
+                .await?;
+        let full = page.len() == page_size;
+        after = page.last().and_then(|d| d.get("_id").cloned());
+        for doc in &page {
+            comparison.mongo_indexable += 1;
+            let flagged = doc.get_bool(FLAG).unwrap_or(false);
+            let meili_id = mongo::meili_id(ctx.collection, doc);
+            let found = meili_id.as_deref().and_then(|id| meili.find(id));
+            let same =
+                found.is_some_and(|(_, d)| d == digest(&mongo::to_meili(ctx.collection, doc)));
+            let shown = meili_id.clone().unwrap_or_else(|| {
+                format!(
+                    "_id {}",
+                    doc.get("_id")
+                        .cloned()
+                        .unwrap_or(Bson::Null)
+                        .into_relaxed_extjson()
+                )
+            });
+            if let Some((i, _)) = found {
+                meili.mark_seen(i);
+            }
+            match (found, same) {
+                (Some(_), true) => {
+                    comparison.matching += 1;
+                    if let Some(r) = repair.as_mut().filter(|_| !flagged) {
+                        r.to_flag.push(BatchDoc {
+                            version: mongo::DocVersion::of(doc),
+                            meili_id,
+                        });
+                        if r.to_flag.len() >= mongo::STATEMENTS_PER_COMMAND {
+                            r.flag(ctx).await?;
+                        }
+                    }
+                }
+                (Some(_), false) => comparison.stale.note(&shown, flagged),
+                (None, _) => comparison.missing.note(&shown, flagged),
+            }
+            if !same {
+                if let Some(r) = repair.as_mut() {
+                    if !r.resend(ctx, doc, flagged).await? {
+                        return Ok(Tally::default());
+                    }
+                }
+            }
+        }
+        ctx.advance(page.len() as u64);
+        if !full {
+            break;
+        }
+    }
+    let Some(mut r) = repair else {
+        return Ok(Tally::default());
+    };
+    r.flag(ctx).await?;
+    r.send(ctx).await?;
+    Ok(Tally {
+        acked: r.acked,
+        flags_cleared: r.flags_cleared,
+    })
+}
+
+/// Pass 3: names the Meilisearch documents pass 2 never saw.
+async fn name_unexpected(
+    ctx: &Ctx<'_>,
+    meili: &Digests,
+    comparison: &mut Comparison,
+) -> Result<Vec<String>, ReconcileError> {
+    let unseen = meili.unseen();
+    if unseen == 0 {
+        return Ok(Vec::new());
+    }
+    ctx.phase("compare: name unexpected", comparison.meili_documents);
+    let pk = ctx.collection.primary_key();
+    let mut unexpected = Vec::new();
+    let mut offset = 0;
+    while (unexpected.len() as u64) < unseen {
+        let (ids, _) = ctx
+            .meili
+            .document_ids(&ctx.uid, pk, offset, ID_PAGE)
+            .await?;
+        if ids.is_empty() {
+            break;
+        }
+        offset += ids.len() as u64;
+        ctx.advance(ids.len() as u64);
+        for id in ids {
+            if meili.find(&id).is_some_and(|(i, _)| !meili.is_seen(i)) {
+                comparison.unexpected.note(&id, false);
+                unexpected.push(id);
+            }
+        }
+    }
+    Ok(unexpected)
+}
+
+/// The Meilisearch side, compactly: sorted `(id hash, digest)` pairs (16
+/// bytes per document) and one seen-bit per document.
+struct Digests {
+    entries: Vec<(u64, u64)>,
+    seen: Vec<u64>,
+}
+
+impl Digests {
+    fn new(mut entries: Vec<(u64, u64)>) -> Digests {
+        entries.sort_unstable();
+        entries.shrink_to_fit();
+        let seen = vec![0; entries.len().div_ceil(64)];
+        Digests { entries, seen }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The position and digest of the document with Meilisearch id `id`.
+    fn find(&self, id: &str) -> Option<(usize, u64)> {
+        let hash = id_hash(id);
+        let i = self.entries.partition_point(|(h, _)| *h < hash);
+        self.entries
+            .get(i)
+            .filter(|(h, _)| *h == hash)
+            .map(|(_, d)| (i, *d))
+    }
+
+    fn mark_seen(&mut self, i: usize) {
+        self.seen[i / 64] |= 1 << (i % 64);
+    }
+
+    fn is_seen(&self, i: usize) -> bool {
+        self.seen[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    fn unseen(&self) -> u64 {
+        self.entries.len() as u64
+            - self
+                .seen
+                .iter()
+                .map(|w| u64::from(w.count_ones()))
+                .sum::<u64>()
+    }
+}
+
+/// A Meilisearch document restricted to the fields we send.
+fn meili_shape(collection: mongo::Collection, doc: &Value) -> Map<String, Value> {
+    collection
+        .fields()
+        .iter()
+        .filter_map(|f| doc.get(*f).map(|v| (f.to_string(), v.clone())))
+        .collect()
+}
+
+/// A 64-bit digest of a canonical serialization of a document: object keys
+/// in sorted order, every value tagged with its JSON type. Equal documents
+/// have equal digests whatever order their fields came in.
+pub(crate) fn digest(doc: &Map<String, Value>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    feed_object(&mut hasher, doc);
+    hasher.finish()
+}
+
+fn feed_object(hasher: &mut DefaultHasher, object: &Map<String, Value>) {
+    let mut keys: Vec<&String> = object.keys().collect();
+    keys.sort_unstable();
+    hasher.write_u8(b'{');
+    hasher.write_usize(keys.len());
+    for key in keys {
+        key.hash(hasher);
+        feed(hasher, &object[key]);
+    }
+}
+
+fn feed(hasher: &mut DefaultHasher, value: &Value) {
+    match value {
+        Value::Null => hasher.write_u8(b'n'),
+        Value::Bool(b) => {
+            hasher.write_u8(b'b');
+            b.hash(hasher);
+        }
+        Value::Number(n) => {
+            hasher.write_u8(b'0');
+            n.to_string().hash(hasher);
+        }
+        Value::String(s) => {
+            hasher.write_u8(b's');
+            s.hash(hasher);
+        }
+        Value::Array(items) => {
+            hasher.write_u8(b'[');
+            hasher.write_usize(items.len());
+            for item in items {
+                feed(hasher, item);
+            }
+        }
+        Value::Object(object) => feed_object(hasher, object),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn digests_ignore_field_order_and_see_every_value() {
+        let a = map(json!({"messageId": "m1", "user": "u", "text": "hi", "tags": ["a", "b"]}));
+        let b = map(json!({"tags": ["a", "b"], "text": "hi", "user": "u", "messageId": "m1"}));
+        assert_eq!(digest(&a), digest(&b));
+        for other in [
+            json!({"messageId": "m1", "user": "u", "text": "hi!", "tags": ["a", "b"]}),
+            json!({"messageId": "m1", "user": "u", "text": "hi", "tags": ["b", "a"]}),
+            json!({"messageId": "m1", "user": "u", "tags": ["a", "b"]}),
+            json!({"messageId": "m1", "user": "u", "text": null, "tags": ["a", "b"]}),
+            json!({"messageId": "m1", "user": "u", "text": "hi", "tags": ["ab"]}),
+            json!({"messageId": 1, "user": "u", "text": "hi", "tags": ["a", "b"]}),
+        ] {
+            assert_ne!(digest(&a), digest(&map(other.clone())), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_meilisearch_side_keeps_only_the_fields_we_send() {
+        let doc = json!({"messageId": "m1", "user": "u", "_vectors": {}, "extra": 1});
+        assert_eq!(
+            Value::Object(meili_shape(mongo::Collection::Messages, &doc)),
+            json!({"messageId": "m1", "user": "u"})
+        );
+    }
+
+    #[test]
+    fn digests_find_ids_and_count_the_unseen() {
+        let mut d = Digests::new(vec![
+            (id_hash("b"), 2),
+            (id_hash("a"), 1),
+            (id_hash("c"), 3),
+        ]);
+        assert_eq!(d.len(), 3);
+        let (i, digest) = d.find("a").unwrap();
+        assert_eq!(digest, 1);
+        assert!(d.find("z").is_none());
+        assert_eq!(d.unseen(), 3);
+        d.mark_seen(i);
+        assert!(d.is_seen(i));
+        assert_eq!(d.unseen(), 2);
+    }
+
+    #[test]
+    fn differences_count_flags_and_keep_a_few_examples() {
+        let mut diff = Difference::flaggable();
+        for i in 0..8 {
+            diff.note(&format!("m{i}"), i % 2 == 0);
+        }
+        assert_eq!(diff.count, 8);
+        assert_eq!(diff.flagged, Some(4));
+        assert_eq!(diff.examples.len(), EXAMPLES);
+    }
+}

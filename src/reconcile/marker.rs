@@ -1,0 +1,87 @@
+//! The reindex marker (docs/design.md, "Reindex steps and crash points"): a
+//! small state document next to the lease — `_id: "<lease.job>:indexes"` in
+//! `lease.collection`, never the lease document itself, which LibreChat
+//! writes too — that says which live indexes need an exact comparison.
+//!
+//! A zero-downtime reindex marks the live index *before* it swaps the new
+//! index in, and clears the mark only once the comparison that sets its
+//! flags exactly has finished. A reindex that dies anywhere in between
+//! leaves the mark, and the next ordinary reconciliation runs the
+//! comparison first (`plan` shows it). Shape:
+//! `{ _id, exactComparisonPending: { "<index uid>": { markedAt: <MongoDB time> } } }`.
+
+use std::collections::HashSet;
+
+use mongodb::bson::{doc, Document};
+use mongodb::options::UpdateOptions;
+use mongodb::Database;
+
+use super::SyncOptions;
+use crate::lease::Guard;
+use crate::mongo::{self, MongoError};
+
+const PENDING: &str = "exactComparisonPending";
+
+fn location(db: &Database, opts: &SyncOptions) -> (mongodb::Collection<Document>, String) {
+    (
+        db.collection::<Document>(&opts.state_collection),
+        format!("{}:indexes", opts.state_job),
+    )
+}
+
+/// The index uids marked as needing an exact comparison.
+pub(crate) async fn pending(
+    db: &Database,
+    opts: &SyncOptions,
+) -> Result<HashSet<String>, MongoError> {
+    let (collection, id) = location(db, opts);
+    let state = collection
+        .find_one(doc! { "_id": &id })
+        .await
+        .map_err(|e| mongo::failed("read the reindex marker", &e))?;
+    Ok(state
+        .as_ref()
+        .and_then(|s| s.get_document(PENDING).ok())
+        .map(|pending| pending.keys().cloned().collect())
+        .unwrap_or_default())
+}
+
+/// Marks `uid` as needing an exact comparison (before a swap).
+pub(crate) async fn mark(
+    db: &Database,
+    opts: &SyncOptions,
+    uid: &str,
+    guard: &Guard,
+) -> Result<(), MongoError> {
+    let (collection, id) = location(db, opts);
+    let now = mongo::server_time(db).await?;
+    guard.check()?;
+    collection
+        .update_one(
+            doc! { "_id": &id },
+            doc! { "$set": { format!("{PENDING}.{uid}"): { "markedAt": now } } },
+        )
+        .with_options(UpdateOptions::builder().upsert(true).build())
+        .await
+        .map_err(|e| mongo::failed("mark the index for an exact comparison", &e))?;
+    Ok(())
+}
+
+/// Clears the mark of `uid` (after the exact comparison finished).
+pub(crate) async fn clear(
+    db: &Database,
+    opts: &SyncOptions,
+    uid: &str,
+    guard: &Guard,
+) -> Result<(), MongoError> {
+    let (collection, id) = location(db, opts);
+    guard.check()?;
+    collection
+        .update_one(
+            doc! { "_id": &id },
+            doc! { "$unset": { format!("{PENDING}.{uid}"): "" } },
+        )
+        .await
+        .map_err(|e| mongo::failed("clear the reindex marker", &e))?;
+    Ok(())
+}

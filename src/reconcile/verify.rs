@@ -1,0 +1,267 @@
+//! `meili-reconciler verify [--index messages|convos] [--repair] [--json]`
+//! (docs/design.md, "Exact comparison and `verify`"): the exact-state proof.
+//! Every Meilisearch document of an index is compared with the projection
+//! of its MongoDB document ([`super::exact`]), and the differences are
+//! reported as *missing* (indexable in MongoDB, absent from Meilisearch —
+//! with how many of those MongoDB flags as indexed), *unexpected* (in
+//! Meilisearch, gone or not indexable in MongoDB) and *stale* (Meilisearch
+//! holds another version), with a few example ids each.
+//!
+//! [`verify`] only reads (no lease, no write). [`repair`] runs as the lease
+//! owner: the structure and settings step of a reconciliation first, then
+//! the comparison, fixing exactly the differences it finds (missing and
+//! stale documents sent and flagged version-exactly, unexpected ones
+//! deleted, flags of what the index holds exactly set); it also clears the
+//! reindex marker of an index it compared and drops a leftover build index.
+//!
+//! JSON shape (`--json`, stable; camelCase): `{ clean, indexes: [ {
+//! collection, indexUid, meiliDocuments, mongoIndexable, matching,
+//! missing: { count, flagged, examples }, unexpected: { count, examples },
+//! stale: { count, flagged, examples } } ] }`.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Instant;
+
+use mongodb::Database;
+use serde::Serialize;
+
+use super::exact::{self, Comparison, Difference};
+use super::{
+    finish, marker, plan, prepare_index, reindex, settings, CollectionSummary, Ctx, ReconcileError,
+};
+use super::{RunSummary, SyncOptions};
+use crate::lease::Guard;
+use crate::meili::Meili;
+use crate::mongo::Collection;
+use crate::progress::Progress;
+
+/// What `verify` found in one index.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexReport {
+    pub collection: Collection,
+    pub index_uid: String,
+    #[serde(flatten)]
+    pub comparison: Comparison,
+}
+
+/// What `verify` found.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// No difference in any index compared.
+    pub clean: bool,
+    pub indexes: Vec<IndexReport>,
+}
+
+fn collections(only: Option<Collection>) -> Vec<Collection> {
+    match only {
+        Some(collection) => vec![collection],
+        None => Collection::ALL.to_vec(),
+    }
+}
+
+/// Compares the indexes (`only` one, or both) with MongoDB; writes nothing.
+pub async fn verify(
+    db: &Database,
+    meili: &Meili,
+    opts: &SyncOptions,
+    only: Option<Collection>,
+    progress: &Progress,
+) -> Result<VerifyReport, ReconcileError> {
+    let guard = Guard::unfenced();
+    let mut indexes = Vec::new();
+    for collection in collections(only) {
+        let ctx = Ctx::new(
+            db,
+            meili,
+            opts,
+            &guard,
+            progress,
+            collection,
+            opts.index_uid(collection),
+        );
+        let (comparison, _) = exact::compare(&ctx, exact::Mode::Report).await?;
+        indexes.push(IndexReport {
+            collection,
+            index_uid: ctx.uid.clone(),
+            comparison,
+        });
+    }
+    progress.phase("done", 0);
+    Ok(VerifyReport {
+        clean: indexes.iter().all(|i| i.comparison.is_exact()),
+        indexes,
+    })
+}
+
+/// `verify --repair`, as lease owner: per index the structure and settings
+/// step, then the comparison, repairing every difference it finds. The
+/// summary's `verified` says what was found.
+pub async fn repair(
+    db: &Database,
+    meili: &Meili,
+    opts: &SyncOptions,
+    only: Option<Collection>,
+    guard: &Guard,
+    progress: &Progress,
+) -> Result<RunSummary, ReconcileError> {
+    let started = Instant::now();
+    progress.phase("plan", 0);
+    let plan = plan::plan(db, meili, opts).await?;
+    let desired = settings::desired(&opts.filterable_attributes);
+    let selected = collections(only);
+    let mut summaries = Vec::new();
+    for index in plan
+        .indexes
+        .iter()
+        .filter(|i| selected.contains(&i.collection))
+    {
+        let mut summary = CollectionSummary {
+            collection: index.collection.name().to_string(),
+            index_uid: index.index_uid.clone(),
+            compared_ids: true,
+            ..Default::default()
+        };
+        summary.settings_changed = prepare_index(meili, index, &desired, guard, progress).await?;
+        summary.rebuilt = index.rebuild.clone().filter(|r| r.recreates_index());
+        let ctx = Ctx::new(
+            db,
+            meili,
+            opts,
+            guard,
+            progress,
+            index.collection,
+            index.index_uid.clone(),
+        );
+        let (comparison, repairs) = exact::compare(
+            &ctx,
+            exact::Mode::Repair {
+                skip: &HashSet::new(),
+            },
+        )
+        .await?;
+        summary.verified = Some(comparison);
+        summary.indexed = repairs.indexed;
+        summary.deleted = repairs.deleted;
+        summary.flags_set = repairs.flags_set;
+        summary.flags_cleared = repairs.flags_cleared;
+        summary.rejected = repairs.rejected;
+        // The comparison an interrupted reindex asked for is done, and a
+        // leftover build index is not live (we hold the lease).
+        if index.exact_comparison_pending {
+            marker::clear(db, opts, &index.index_uid, guard).await?;
+        }
+        if index.leftover_build_index {
+            ctx.drop_index(&reindex::build_uid(&index.index_uid))
+                .await?;
+        }
+        summaries.push(summary);
+    }
+    Ok(finish(summaries, started, progress))
+}
+
+impl fmt::Display for VerifyReport {
+    /// The report as an operator reads it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for i in &self.indexes {
+            let c = &i.comparison;
+            writeln!(
+                f,
+                "{} → index {}: {} in Meilisearch, {} indexable in MongoDB, {} exact",
+                i.collection.name(),
+                i.index_uid,
+                c.meili_documents,
+                c.mongo_indexable,
+                c.matching
+            )?;
+            line(
+                f,
+                "missing",
+                &c.missing,
+                "indexable in MongoDB, absent from Meilisearch",
+            )?;
+            line(
+                f,
+                "unexpected",
+                &c.unexpected,
+                "in Meilisearch, gone or not indexable in MongoDB",
+            )?;
+            line(f, "stale", &c.stale, "Meilisearch holds another version")?;
+        }
+        if self.clean {
+            write!(
+                f,
+                "Clean: Meilisearch holds exactly what MongoDB says it should."
+            )
+        } else {
+            write!(
+                f,
+                "Differences found. Unflagged missing or stale documents are pending work the next \
+                 run indexes; flagged ones, and unexpected documents, are not. \
+                 `meili-reconciler verify --repair` fixes them all."
+            )
+        }
+    }
+}
+
+fn line(f: &mut fmt::Formatter<'_>, name: &str, d: &Difference, meaning: &str) -> fmt::Result {
+    write!(f, "  {:<11} {}", format!("{name}:"), d.count)?;
+    if d.count == 0 {
+        return writeln!(f);
+    }
+    if let Some(flagged) = d.flagged {
+        write!(f, " ({flagged} flagged as indexed)")?;
+    }
+    let more = if d.count > d.examples.len() as u64 {
+        ", …"
+    } else {
+        ""
+    };
+    writeln!(f, " — {meaning}: {}{more}", d.examples.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_names_each_kind_of_difference() {
+        let mut comparison = Comparison {
+            meili_documents: 10,
+            mongo_indexable: 10,
+            matching: 8,
+            ..Comparison::default()
+        };
+        comparison.missing.count = 1;
+        comparison.missing.flagged = Some(1);
+        comparison.missing.examples = vec!["msg-1".into()];
+        comparison.stale.count = 1;
+        comparison.stale.flagged = Some(0);
+        comparison.stale.examples = vec!["msg-2".into()];
+        let report = VerifyReport {
+            clean: false,
+            indexes: vec![IndexReport {
+                collection: Collection::Messages,
+                index_uid: "messages".into(),
+                comparison,
+            }],
+        };
+        let text = report.to_string();
+        assert!(
+            text.contains("missing:    1 (1 flagged as indexed)"),
+            "{text}"
+        );
+        assert!(text.contains("msg-2"), "{text}");
+        assert!(text.contains("unexpected: 0"), "{text}");
+        assert!(text.contains("Differences found"), "{text}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["indexes"][0]["missing"]["count"], 1);
+        assert_eq!(json["indexes"][0]["missing"]["flagged"], 1);
+        assert_eq!(json["indexes"][0]["stale"]["examples"][0], "msg-2");
+        assert!(json["indexes"][0]["unexpected"].get("flagged").is_none());
+        assert_eq!(json["indexes"][0]["indexUid"], "messages");
+        assert_eq!(json["clean"], false);
+    }
+}
