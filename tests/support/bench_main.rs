@@ -1,27 +1,43 @@
-//! `meili-bench`: the raw passes `scripts/bench-sync` compares
-//! `meili-reconciler once` against (docs/design.md §7), on data `meili-seed` wrote.
+//! `meili-bench`: the raw passes `scripts/bench-sync` measures the limit of
+//! issue 11 with, on data `meili-seed` wrote, plus the helpers around them.
 //!
-//! - `raw` measures (a) Meilisearch ingesting the projected documents of both
-//!   collections in large NDJSON batches, every batch enqueued at once and
-//!   waited for, and (b) one MongoDB pass reading the unindexed documents in
-//!   `_id` pages with the projection and acknowledging each page with
-//!   `once`'s version-exact statements (one per document, in commands of
-//!   1,000). Both reuse the library's own projection, reads and acknowledgement
-//!   (`meili_reconciler::mongo`), so they do exactly what `once` does on each
-//!   side, only not overlapped. (b) sets the real `_meiliIndex` flag (the very
-//!   update `once` sends), so it runs on a scratch copy of the data (a
-//!   database seeded identically to the one `once` gets); it refuses data
-//!   with any flag already set, where it would not read every document.
-//! - `cleanup` drops the benchmark's databases and indexes (used when the
-//!   servers were given rather than started by the script).
+//! - `ingest`: Meilisearch ingesting the documents `once` would send (the
+//!   unindexed indexable ones, projected and cut into NDJSON batches exactly
+//!   as `once` cuts them; prepared before the clock starts), EVERY batch of
+//!   both indexes enqueued at once, timed until the last task ended. Reports
+//!   how Meilisearch batched them (distinct `batchUid`s).
+//! - `scan`: a plain `_id`-ordered read of each collection with `once`'s
+//!   projection and no filter, as a batched cursor and/or as `_id`-range pages;
+//!   reports each and the cheaper. `--docs` limits it to the first documents.
+//! - `once-read` (extra information): the read the way `once` makes it today
+//!   (`_meiliIndex != true` and indexable, sorted by `_id`, in pages), without
+//!   acknowledging — the query shape's cost next to the plain scan's.
+//! - `flag-writes` and `ack-writes` (extra information): the flag of every
+//!   document written by `_id` ranges (the raw write volume of acknowledging
+//!   a full sync), and `once`'s own version-exact acknowledgement statements
+//!   for every unindexed document — writes the limit does not count.
+//! - `unindex`: clears the flag of every k-th flagged document (spread over the
+//!   collection), for the incremental case.
+//! - `cpu`: a snapshot of the busy-time counters, taken around `once`.
+//! - `verify`: whether a run indexed everything; `cleanup`: drops the
+//!   benchmark's databases and indexes (servers given, not started).
 //!
-//! Prints one JSON object on stdout; progress goes to stderr.
+//! Every timed pass reports wall seconds and busy core-seconds (`bench_cpu`):
+//! the machine's (`/proc/stat`) and the watched processes' (`--watch-pid`:
+//! the servers, when local) plus this one's. None of these passes write
+//! MongoDB but `unindex`, `flag-writes` and `ack-writes`. Prints one JSON object on stdout; progress goes to
+//! stderr.
 
+#[path = "bench_cpu.rs"]
+mod bench_cpu;
+
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use clap::{Parser, Subcommand};
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Database;
 use serde_json::{json, Value};
@@ -31,7 +47,9 @@ use meili_reconciler::meili::Meili;
 use meili_reconciler::mongo::{self, Collection, FLAG};
 use meili_reconciler::reconcile::settings;
 
-/// Raw ingest and raw MongoDB pass, for comparing with `meili-reconciler once`.
+use bench_cpu::Spent;
+
+/// Raw passes and helpers for scripts/bench-sync.
 #[derive(Parser, Debug)]
 #[command(name = "meili-bench", version)]
 struct Args {
@@ -53,31 +71,133 @@ struct Args {
     command: Cmd,
 }
 
+/// How busy time is counted.
+#[derive(ClapArgs, Debug, Clone)]
+struct CpuArgs {
+    /// Clock ticks per second of /proc (`getconf CLK_TCK`).
+    #[arg(long, default_value_t = 100)]
+    clock_ticks: u64,
+    /// A process whose CPU time counts as the benchmark's own (the local servers).
+    #[arg(long = "watch-pid")]
+    watch_pids: Vec<u32>,
+}
+
+/// How the plain scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ScanMode {
+    /// One `find` sorted by `_id`, read through a cursor in batches of `--page-docs`.
+    Cursor,
+    /// `find` pages of `--page-docs`, each starting after the last `_id` read.
+    Pages,
+}
+
+impl ScanMode {
+    fn name(self) -> &'static str {
+        match self {
+            ScanMode::Cursor => "cursor",
+            ScanMode::Pages => "pages",
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Measure (a) raw Meilisearch ingest and (b) a raw MongoDB read + acknowledge pass.
-    Raw {
+    /// Time Meilisearch ingesting the unindexed documents, every batch enqueued at once.
+    Ingest {
         /// Database `meili-seed` filled.
         #[arg(long)]
         database: String,
-        /// Prefix of the scratch indexes (a): `<prefix>messages`, `<prefix>convos`.
+        /// Prefix of the indexes: `<prefix>messages`, `<prefix>convos`.
         #[arg(long)]
         index_prefix: String,
-        /// Documents per batch and per page (`sync.batch_docs`).
+        /// Ingest into the indexes as they are (the incremental case) instead
+        /// of fresh ones created before and deleted after.
+        #[arg(long)]
+        existing: bool,
+        /// Documents per batch (`sync.batch_docs`).
         #[arg(long, default_value_t = 10_000)]
         batch_docs: usize,
-        /// Bytes per batch (`sync.batch_bytes`), so (a) cuts batches as `once` does.
+        /// Bytes per batch (`sync.batch_bytes`).
         #[arg(long, default_value_t = 8 * 1024 * 1024)]
         batch_bytes: usize,
+        #[command(flatten)]
+        cpu: CpuArgs,
+    },
+    /// Time a plain `_id`-ordered scan of both collections with the projection.
+    Scan {
+        #[arg(long)]
+        database: String,
+        /// Ways to read, each timed separately (the cheaper is reported as `best`).
+        #[arg(long, value_delimiter = ',', default_value = "cursor,pages")]
+        modes: Vec<ScanMode>,
+        /// Documents per cursor batch or page.
+        #[arg(long, default_value_t = 10_000)]
+        page_docs: usize,
+        /// Read only the first N documents of a collection: `messages=N` (repeatable).
+        #[arg(long = "docs", value_parser = parse_docs_limit)]
+        limits: Vec<(String, u64)>,
+        #[command(flatten)]
+        cpu: CpuArgs,
+    },
+    /// Extra: time reading the unindexed documents the way `once` does today, without acknowledging.
+    OnceRead {
+        #[arg(long)]
+        database: String,
+        #[arg(long, default_value_t = 10_000)]
+        page_docs: usize,
+        #[command(flatten)]
+        cpu: CpuArgs,
+    },
+    /// Extra: time writing the flag of every document, by `_id` ranges of
+    /// `--page-docs` (the write volume of acknowledging a full sync).
+    FlagWrites {
+        #[arg(long)]
+        database: String,
+        /// The value written (`true` on unflagged data, `false` after a sync).
+        #[arg(long, action = clap::ArgAction::Set)]
+        value: bool,
+        #[arg(long, default_value_t = 10_000)]
+        page_docs: usize,
+        #[command(flatten)]
+        cpu: CpuArgs,
+    },
+    /// Extra: time `once`'s own acknowledgement statements for every unindexed
+    /// indexable document (version-exact, one per document), on unflagged data.
+    AckWrites {
+        #[arg(long)]
+        database: String,
+        /// Stop after this many seconds and report the rate so far.
+        #[arg(long, default_value_t = 300)]
+        max_secs: u64,
+        #[command(flatten)]
+        cpu: CpuArgs,
+    },
+    /// Clear the flag of every `--every`-th flagged document of each collection.
+    Unindex {
+        #[arg(long)]
+        database: String,
+        #[arg(long, default_value_t = 100)]
+        every: usize,
+    },
+    /// Print the busy-time counters now (ticks), for timing another process.
+    Cpu {
+        #[arg(long = "watch-pid")]
+        watch_pids: Vec<u32>,
     },
     /// Check that a run indexed everything: per collection, MongoDB's counts
-    /// and the documents in `<prefix>messages` / `<prefix>convos`.
+    /// and the documents in `<prefix>messages` / `<prefix>convos`; and how
+    /// Meilisearch batched the run's document additions.
     Verify {
         #[arg(long)]
         database: String,
         #[arg(long)]
         index_prefix: String,
+        /// Count only the tasks from this uid on (see `next-task`).
+        #[arg(long, default_value_t = 0)]
+        since_task: u64,
     },
+    /// Print the uid the next Meilisearch task will get.
+    NextTask,
     /// Drop the given databases and delete the indexes `<prefix>messages`,
     /// `<prefix>convos` (and their `_reindex` builds) of each prefix.
     Cleanup {
@@ -88,31 +208,104 @@ enum Cmd {
     },
 }
 
+fn parse_docs_limit(raw: &str) -> Result<(String, u64), String> {
+    let (name, count) = raw
+        .split_once('=')
+        .ok_or_else(|| format!("expected COLLECTION=N (e.g. messages=500), got `{raw}`"))?;
+    if !Collection::ALL.iter().any(|c| c.name() == name) {
+        return Err(format!(
+            "unknown collection `{name}`: expected messages or conversations"
+        ));
+    }
+    let count = count
+        .parse()
+        .map_err(|_| format!("`{count}` is not a whole number of documents"))?;
+    Ok((name.to_string(), count))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Cmd::Cpu { watch_pids } = &args.command {
+        println!("{}", bench_cpu::snapshot_json(watch_pids)?);
+        return Ok(());
+    }
     // Errors below never include the URI or the key: they may be secrets.
     let client = mongodb::Client::with_uri_str(&args.mongo_uri)
         .await
         .context("invalid MongoDB connection string")?;
     let meili = Meili::new(&args.meili_host, Some(&args.meili_key))?;
-    match args.command {
-        Cmd::Raw {
+    let report = match args.command {
+        Cmd::Ingest {
             database,
             index_prefix,
+            existing,
             batch_docs,
             batch_bytes,
+            cpu,
         } => {
             let db = client.database(&database);
-            let report = raw(&db, &meili, &index_prefix, batch_docs, batch_bytes).await?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            let batches = Batches {
+                docs: batch_docs,
+                bytes: batch_bytes,
+            };
+            ingest(&db, &meili, &index_prefix, existing, batches, &cpu).await?
         }
+        Cmd::Scan {
+            database,
+            modes,
+            page_docs,
+            limits,
+            cpu,
+        } => {
+            scan(
+                &client.database(&database),
+                &modes,
+                page_docs,
+                &limits,
+                &cpu,
+            )
+            .await?
+        }
+        Cmd::OnceRead {
+            database,
+            page_docs,
+            cpu,
+        } => once_read(&client.database(&database), page_docs, &cpu).await?,
+        Cmd::FlagWrites {
+            database,
+            value,
+            page_docs,
+            cpu,
+        } => flag_writes(&client.database(&database), value, page_docs, &cpu).await?,
+        Cmd::AckWrites {
+            database,
+            max_secs,
+            cpu,
+        } => {
+            let budget = Duration::from_secs(max_secs);
+            ack_writes(&client.database(&database), budget, &cpu).await?
+        }
+        Cmd::Unindex { database, every } => unindex(&client.database(&database), every).await?,
         Cmd::Verify {
             database,
             index_prefix,
+            since_task,
         } => {
-            let report = verify(&client.database(&database), &meili, &index_prefix).await?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            verify(
+                &client.database(&database),
+                &meili,
+                &index_prefix,
+                since_task,
+            )
+            .await?
+        }
+        Cmd::NextTask => {
+            let newest = meili.tasks("limit=1").await?;
+            let next = newest["results"][0]["uid"]
+                .as_u64()
+                .map_or(0, |uid| uid + 1);
+            json!({ "next_task": next })
         }
         Cmd::Cleanup {
             databases,
@@ -126,127 +319,112 @@ async fn main() -> anyhow::Result<()> {
                     .context("drop database")?;
             }
             cleanup_indexes(&meili, &index_prefixes).await?;
+            json!({ "cleaned": true })
         }
-    }
+        Cmd::Cpu { .. } => unreachable!("answered above"),
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }
 
-async fn raw(
+/// Times `pass`, counting busy time as `cpu` says.
+async fn timed<T>(
+    cpu: &CpuArgs,
+    pass: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<(T, Spent)> {
+    let start = bench_cpu::snapshot(&cpu.watch_pids)?;
+    let value = pass.await?;
+    let end = bench_cpu::snapshot(&cpu.watch_pids)?;
+    Ok((value, Spent::between(&start, &end, cpu.clock_ticks)))
+}
+
+// --- ingest ---------------------------------------------------------------------
+
+/// How `once` cuts batches (`sync.batch_docs`, `sync.batch_bytes`).
+#[derive(Clone, Copy)]
+struct Batches {
+    docs: usize,
+    bytes: usize,
+}
+
+/// One collection's prepared batches: `(documents, NDJSON payload)` each.
+struct Prepared {
+    collection: Collection,
+    uid: String,
+    batches: Vec<(usize, Arc<[u8]>)>,
+}
+
+async fn ingest(
     db: &Database,
     meili: &Meili,
     prefix: &str,
-    batch_docs: usize,
-    batch_bytes: usize,
+    existing: bool,
+    cut: Batches,
+    cpu: &CpuArgs,
 ) -> anyhow::Result<Value> {
     let guard = Guard::unfenced();
-    for collection in Collection::ALL {
-        ensure!(
-            flagged(db, collection).await? == 0,
-            "{} has documents flagged {FLAG}: true; the raw passes need freshly seeded data",
-            collection.name()
-        );
-    }
-
     // Untimed: the NDJSON batches `once` would send, built from the same reads.
     let mut prepared = Vec::new();
     for collection in Collection::ALL {
         let t = Instant::now();
-        let batches = ndjson_batches(db, collection, batch_docs, batch_bytes).await?;
+        let batches = ndjson_batches(db, collection, cut).await?;
+        let docs: usize = batches.iter().map(|(n, _)| n).sum();
         eprintln!(
-            "meili-bench: prepared {} batches of {} in {:.1}s",
-            batches.len(),
+            "meili-bench: prepared {docs} {} in {} batches in {:.1}s",
             collection.name(),
+            batches.len(),
             t.elapsed().as_secs_f64()
         );
-        prepared.push((collection, batches));
-    }
-
-    // (a) Meilisearch ingest.
-    let mut ingest = Vec::new();
-    for (collection, batches) in &prepared {
         let uid = format!("{prefix}{}", collection.index_name());
-        let docs: u64 = batches.iter().map(|(n, _)| *n as u64).sum();
-        let bytes: usize = batches.iter().map(|(_, b)| b.len()).sum();
-        let secs = raw_ingest(meili, &uid, *collection, batches, &guard).await?;
-        eprintln!(
-            "meili-bench: (a) ingested {docs} {} in {secs:.2}s",
-            collection.name()
-        );
-        ingest.push(json!({ "collection": collection.name(), "docs": docs,
-            "batches": batches.len(), "bytes": bytes, "secs": secs }));
-        // Free the stand-in's memory before `once` runs on the same server.
-        let task = meili.delete_index(&uid, &guard).await?;
-        meili.wait_ok(task, "delete index", &guard).await?;
-    }
-    drop(prepared);
-
-    // (b) MongoDB read + version-exact acknowledgement (flags stay set: scratch data).
-    let mut pass = Vec::new();
-    for collection in Collection::ALL {
-        let (docs, pages, secs) = raw_mongo_pass(db, collection, batch_docs, &guard).await?;
-        eprintln!(
-            "meili-bench: (b) read and acknowledged {docs} {} in {secs:.2}s",
-            collection.name()
-        );
-        pass.push(
-            json!({ "collection": collection.name(), "docs": docs, "pages": pages, "secs": secs }),
-        );
-    }
-    Ok(json!({ "ingest": ingest, "mongo_pass": pass }))
-}
-
-async fn flagged(db: &Database, collection: Collection) -> anyhow::Result<u64> {
-    Ok(db
-        .collection::<Document>(collection.name())
-        .count_documents(doc! { FLAG: true })
-        .await?)
-}
-
-/// Every unindexed document as `once` shapes it, cut into NDJSON batches by
-/// count and bytes: `(documents, payload)` per batch.
-async fn ndjson_batches(
-    db: &Database,
-    collection: Collection,
-    batch_docs: usize,
-    batch_bytes: usize,
-) -> anyhow::Result<Vec<(usize, Vec<u8>)>> {
-    let mut batches = Vec::new();
-    let (mut count, mut payload) = (0usize, Vec::new());
-    let mut after: Option<Bson> = None;
-    loop {
-        let now = mongo::server_time(db).await?;
-        let page =
-            mongo::read_unindexed_page(db, collection, now, after.as_ref(), batch_docs).await?;
-        after = page.last().and_then(|d| d.get("_id").cloned());
-        for doc in &page {
-            let mut line = serde_json::to_vec(&mongo::to_meili(collection, doc))?;
-            line.push(b'\n');
-            if count > 0 && (count >= batch_docs || payload.len() + line.len() > batch_bytes) {
-                batches.push((count, std::mem::take(&mut payload)));
-                count = 0;
-            }
-            payload.extend_from_slice(&line);
-            count += 1;
+        if existing {
+            ensure!(
+                meili.index(&uid).await?.is_some(),
+                "index {uid} does not exist: ingest --existing goes into the indexes `once` built"
+            );
+        } else {
+            fresh_index(meili, &uid, collection, &guard).await?;
         }
-        if page.len() < batch_docs {
-            break;
+        prepared.push(Prepared {
+            collection,
+            uid,
+            batches,
+        });
+    }
+
+    let (tasks, spent) = timed(cpu, enqueue_all_and_wait(meili, &prepared, &guard)).await?;
+    eprintln!(
+        "meili-bench: ingest took {:.2}s ({:.1} busy core-s)",
+        spent.secs, spent.busy_cpu_s
+    );
+
+    let mut per_collection = Vec::new();
+    for (prepared, uids) in prepared.iter().zip(&tasks) {
+        let batch_uids = batch_uids(meili, uids).await?;
+        per_collection.push(json!({
+            "collection": prepared.collection.name(),
+            "docs": prepared.batches.iter().map(|(n, _)| n).sum::<usize>(),
+            "tasks": uids.len(),
+            "bytes": prepared.batches.iter().map(|(_, b)| b.len()).sum::<usize>(),
+            "meili_batches": batch_uids.len(),
+        }));
+        if !existing {
+            // Free the stand-in's memory before `once` runs on the same server.
+            let task = meili.delete_index(&prepared.uid, &guard).await?;
+            meili.wait_ok(task, "delete index", &guard).await?;
         }
     }
-    if count > 0 {
-        batches.push((count, payload));
-    }
-    Ok(batches)
+    let mut report = spent.to_json();
+    report["collections"] = Value::Array(per_collection);
+    Ok(report)
 }
 
-/// (a): a fresh index with the desired settings (not timed), then every
-/// batch enqueued at once and the time until the last task ended.
-async fn raw_ingest(
+/// A fresh index with the settings `once` gives it (not timed).
+async fn fresh_index(
     meili: &Meili,
     uid: &str,
     collection: Collection,
-    batches: &[(usize, Vec<u8>)],
     guard: &Guard,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<()> {
     if meili.index(uid).await?.is_some() {
         let task = meili.delete_index(uid, guard).await?;
         meili.wait_ok(task, "delete index", guard).await?;
@@ -258,86 +436,510 @@ async fn raw_ingest(
     let desired = Value::Object(settings::desired(&["user".to_string()]));
     let task = meili.patch_settings(uid, &desired, guard).await?;
     meili.wait_ok(task, "update settings", guard).await?;
-
-    let payloads: Vec<Arc<[u8]>> = batches.iter().map(|(_, b)| Arc::from(&b[..])).collect();
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for payload in payloads {
-        tasks.push(meili.add_documents_ndjson(uid, payload, guard).await?);
-    }
-    let Some(&last) = tasks.last() else {
-        return Ok(0.0);
-    };
-    // Tasks of one index run in order: the last one ending ends the ingest.
-    // Polled every 5 ms so the measurement does not overshoot.
-    loop {
-        let answer = meili.tasks(&format!("uids={last}")).await?;
-        match answer["results"][0]["status"].as_str() {
-            Some("succeeded") => break,
-            Some("failed") | Some("canceled") => bail!("task {last} failed: {answer}"),
-            _ => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let uids: Vec<String> = tasks.iter().map(u64::to_string).collect();
-    let answer = meili
-        .tasks(&format!("uids={}&limit={}", uids.join(","), tasks.len()))
-        .await?;
-    let results = answer["results"].as_array().cloned().unwrap_or_default();
-    ensure!(
-        results.len() == tasks.len() && results.iter().all(|t| t["status"] == "succeeded"),
-        "not every ingest task succeeded"
-    );
-    Ok(secs)
+    Ok(())
 }
 
-/// (b): pages of unindexed documents by `_id` (the clock read, the read and
-/// the projection `once` uses), each acknowledged with `once`'s own
-/// version-exact statements. Returns (documents, pages, seconds).
-async fn raw_mongo_pass(
+/// Every unindexed document as `once` shapes it, cut into NDJSON batches by
+/// count and bytes. Read through one cursor (the filter and order of `once`'s
+/// pages), which on some servers is far cheaper than pages.
+async fn ndjson_batches(
     db: &Database,
     collection: Collection,
-    page_size: usize,
+    cut: Batches,
+) -> anyhow::Result<Vec<(usize, Arc<[u8]>)>> {
+    let now = mongo::server_time(db).await?;
+    let mut cursor = db
+        .collection::<Document>(collection.name())
+        .find(mongo::unindexed_filter(collection, now))
+        .sort(doc! { "_id": 1 })
+        .projection(projection(collection))
+        .batch_size(cut.docs as u32)
+        .await
+        .context("reading the unindexed documents")?;
+    let mut batches = Vec::new();
+    let (mut count, mut payload) = (0usize, Vec::new());
+    while let Some(doc) = cursor
+        .try_next()
+        .await
+        .context("reading the unindexed documents")?
+    {
+        let mut line = serde_json::to_vec(&mongo::to_meili(collection, &doc))?;
+        line.push(b'\n');
+        if count > 0 && (count >= cut.docs || payload.len() + line.len() > cut.bytes) {
+            batches.push((count, Arc::from(std::mem::take(&mut payload))));
+            count = 0;
+        }
+        payload.extend_from_slice(&line);
+        count += 1;
+    }
+    if count > 0 {
+        batches.push((count, Arc::from(payload)));
+    }
+    Ok(batches)
+}
+
+/// Enqueues every batch of every collection, then waits until all tasks
+/// ended; the task uids per collection.
+async fn enqueue_all_and_wait(
+    meili: &Meili,
+    prepared: &[Prepared],
     guard: &Guard,
-) -> anyhow::Result<(u64, u64, f64)> {
-    let started = Instant::now();
-    let (mut docs, mut pages) = (0u64, 0u64);
+) -> anyhow::Result<Vec<Vec<u64>>> {
+    let mut tasks = Vec::new();
+    for p in prepared {
+        let mut uids = Vec::new();
+        for (_, payload) in &p.batches {
+            uids.push(
+                meili
+                    .add_documents_ndjson(&p.uid, payload.clone(), guard)
+                    .await?,
+            );
+        }
+        tasks.push(uids);
+    }
+    // Tasks of one index end in order: the last of each ending ends the ingest.
+    // Polled every 5 ms so the measurement does not overshoot.
+    let lasts: Vec<String> = tasks
+        .iter()
+        .filter_map(|uids| uids.last())
+        .map(u64::to_string)
+        .collect();
+    if lasts.is_empty() {
+        return Ok(tasks);
+    }
+    let query = format!("uids={}&limit={}", lasts.join(","), lasts.len());
+    loop {
+        let answer = meili.tasks(&query).await?;
+        let results = answer["results"].as_array().cloned().unwrap_or_default();
+        if let Some(failed) = results
+            .iter()
+            .find(|t| t["status"] == "failed" || t["status"] == "canceled")
+        {
+            bail!("ingest task failed: {failed}");
+        }
+        if results.len() == lasts.len() && results.iter().all(|t| t["status"] == "succeeded") {
+            return Ok(tasks);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The distinct batches that processed `uids`, checking every task succeeded.
+async fn batch_uids(meili: &Meili, uids: &[u64]) -> anyhow::Result<BTreeSet<u64>> {
+    let mut batches = BTreeSet::new();
+    for chunk in uids.chunks(100) {
+        let list: Vec<String> = chunk.iter().map(u64::to_string).collect();
+        let answer = meili
+            .tasks(&format!("uids={}&limit={}", list.join(","), chunk.len()))
+            .await?;
+        let results = answer["results"].as_array().cloned().unwrap_or_default();
+        ensure!(
+            results.len() == chunk.len() && results.iter().all(|t| t["status"] == "succeeded"),
+            "not every ingest task succeeded"
+        );
+        batches.extend(results.iter().filter_map(|t| t["batchUid"].as_u64()));
+    }
+    Ok(batches)
+}
+
+// --- scans ----------------------------------------------------------------------
+
+/// What `once` reads of a document (`mongo`'s read projection, which the
+/// library keeps private: the sent fields, the version and the flag) plus
+/// the fields its indexability predicate needs, so a plain scan reads what a
+/// reader filtering as it goes would.
+fn projection(collection: Collection) -> Document {
+    let mut projection = doc! { "_id": 1, mongo::VERSION_FIELD: 1, FLAG: 1 };
+    for field in collection
+        .fields()
+        .iter()
+        .chain(&mongo::INDEXABILITY_FIELDS)
+    {
+        projection.insert(*field, 1);
+    }
+    if collection == Collection::Messages {
+        projection.insert("content.type", 1);
+        projection.insert("content.text", 1);
+    }
+    projection
+}
+
+async fn scan(
+    db: &Database,
+    modes: &[ScanMode],
+    page_docs: usize,
+    limits: &[(String, u64)],
+    cpu: &CpuArgs,
+) -> anyhow::Result<Value> {
+    ensure!(!modes.is_empty(), "--modes names no way to scan");
+    let limit_of = |collection: Collection| {
+        limits
+            .iter()
+            .rev()
+            .find(|(name, _)| name == collection.name())
+            .map(|(_, n)| *n)
+    };
+    let mut passes: Vec<Value> = Vec::new();
+    let mut best: Option<Value> = None;
+    for &mode in modes {
+        // A way to read that is already twice as slow as the best one is not
+        // the cheaper one: stop it there (pages can be quadratic on some servers).
+        let give_up = best
+            .as_ref()
+            .and_then(|best| best["secs"].as_f64())
+            .map(|secs| Instant::now() + Duration::from_secs_f64(ABANDON_FACTOR * secs));
+        let measured = timed(cpu, async {
+            let mut docs = Vec::new();
+            for collection in Collection::ALL {
+                let limit = limit_of(collection);
+                let read = match mode {
+                    ScanMode::Cursor => {
+                        scan_cursor(db, collection, page_docs, limit, give_up).await?
+                    }
+                    ScanMode::Pages => {
+                        scan_pages(db, collection, page_docs, limit, give_up).await?
+                    }
+                };
+                let Some(read) = read else {
+                    return Ok(None);
+                };
+                docs.push(json!({ "collection": collection.name(), "docs": read }));
+            }
+            Ok(Some(docs))
+        })
+        .await;
+        // A way that fails once another succeeded is reported, not fatal.
+        let (docs, spent) = match measured {
+            Ok(measured) => measured,
+            Err(error) if best.is_some() => {
+                eprintln!("meili-bench: scan ({}) failed: {error:#}", mode.name());
+                passes.push(json!({ "mode": mode.name(), "error": format!("{error:#}") }));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let mut pass = spent.to_json();
+        pass["mode"] = json!(mode.name());
+        let Some(docs) = docs else {
+            eprintln!(
+                "meili-bench: scan ({}) abandoned after {:.2}s, over {ABANDON_FACTOR} × the cheaper way",
+                mode.name(),
+                spent.secs
+            );
+            pass["abandoned"] = json!(true);
+            passes.push(pass);
+            continue;
+        };
+        eprintln!(
+            "meili-bench: scan ({}) took {:.2}s ({:.1} busy core-s)",
+            mode.name(),
+            spent.secs,
+            spent.busy_cpu_s
+        );
+        pass["collections"] = Value::Array(docs);
+        let cheaper = best
+            .as_ref()
+            .is_none_or(|best| spent.secs < best["secs"].as_f64().unwrap_or(f64::MAX));
+        if cheaper {
+            best = Some(pass.clone());
+        }
+        passes.push(pass);
+    }
+    Ok(json!({ "passes": passes, "best": best }))
+}
+
+/// How much slower than the cheapest way so far a scan may get before it is stopped.
+const ABANDON_FACTOR: f64 = 2.0;
+
+/// The least time a page is given before the give-up time stops it.
+const MIN_PAGE_TIME: Duration = Duration::from_millis(100);
+
+fn past(give_up: Option<Instant>) -> bool {
+    give_up.is_some_and(|at| Instant::now() > at)
+}
+
+/// Documents read, or `None` if stopped at `give_up`.
+async fn scan_cursor(
+    db: &Database,
+    collection: Collection,
+    batch: usize,
+    limit: Option<u64>,
+    give_up: Option<Instant>,
+) -> anyhow::Result<Option<u64>> {
+    if limit == Some(0) {
+        return Ok(Some(0));
+    }
+    let handle = db.collection::<Document>(collection.name());
+    // No limit: 0, as the server reads it.
+    let mut cursor = handle
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .projection(projection(collection))
+        .batch_size(batch as u32)
+        .limit(limit.map_or(0, |limit| limit as i64))
+        .await
+        .context("scan")?;
+    let mut read = 0u64;
+    while cursor.try_next().await.context("scan")?.is_some() {
+        read += 1;
+        if read.is_multiple_of(batch as u64) && past(give_up) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(read))
+}
+
+/// Documents read, or `None` if stopped at `give_up`.
+async fn scan_pages(
+    db: &Database,
+    collection: Collection,
+    page: usize,
+    limit: Option<u64>,
+    give_up: Option<Instant>,
+) -> anyhow::Result<Option<u64>> {
+    let handle = db.collection::<Document>(collection.name());
+    let mut read = 0u64;
     let mut after: Option<Bson> = None;
     loop {
-        let read_time = mongo::server_time(db).await?;
-        let page = mongo::read_unindexed_page(db, collection, read_time, after.as_ref(), page_size)
-            .await?;
-        let Some(last) = page.last() else {
+        let wanted = limit.map_or(page as u64, |limit| (limit - read).min(page as u64));
+        if wanted == 0 {
             break;
-        };
-        let last = last.get("_id").unwrap();
-        let versions: Vec<mongo::DocVersion> = page.iter().map(mongo::DocVersion::of).collect();
-        let mut acked = 0;
-        for chunk in versions.chunks(mongo::STATEMENTS_PER_COMMAND) {
-            let now = mongo::server_time(db).await?;
-            acked += mongo::set_flags_if_unchanged(db, collection, chunk, now, guard)
-                .await?
-                .matched;
         }
-        ensure!(
-            acked == page.len() as u64,
-            "acknowledged {acked} of a page of {}",
-            page.len()
-        );
-        docs += acked;
-        pages += 1;
-        after = Some(last.clone());
-        if page.len() < page_size {
+        if past(give_up) {
+            return Ok(None);
+        }
+        let filter = match &after {
+            Some(after) => doc! { "_id": { "$gt": after.clone() } },
+            None => doc! {},
+        };
+        let mut find = handle
+            .find(filter)
+            .sort(doc! { "_id": 1 })
+            .limit(wanted as i64)
+            .projection(projection(collection));
+        if let Some(at) = give_up {
+            // The server stops a page that would run past the give-up time.
+            let left = at.saturating_duration_since(Instant::now());
+            find = find.max_time(left.max(MIN_PAGE_TIME));
+        }
+        let page: Result<Vec<Document>, _> = match find.await {
+            Ok(cursor) => cursor.try_collect().await,
+            Err(error) => Err(error),
+        };
+        let docs = match page {
+            Ok(docs) => docs,
+            Err(_) if past(give_up) => return Ok(None),
+            Err(error) => return Err(error).context("scan page"),
+        };
+        read += docs.len() as u64;
+        after = docs.last().and_then(|d| d.get("_id").cloned());
+        if (docs.len() as u64) < wanted {
             break;
         }
     }
-    Ok((docs, pages, started.elapsed().as_secs_f64()))
+    Ok(Some(read))
 }
+
+/// Extra: the unindexed documents read the way `once` reads them, no acknowledgement.
+async fn once_read(db: &Database, page_docs: usize, cpu: &CpuArgs) -> anyhow::Result<Value> {
+    let (docs, spent) = timed(cpu, async {
+        let mut docs = Vec::new();
+        for collection in Collection::ALL {
+            let (mut read, mut pages) = (0u64, 0u64);
+            let mut after: Option<Bson> = None;
+            loop {
+                let now = mongo::server_time(db).await?;
+                let page =
+                    mongo::read_unindexed_page(db, collection, now, after.as_ref(), page_docs)
+                        .await?;
+                read += page.len() as u64;
+                pages += 1;
+                after = page.last().and_then(|d| d.get("_id").cloned());
+                if page.len() < page_docs {
+                    break;
+                }
+            }
+            docs.push(json!({ "collection": collection.name(), "docs": read, "pages": pages }));
+        }
+        Ok(docs)
+    })
+    .await?;
+    eprintln!(
+        "meili-bench: once-style read took {:.2}s ({:.1} busy core-s)",
+        spent.secs, spent.busy_cpu_s
+    );
+    let mut report = spent.to_json();
+    report["collections"] = Value::Array(docs);
+    Ok(report)
+}
+
+/// Extra: `value` written into every document's flag, one `update_many` per
+/// `_id` range of `page_docs` (ranges found before the clock starts).
+async fn flag_writes(
+    db: &Database,
+    value: bool,
+    page_docs: usize,
+    cpu: &CpuArgs,
+) -> anyhow::Result<Value> {
+    ensure!(page_docs >= 1, "--page-docs must be at least 1");
+    let mut ranges = Vec::new();
+    for collection in Collection::ALL {
+        let mut cursor = db
+            .collection::<Document>(collection.name())
+            .find(doc! {})
+            .sort(doc! { "_id": 1 })
+            .projection(doc! { "_id": 1 })
+            .batch_size(page_docs as u32)
+            .await
+            .context("reading ids")?;
+        let (mut first, mut last, mut count) = (None, None, 0usize);
+        while let Some(doc) = cursor.try_next().await.context("reading ids")? {
+            let id = doc.get("_id").cloned().context("a document without _id")?;
+            first.get_or_insert_with(|| id.clone());
+            last = Some(id);
+            count += 1;
+            if count == page_docs {
+                ranges.push((collection, first.take().unwrap(), last.take().unwrap()));
+                count = 0;
+            }
+        }
+        if let (Some(first), Some(last)) = (first, last) {
+            ranges.push((collection, first, last));
+        }
+    }
+    let (written, spent) = timed(cpu, async {
+        let mut written = 0u64;
+        for (collection, first, last) in &ranges {
+            let result = db
+                .collection::<Document>(collection.name())
+                .update_many(
+                    doc! { "_id": { "$gte": first.clone(), "$lte": last.clone() } },
+                    doc! { "$set": { FLAG: value } },
+                )
+                .await
+                .context("writing flags")?;
+            written += result.matched_count;
+        }
+        Ok(written)
+    })
+    .await?;
+    eprintln!(
+        "meili-bench: wrote the flag of {written} documents in {} ranges in {:.2}s",
+        ranges.len(),
+        spent.secs
+    );
+    let mut report = spent.to_json();
+    report["docs"] = json!(written);
+    report["ranges"] = json!(ranges.len());
+    Ok(report)
+}
+
+/// Extra: the versions of every unindexed indexable document (read before
+/// the clock starts), then `mongo::set_flags_if_unchanged` over them in
+/// commands of `mongo::STATEMENTS_PER_COMMAND`, with a server-time read per
+/// command as `once` makes it; stops after `budget`.
+async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::Result<Value> {
+    let guard = Guard::unfenced();
+    let mut versions = Vec::new();
+    for collection in Collection::ALL {
+        let now = mongo::server_time(db).await?;
+        let docs: Vec<Document> = db
+            .collection::<Document>(collection.name())
+            .find(mongo::unindexed_filter(collection, now))
+            .sort(doc! { "_id": 1 })
+            .projection(doc! { "_id": 1, mongo::VERSION_FIELD: 1 })
+            .await
+            .context("reading versions")?
+            .try_collect()
+            .await
+            .context("reading versions")?;
+        versions.push((
+            collection,
+            docs.iter().map(mongo::DocVersion::of).collect::<Vec<_>>(),
+        ));
+    }
+    let total: usize = versions.iter().map(|(_, v)| v.len()).sum();
+    let (matched, spent) = timed(cpu, async {
+        let stop_at = Instant::now() + budget;
+        let mut matched = 0u64;
+        for (collection, versions) in &versions {
+            for chunk in versions.chunks(mongo::STATEMENTS_PER_COMMAND) {
+                if Instant::now() > stop_at {
+                    return Ok(matched);
+                }
+                let now = mongo::server_time(db).await?;
+                matched += mongo::set_flags_if_unchanged(db, *collection, chunk, now, &guard)
+                    .await?
+                    .matched;
+            }
+        }
+        Ok(matched)
+    })
+    .await?;
+    eprintln!(
+        "meili-bench: once's acknowledgement statements: {matched} of {total} documents in {:.2}s",
+        spent.secs
+    );
+    let mut report = spent.to_json();
+    report["docs"] = json!(matched);
+    report["of"] = json!(total);
+    Ok(report)
+}
+
+// --- incremental case -------------------------------------------------------------
+
+/// Clears the flag of every `every`-th flagged document (by `_id`, starting
+/// half-way into the first stride), one `_id` update each: the incremental
+/// case's unindexed documents, spread over the collection.
+async fn unindex(db: &Database, every: usize) -> anyhow::Result<Value> {
+    ensure!(every >= 1, "--every must be at least 1");
+    let started = Instant::now();
+    let mut per_collection = Vec::new();
+    for collection in Collection::ALL {
+        let handle = db.collection::<Document>(collection.name());
+        let mut cursor = handle
+            .find(doc! { FLAG: true })
+            .sort(doc! { "_id": 1 })
+            .projection(doc! { "_id": 1 })
+            .batch_size(10_000)
+            .await
+            .context("reading flagged ids")?;
+        let mut chosen = Vec::new();
+        let mut position = 0usize;
+        while let Some(doc) = cursor.try_next().await.context("reading flagged ids")? {
+            if position % every == every / 2 {
+                chosen.push(doc.get("_id").cloned().context("a document without _id")?);
+            }
+            position += 1;
+        }
+        for id in &chosen {
+            handle
+                .update_one(doc! { "_id": id.clone() }, doc! { "$set": { FLAG: false } })
+                .await
+                .context("clearing a flag")?;
+        }
+        eprintln!(
+            "meili-bench: cleared the flag of {} of {position} flagged {}",
+            chosen.len(),
+            collection.name()
+        );
+        per_collection.push(json!({ "collection": collection.name(),
+            "flagged": position, "unindexed": chosen.len() }));
+    }
+    Ok(json!({ "secs": started.elapsed().as_secs_f64(), "collections": per_collection }))
+}
+
+// --- checks ---------------------------------------------------------------------
 
 /// Per collection: indexable / unindexed in MongoDB and documents in the
 /// index; `complete` when nothing is left unindexed and the index holds
 /// every indexable document.
-async fn verify(db: &Database, meili: &Meili, prefix: &str) -> anyhow::Result<Value> {
+async fn verify(
+    db: &Database,
+    meili: &Meili,
+    prefix: &str,
+    since_task: u64,
+) -> anyhow::Result<Value> {
     let now = mongo::server_time(db).await?;
     let mut complete = true;
     let mut per_collection = Vec::new();
@@ -349,10 +951,39 @@ async fn verify(db: &Database, meili: &Meili, prefix: &str) -> anyhow::Result<Va
             None => 0,
         };
         complete &= counts.unindexed == 0 && in_meili == counts.indexable;
+        let (tasks, batches) = addition_batches(meili, &uid, since_task).await?;
         per_collection.push(json!({ "collection": collection.name(),
-            "indexable": counts.indexable, "unindexed": counts.unindexed, "in_meili": in_meili }));
+            "indexable": counts.indexable, "unindexed": counts.unindexed, "in_meili": in_meili,
+            "addition_tasks": tasks, "meili_batches": batches }));
     }
     Ok(json!({ "complete": complete, "collections": per_collection }))
+}
+
+/// Document-addition tasks of index `uid` from task `since` on, and the
+/// distinct batches that processed them.
+async fn addition_batches(meili: &Meili, uid: &str, since: u64) -> anyhow::Result<(u64, usize)> {
+    let mut batches = BTreeSet::new();
+    let mut tasks = 0;
+    let mut from: Option<u64> = None;
+    loop {
+        let mut query = format!("indexUids={uid}&types=documentAdditionOrUpdate&limit=1000");
+        if let Some(from) = from {
+            query.push_str(&format!("&from={from}"));
+        }
+        let answer = meili.tasks(&query).await?;
+        // Newest first: stop at the first task older than `since`.
+        for task in answer["results"].as_array().into_iter().flatten() {
+            if task["uid"].as_u64().unwrap_or(0) < since {
+                return Ok((tasks, batches.len()));
+            }
+            tasks += 1;
+            batches.extend(task["batchUid"].as_u64());
+        }
+        match answer["next"].as_u64() {
+            Some(next) => from = Some(next),
+            None => return Ok((tasks, batches.len())),
+        }
+    }
 }
 
 async fn cleanup_indexes(meili: &Meili, prefixes: &[String]) -> anyhow::Result<()> {

@@ -35,6 +35,9 @@ struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Print progress on stderr about every 5 s.
+    #[arg(long)]
+    progress: bool,
 }
 
 #[tokio::main]
@@ -60,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         messages: args.messages,
         conversations: args.conversations,
         seed: args.seed,
+        progress: args.progress,
         ..Default::default()
     };
     let report = seeder::seed(&db, &spec).await?;

@@ -51,6 +51,8 @@ pub struct SeedSpec {
     pub now: DateTime,
     /// Documents per `insert_many` (unordered).
     pub chunk_size: usize,
+    /// Print progress on stderr (about every 5 s), for long seedings.
+    pub progress: bool,
 
     // Both collections.
     /// No `user` field (never indexable: search filters by user).
@@ -99,6 +101,7 @@ impl Default for SeedSpec {
             users: 20,
             now: DateTime::now(),
             chunk_size: 5_000,
+            progress: false,
             missing_user: 0.02,
             temporary_true: 0.05,
             temporary_absent: 0.10,
@@ -202,19 +205,62 @@ pub async fn seed(db: &Database, spec: &SeedSpec) -> anyhow::Result<SeedReport> 
     let mut message_counts = CollectionCounts::default();
     let mut generator = MessageGenerator::new(spec, &threads);
     let mut inserter = ChunkInserter::new(messages.clone(), "messages");
+    let mut progress = Progress::new(spec.progress);
     while let Some(chunk) = generator.next_chunk(spec.chunk_size, &mut message_counts) {
         inserter.push(chunk).await?;
+        progress.inserted(message_counts.total, spec.messages);
     }
     inserter.finish().await?;
+    progress.say(format_args!(
+        "inserted {} conversations and {} messages; building indexes",
+        spec.conversations, spec.messages
+    ));
     // Built after the bulk insert: about a third cheaper on secantusdb than
     // maintaining them per insert (the generated ids are unique anyway).
     create_indexes(&messages, &conversations).await?;
+    progress.say(format_args!("indexes built"));
 
     Ok(SeedReport {
         messages: message_counts,
         conversations: convo_counts,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
+}
+
+/// Progress lines on stderr, at most one every [`Progress::EVERY`].
+struct Progress {
+    enabled: bool,
+    started: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_secs(5);
+
+    fn new(enabled: bool) -> Self {
+        let now = Instant::now();
+        Progress {
+            enabled,
+            started: now,
+            last: now,
+        }
+    }
+
+    fn say(&mut self, what: std::fmt::Arguments<'_>) {
+        if self.enabled {
+            eprintln!(
+                "meili-seed: {what} ({:.1}s)",
+                self.started.elapsed().as_secs_f64()
+            );
+            self.last = Instant::now();
+        }
+    }
+
+    fn inserted(&mut self, done: usize, total: usize) {
+        if self.enabled && self.last.elapsed() >= Self::EVERY {
+            self.say(format_args!("{done}/{total} messages sent"));
+        }
+    }
 }
 
 fn validate(spec: &SeedSpec) -> anyhow::Result<()> {

@@ -173,6 +173,17 @@ impl Knobs {
         .await
     }
 
+    /// Changes the benchmark model's settings (`POST /_standin/model`); the settings now.
+    pub async fn set_model(&self, settings: Value) -> Value {
+        self.call(reqwest::Method::POST, "model", Some(settings))
+            .await
+    }
+
+    /// The benchmark model's settings (`GET /_standin/model`).
+    pub async fn model(&self) -> Value {
+        self.call(reqwest::Method::GET, "model", None).await
+    }
+
     /// The next `count` tasks processed fail with this error.
     pub async fn fail_next_tasks(
         &self,

@@ -314,9 +314,12 @@ pub fn apply_swaps(store: &mut Store, swaps: &[Swap]) -> Result<(), ErrorBody> {
             renamed.insert(swap.second.clone(), swap.first.clone());
         }
     }
-    // Earlier tasks now name the index by its new uid; later ones keep the uid they were sent to.
-    let processed = store.next_to_process;
-    for task in &mut store.tasks[..processed] {
+    // Finished tasks now name the index by its new uid; later ones keep the uid they were sent to.
+    let finished = store
+        .tasks
+        .iter_mut()
+        .filter(|task| task.status.is_finished());
+    for task in finished {
         if let Some(new_uid) = task.index_uid.as_ref().and_then(|uid| renamed.get(uid)) {
             task.index_uid = Some(new_uid.clone());
         }

@@ -5,13 +5,15 @@
 //! |---|---|---|
 //! | `POST /_standin/latency` | `{"taskMs": N, "perDocumentUs": M}` (both optional) | every task then spends `N` ms processing, plus `M` µs per document of an addition (start-up default of `M`: `--per-document-cost-us`, 0) |
 //! | `GET /_standin/latency` | | the current values |
+//! | `POST /_standin/model` | `{"enabled": true, "fixedMs": F, "perIndexedDocUs": I, "perBatchDocUs": D, "scale": S, "maxTasks": T, "maxDocs": N}` (all optional) | the benchmark model of Meilisearch's indexing cost and auto-batching ([`crate::model`]; start-up default: `--model-meilisearch`, `--model-scale`) |
+//! | `GET /_standin/model` | | the current model settings |
 //! | `POST /_standin/fail-next-tasks` | `{"count": N, "code": "...", "message": "...", "type": "..."}` | the next `N` tasks processed fail with that error object (defaults: `internal` / `Injected failure` / `internal`), leaving documents untouched |
 //! | `POST /_standin/outage` | `{"mode": "refuse", "ms": N}` | closes the listening socket and every open connection (so new connections are refused) and binds the same port again after `N` ms; answers once connections are refused |
 //! | `POST /_standin/outage` | `{"mode": "unavailable", "ms": N}` | every route but `/_standin/*` answers `503` with a Meilisearch-shaped error for `N` ms |
 //! | `POST /_standin/outage` | `{"mode": "none"}` | ends an `unavailable` outage early |
 //! | `GET /_standin/requests` | | the request log: JSON array of `{method, path, query, status, startedAt, finishedAt, bodyBytes}` (RFC 3339 times; `/_standin/*` requests are not logged) |
 //! | `DELETE /_standin/requests` | | empties the request log |
-//! | `POST /_standin/reset` | | drops every index and task (uids restart at 0), the request log and all knobs |
+//! | `POST /_standin/reset` | | drops every index, task and batch (uids restart at 0), the request log and all knobs (the model returns to its start-up settings) |
 //!
 //! Every knob answers `200` with a JSON object describing what it set.
 
@@ -31,6 +33,7 @@ use tokio::sync::Notify;
 
 use crate::body::JsonBody;
 use crate::errors::{ApiError, ErrorBody};
+use crate::model::Model;
 use crate::state::AppState;
 
 /// A pending injected failure.
@@ -51,6 +54,9 @@ pub struct Knobs {
     refusal_ms: AtomicU64,
     /// Where the server listens, to check a refusal took effect.
     bound_addr: Mutex<Option<SocketAddr>>,
+    model: Mutex<Model>,
+    /// What `/_standin/reset` returns the model to.
+    startup_model: Mutex<Model>,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -65,6 +71,27 @@ impl Knobs {
         Duration::from_millis(self.task_latency_ms.load(Ordering::Relaxed))
             + Duration::from_micros(self.per_document_cost_us.load(Ordering::Relaxed))
                 * documents as u32
+    }
+
+    /// The Meilisearch cost model's current settings.
+    pub fn model(&self) -> Model {
+        *locked(&self.model)
+    }
+
+    /// Changes the model atomically (`change` sees the current settings).
+    pub fn update_model<E>(
+        &self,
+        change: impl FnOnce(Model) -> Result<Model, E>,
+    ) -> Result<Model, E> {
+        let mut model = locked(&self.model);
+        *model = change(*model)?;
+        Ok(*model)
+    }
+
+    /// The model's settings at start-up, restored by `/_standin/reset`.
+    pub fn set_startup_model(&self, model: Model) {
+        *locked(&self.startup_model) = model;
+        *locked(&self.model) = model;
     }
 
     pub fn set_per_document_cost_us(&self, micros: u64) {
@@ -100,6 +127,7 @@ impl Knobs {
         self.per_document_cost_us.store(0, Ordering::Relaxed);
         *locked(&self.injected) = None;
         *locked(&self.unavailable_until) = None;
+        *locked(&self.model) = *locked(&self.startup_model);
     }
 }
 
@@ -256,6 +284,7 @@ pub async fn reset(State(state): State<AppState>) -> Json<Value> {
         store.indexes.clear();
         store.tasks.clear();
         store.next_to_process = 0;
+        store.next_batch_uid = 0;
         store.epoch += 1;
         store.last_update = None;
     }

@@ -9,9 +9,11 @@
 //! `tests/meili_contract.rs`, which passes against both this and a real server.
 //!
 //! Usage: `meili-standin --listen 127.0.0.1:7700 --master-key KEY
-//! [--payload-limit-bytes N] [--per-document-cost-us N]`.
+//! [--payload-limit-bytes N] [--per-document-cost-us N]
+//! [--model-meilisearch [--model-scale S]]`.
 
 mod auth;
+mod autobatch;
 mod body;
 mod clock;
 mod documents;
@@ -21,6 +23,7 @@ mod index;
 mod indexes;
 mod ingest;
 mod knobs;
+mod model;
 mod request_log;
 mod routes;
 mod search;
@@ -53,6 +56,23 @@ struct Args {
     /// Simulated processing cost per document of an addition task, in microseconds.
     #[arg(long, default_value_t = 0)]
     per_document_cost_us: u64,
+    /// Benchmark mode: auto-batch document tasks as Meilisearch does and make
+    /// each batch take the time Meilisearch would (see `model.rs`; tune it
+    /// with `POST /_standin/model`).
+    #[arg(long)]
+    model_meilisearch: bool,
+    /// Multiplies every modelled cost (e.g. 0.1 for a quick run).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_scale)]
+    model_scale: f64,
+}
+
+fn parse_scale(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(scale) if scale.is_finite() && scale >= 0.0 => Ok(scale),
+        _ => Err(format!(
+            "expected a finite number ≥ 0 (e.g. 0.1), got `{raw}`"
+        )),
+    }
 }
 
 #[tokio::main]
@@ -65,6 +85,11 @@ async fn main() {
     state
         .knobs
         .set_per_document_cost_us(args.per_document_cost_us);
+    state.knobs.set_startup_model(model::Model {
+        enabled: args.model_meilisearch,
+        scale: args.model_scale,
+        ..model::Model::default()
+    });
     tokio::spawn(worker::run(state.clone()));
     if let Err(error) = server::serve(args.listen, state).await {
         eprintln!("meili-standin: {error}");

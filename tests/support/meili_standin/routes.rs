@@ -8,7 +8,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use crate::state::AppState;
-use crate::{auth, documents, indexes, knobs, request_log, search, settings, tasks};
+use crate::{auth, documents, indexes, knobs, model, request_log, search, settings, tasks};
 
 async fn health() -> Json<Value> {
     Json(json!({ "status": "available" }))
@@ -85,6 +85,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/_standin/latency",
             get(knobs::get_latency).post(knobs::set_latency),
+        )
+        .route(
+            "/_standin/model",
+            get(model::get_model).post(model::set_model),
         )
         .route("/_standin/fail-next-tasks", post(knobs::fail_next_tasks))
         .route("/_standin/outage", post(knobs::outage))

@@ -26,8 +26,13 @@ pub struct Config {
 pub struct Store {
     pub indexes: BTreeMap<String, Index>,
     pub tasks: Vec<Task>,
-    /// Uid of the next task the worker will process; all before it are finished.
+    /// Uid of the oldest task not finished; all before it are. Tasks are
+    /// processed in uid order, except that the benchmark model's batches
+    /// (like Meilisearch's) take later tasks of their index past tasks of
+    /// other indexes, which then finish after them.
     pub next_to_process: usize,
+    /// Uid of the next batch (every processing step is one batch).
+    pub next_batch_uid: u32,
     /// Bumped by `/_standin/reset` so a task in flight does not write into a wiped store.
     pub epoch: u64,
     /// When a task last finished successfully (`lastUpdate` of `GET /stats`).
@@ -39,7 +44,7 @@ impl Store {
     pub fn is_indexing(&self, uid: &str) -> bool {
         self.tasks[self.next_to_process..]
             .iter()
-            .any(|task| task.index_uid.as_deref() == Some(uid))
+            .any(|task| !task.status.is_finished() && task.index_uid.as_deref() == Some(uid))
     }
 }
 

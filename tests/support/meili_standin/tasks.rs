@@ -34,6 +34,10 @@ impl TaskStatus {
             Self::Failed => "failed",
         }
     }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
 }
 
 const STATUSES: [&str; 5] = ["enqueued", "processing", "succeeded", "failed", "canceled"];
@@ -121,6 +125,8 @@ pub struct Task {
     pub task_type: &'static str,
     pub details: Map<String, Value>,
     pub error: Option<ErrorBody>,
+    /// The batch that processed it, set when processing starts.
+    pub batch_uid: Option<u32>,
     pub enqueued_at: OffsetDateTime,
     pub started_at: Option<OffsetDateTime>,
     pub finished_at: Option<OffsetDateTime>,
@@ -130,14 +136,13 @@ pub struct Task {
 impl Task {
     /// The task object of `GET /tasks/{uid}`.
     pub fn view(&self) -> Value {
-        let started = self.status != TaskStatus::Enqueued;
         let duration = match (self.started_at, self.finished_at) {
             (Some(start), Some(end)) => Some(clock::iso_duration(end - start)),
             _ => None,
         };
         json!({
             "uid": self.uid,
-            "batchUid": started.then_some(self.uid),
+            "batchUid": self.batch_uid,
             "indexUid": self.index_uid,
             "status": self.status.as_str(),
             "type": self.task_type,
@@ -179,6 +184,7 @@ pub fn enqueue(
             task_type: work.task_type(),
             details,
             error: None,
+            batch_uid: None,
             enqueued_at: clock::now(),
             started_at: None,
             finished_at: None,

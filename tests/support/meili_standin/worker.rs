@@ -1,12 +1,19 @@
-//! The background worker: takes enqueued tasks strictly one at a time in uid
-//! order, marks each `processing`, waits the simulated processing cost (see
-//! the latency knobs), then applies it to the store atomically and records
-//! `succeeded` (with final `details`) or `failed` (with `error`; documents
-//! untouched). Injected failures (`/_standin/fail-next-tasks`) take the place
-//! of the work.
+//! The background worker: takes enqueued tasks in batches, by default one
+//! task at a time in uid order; with the benchmark model on
+//! ([`crate::model`]), document tasks in Meilisearch's auto-batches
+//! ([`crate::autobatch`]). It marks the batch's tasks `processing` (one
+//! `batchUid` and `startedAt`), waits the simulated processing cost (the
+//! model's, or the latency knobs'), then applies every task of the batch to
+//! the store in uid order under one lock and records each `succeeded` (with
+//! final `details`) or `failed` (with `error`; documents untouched), with one
+//! `finishedAt`. Injected failures (`/_standin/fail-next-tasks`) take the
+//! place of a task's work.
+
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use crate::autobatch;
 use crate::clock;
 use crate::documents;
 use crate::errors::ErrorBody;
@@ -15,33 +22,103 @@ use crate::ingest;
 use crate::state::{AppState, Store};
 use crate::tasks::{TaskStatus, Work};
 
+/// Tasks being processed together.
+struct Batch {
+    /// The store's epoch when the batch started (a reset drops the batch).
+    epoch: u64,
+    /// Uids (ascending) and the work each carries.
+    tasks: Vec<(usize, Work)>,
+    /// Simulated processing time.
+    cost: Duration,
+}
+
 /// Runs forever, processing tasks as they are enqueued.
 pub async fn run(state: AppState) {
     loop {
-        let Some((uid, epoch, work)) = start_next(&state) else {
+        let Some(batch) = start_next_batch(&state) else {
             state.worker_wakeup.notified().await;
             continue;
         };
-        let documents = match &work {
-            Work::AddDocuments { documents, .. } => documents.len(),
+        if !batch.cost.is_zero() {
+            tokio::time::sleep(batch.cost).await;
+        }
+        finish(&state, batch);
+    }
+}
+
+/// Picks the next batch, marks its tasks `processing` and takes their work.
+fn start_next_batch(state: &AppState) -> Option<Batch> {
+    let mut store = state.store();
+    let head = (store.next_to_process..store.tasks.len())
+        .find(|&uid| store.tasks[uid].status == TaskStatus::Enqueued)?;
+    let model = state.knobs.model();
+    let modelled = model.enabled && autobatch::is_batchable(&store.tasks[head]);
+    let uids = if modelled {
+        autobatch::select(&store, head, &model)
+    } else {
+        vec![head]
+    };
+    let cost = if modelled {
+        let indexed = store.tasks[head]
+            .index_uid
+            .as_ref()
+            .and_then(|uid| store.indexes.get(uid))
+            .map_or(0, |index| index.documents.len());
+        let documents = uids
+            .iter()
+            .map(|&uid| autobatch::documents_of(&store.tasks[uid]))
+            .sum();
+        model.batch_cost(indexed, documents)
+    } else {
+        let documents = match &store.tasks[head].work {
+            Some(Work::AddDocuments { documents, .. }) => documents.len(),
             _ => 0,
         };
-        let cost = state.knobs.processing_cost(documents);
-        if !cost.is_zero() {
-            tokio::time::sleep(cost).await;
+        state.knobs.processing_cost(documents)
+    };
+    let batch_uid = store.next_batch_uid;
+    store.next_batch_uid += 1;
+    let started_at = clock::now();
+    let mut tasks = Vec::with_capacity(uids.len());
+    for uid in uids {
+        let task = &mut store.tasks[uid];
+        task.status = TaskStatus::Processing;
+        task.started_at = Some(started_at);
+        task.batch_uid = Some(batch_uid);
+        if let Some(work) = task.work.take() {
+            tasks.push((uid, work));
         }
-        let injected = state.knobs.take_injected_failure();
-        let mut store = state.store();
-        if store.epoch != epoch {
-            continue; // the store was reset while this task was in flight
-        }
+    }
+    Some(Batch {
+        epoch: store.epoch,
+        tasks,
+        cost,
+    })
+}
+
+/// Applies a batch's tasks in order and records their outcomes.
+fn finish(state: &AppState, batch: Batch) {
+    let injected: Vec<Option<ErrorBody>> = batch
+        .tasks
+        .iter()
+        .map(|_| state.knobs.take_injected_failure())
+        .collect();
+    let mut store = state.store();
+    if store.epoch != batch.epoch {
+        return; // the store was reset while this batch was in flight
+    }
+    let mut outcomes = Vec::with_capacity(batch.tasks.len());
+    for ((uid, work), injected) in batch.tasks.into_iter().zip(injected) {
         let index_uid = store.tasks[uid].index_uid.clone();
         let mut details = std::mem::take(&mut store.tasks[uid].details);
         let outcome = match injected {
             Some(error) => Err(error),
             None => apply(&mut store, index_uid.as_deref(), work, &mut details),
         };
-        let finished_at = clock::now();
+        outcomes.push((uid, details, outcome));
+    }
+    let finished_at = clock::now();
+    for (uid, mut details, outcome) in outcomes {
         let task = &mut store.tasks[uid];
         task.finished_at = Some(finished_at);
         match outcome {
@@ -62,20 +139,14 @@ pub async fn run(state: AppState) {
         if succeeded {
             store.last_update = Some(finished_at);
         }
-        store.next_to_process = uid + 1;
     }
-}
-
-/// Marks the next enqueued task `processing` and takes its work.
-fn start_next(state: &AppState) -> Option<(usize, u64, Work)> {
-    let mut store = state.store();
-    let uid = store.next_to_process;
-    let epoch = store.epoch;
-    let task = store.tasks.get_mut(uid)?;
-    task.status = TaskStatus::Processing;
-    task.started_at = Some(clock::now());
-    let work = task.work.take()?;
-    Some((uid, epoch, work))
+    while store
+        .tasks
+        .get(store.next_to_process)
+        .is_some_and(|task| task.status.is_finished())
+    {
+        store.next_to_process += 1;
+    }
 }
 
 /// Applies `work`, filling in the counts of `details`.
