@@ -197,6 +197,7 @@ pub struct SyncSettings {
     pub batch_docs: usize,
     pub batch_bytes: usize,
     pub in_flight: usize,
+    pub max_bytes_in_flight: usize,
     pub threshold: u64,
     pub delay: Duration,
     pub enabled: bool,
@@ -663,10 +664,23 @@ impl Raw {
     }
 
     fn sync(&self) -> Result<SyncSettings, ConfigError> {
+        let batch_bytes = self.size("sync.batch_bytes")?;
+        let max_bytes_in_flight = self.size("sync.max_bytes_in_flight")?;
+        if max_bytes_in_flight < batch_bytes {
+            return Err(ConfigError::invalid(
+                "sync.max_bytes_in_flight",
+                self.shown("sync.max_bytes_in_flight"),
+                format!(
+                    "a size ≥ sync.batch_bytes ({}) such as \"64MiB\"",
+                    self.shown("sync.batch_bytes")
+                ),
+            ));
+        }
         Ok(SyncSettings {
             batch_docs: self.count("sync.batch_docs", 1)? as usize,
-            batch_bytes: self.size("sync.batch_bytes")?,
+            batch_bytes,
             in_flight: self.count("sync.in_flight", 1)? as usize,
+            max_bytes_in_flight,
             threshold: self.count("sync.threshold", 0)?,
             delay: self.duration("sync.delay")?,
             enabled: self.boolean("sync.enabled")?,

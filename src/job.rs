@@ -46,13 +46,28 @@ pub fn lease_options(settings: &Settings, owner: &str) -> LeaseOptions {
     opts
 }
 
-/// The engine's options, from the settings.
+/// The engine's options, from the settings. Warns when `sync.in_flight`
+/// keeps fewer tasks enqueued than `sync.max_bytes_in_flight` allows (a
+/// configuration written for the old task-count bound, e.g. `in_flight = 2`).
 pub fn sync_options(settings: &Settings) -> SyncOptions {
+    let sync = &settings.sync;
+    let tasks_the_budget_allows = sync.max_bytes_in_flight / sync.batch_bytes.max(1);
+    if sync.in_flight < tasks_the_budget_allows {
+        tracing::warn!(
+            in_flight = sync.in_flight,
+            max_bytes_in_flight = sync.max_bytes_in_flight,
+            batch_bytes = sync.batch_bytes,
+            "sync.in_flight caps the Meilisearch tasks enqueued below what sync.max_bytes_in_flight allows \
+             ({tasks_the_budget_allows} batches of sync.batch_bytes): Meilisearch can merge fewer tasks \
+             into one indexing batch; remove sync.in_flight to let the byte budget decide"
+        );
+    }
     SyncOptions {
         index_prefix: settings.meili.index_prefix.clone(),
         batch_docs: settings.sync.batch_docs,
         batch_bytes: settings.sync.batch_bytes,
         in_flight: settings.sync.in_flight,
+        max_bytes_in_flight: settings.sync.max_bytes_in_flight,
         threshold: settings.sync.threshold,
         delay: settings.sync.delay,
         filterable_attributes: settings.meili.filterable_attributes.clone(),
@@ -223,6 +238,7 @@ where
 }
 
 fn record_documents(summary: &RunSummary) {
+    metrics::sync_phases(&summary.phases);
     for c in &summary.collections {
         metrics::documents(&c.index_uid, c.indexed, c.deleted, c.rejected.len() as u64);
     }

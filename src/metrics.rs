@@ -17,6 +17,8 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::reconcile::phases::{Phase, Phases};
+
 pub const RUNS: &str = "reconciler_runs_total";
 pub const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
 pub const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
@@ -28,6 +30,8 @@ pub const LEASE_LOSSES: &str = "reconciler_lease_losses_total";
 pub const SECONDS_SINCE_SUCCESS: &str = "reconciler_seconds_since_last_success";
 pub const UNINDEXED: &str = "reconciler_unindexed_documents";
 pub const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
+/// Milliseconds, not seconds: the `metrics` facade's counters are integers.
+pub const SYNC_PHASE_MILLISECONDS: &str = "reconciler_sync_phase_milliseconds_total";
 
 /// Every value of the `outcome` label of [`RUNS`] (`RunOutcome::metric_label`).
 pub const RUN_OUTCOMES: &[&str] = &[
@@ -127,6 +131,11 @@ fn describe() {
         FLAG_WRITE_RETRIES,
         "Flag writes sent again after a transient MongoDB error (failover, write-concern error, lost connection)."
     );
+    describe_counter!(
+        SYNC_PHASE_MILLISECONDS,
+        Unit::Milliseconds,
+        "Milliseconds this replica's completed runs spent in each phase of indexing (read, build, send, meili_wait, ack, ack_waited, reader_waited, pipeline_waited; phases of concurrent stages overlap)."
+    );
     describe_gauge!(
         UNINDEXED,
         "Indexable documents not yet in Meilisearch, by collection, as counted after this replica's last run (0 before the first count)."
@@ -153,6 +162,9 @@ fn register_at_zero(known: &KnownLabels) {
     counter!(LEASE_TAKEOVERS).increment(0);
     counter!(LEASE_LOSSES).increment(0);
     counter!(FLAG_WRITE_RETRIES).increment(0);
+    for phase in Phase::ALL {
+        counter!(SYNC_PHASE_MILLISECONDS, "phase" => phase.label()).increment(0);
+    }
     gauge!(SECONDS_SINCE_SUCCESS).increment(0.0);
 }
 
@@ -184,6 +196,14 @@ pub fn documents(index: &str, indexed: u64, deleted: u64, rejected: u64) {
     counter!(DOCUMENTS_INDEXED, "index" => index.clone()).increment(indexed);
     counter!(DOCUMENTS_DELETED, "index" => index.clone()).increment(deleted);
     counter!(DOCUMENTS_REJECTED, "index" => index).increment(rejected);
+}
+
+/// Adds a completed run's phase breakdown to the phase counters.
+pub fn sync_phases(phases: &Phases) {
+    for phase in Phase::ALL {
+        let ms = (phases.get(phase) * 1000.0).round() as u64;
+        counter!(SYNC_PHASE_MILLISECONDS, "phase" => phase.label()).increment(ms);
+    }
 }
 
 pub fn batch_latency(elapsed: Duration) {

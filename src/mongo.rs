@@ -349,6 +349,37 @@ pub async fn read_indexable_page(
     .await
 }
 
+/// The next page (by ascending `_id`, after `after`) of ALL documents, with no
+/// filter: what a pass reads when most of the collection is unindexed. A
+/// plain `_id` range costs the server only the page it returns, whereas the
+/// unindexed filter sorted by `_id` costs some servers (DocumentDB-based
+/// ones) time proportional to the whole collection on every page. Projected
+/// like [`read_unindexed_page`] plus the flag and [`INDEXABILITY_FIELDS`],
+/// so the caller keeps what [`is_unindexed`] accepts.
+pub async fn read_any_page(
+    db: &Database,
+    collection: Collection,
+    after: Option<&Bson>,
+    limit: usize,
+) -> Result<Vec<Document>, MongoError> {
+    let mut projection = collection.read_projection();
+    projection.insert(FLAG, 1);
+    for field in INDEXABILITY_FIELDS {
+        projection.insert(field, 1);
+    }
+    read_page(db, collection, doc! {}, after, limit, projection).await
+}
+
+/// Whether `doc` matches [`unindexed_filter`] at `now`, decided in Rust
+/// (`_meiliIndex: {$ne: true}` with MongoDB's rule for arrays, and
+/// [`is_indexable`]). `doc` must carry the flag and [`INDEXABILITY_FIELDS`].
+pub fn is_unindexed(collection: Collection, doc: &Document, now: DateTime) -> bool {
+    let flagged = doc
+        .get(FLAG)
+        .is_some_and(|v| matches_or_contains(v, |v| matches!(v, Bson::Boolean(true))));
+    !flagged && is_indexable(collection, doc, now)
+}
+
 async fn read_page(
     db: &Database,
     collection: Collection,
@@ -854,6 +885,34 @@ mod tests {
         assert!(m(doc! { "user": "u", "unfinished": false }));
         assert!(c(doc! { "user": "u", "unfinished": true }));
         assert!(!c(doc! { "user": "u", "isTemporary": true }));
+    }
+
+    #[test]
+    fn unindexed_in_rust_means_unflagged_and_indexable() {
+        let now = DateTime::from_millis(1_000);
+        let m = Collection::Messages;
+        assert!(is_unindexed(m, &doc! { "_id": 1, "user": "u" }, now));
+        assert!(is_unindexed(
+            m,
+            &doc! { "_id": 1, "user": "u", FLAG: false },
+            now
+        ));
+        assert!(!is_unindexed(
+            m,
+            &doc! { "_id": 1, "user": "u", FLAG: true },
+            now
+        ));
+        assert!(!is_unindexed(
+            m,
+            &doc! { "_id": 1, "user": "u", FLAG: [true] },
+            now
+        ));
+        assert!(!is_unindexed(m, &doc! { "_id": 1, "user": "" }, now));
+        assert!(!is_unindexed(
+            m,
+            &doc! { "_id": 1, "user": "u", "unfinished": true },
+            now
+        ));
     }
 
     #[test]

@@ -76,6 +76,24 @@ async fn plan_status_and_reindex_from_the_command_line() {
     assert_eq!(status["owner"], "owner-1");
     assert_eq!(status["epoch"], 1);
     assert!(status["summary"]["collections"].is_array(), "{status}");
+    // The stored summary says where the time went; reading took some.
+    let phases = &status["summary"]["phases"];
+    for key in [
+        "readSecs",
+        "buildSecs",
+        "sendSecs",
+        "meiliWaitSecs",
+        "ackSecs",
+        "ackWaitedSecs",
+        "readerWaitedSecs",
+        "pipelineWaitedSecs",
+    ] {
+        assert!(
+            phases[key].as_f64().is_some_and(|s| s >= 0.0),
+            "{key}: {status}"
+        );
+    }
+    assert!(phases["readSecs"].as_f64().unwrap() > 0.0, "{status}");
     let out = target.run("op", &["status"]);
     let human = stdout(&out);
     assert!(

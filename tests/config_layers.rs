@@ -70,7 +70,8 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.lease.reuse_completion_for, Duration::from_secs(60));
     assert_eq!(s.sync.batch_docs, 10_000);
     assert_eq!(s.sync.batch_bytes, 8 * 1024 * 1024);
-    assert_eq!(s.sync.in_flight, 2);
+    assert_eq!(s.sync.in_flight, 64);
+    assert_eq!(s.sync.max_bytes_in_flight, 64 * 1024 * 1024);
     assert_eq!(s.sync.threshold, 1000);
     assert_eq!(s.sync.delay, Duration::ZERO);
     assert!(s.sync.enabled);
@@ -212,6 +213,7 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__SYNC__BATCH_DOCS", "10"),
         ("RECONCILER__SYNC__BATCH_BYTES", "64KiB"),
         ("RECONCILER__SYNC__IN_FLIGHT", "4"),
+        ("RECONCILER__SYNC__MAX_BYTES_IN_FLIGHT", "256KiB"),
         ("RECONCILER__SYNC__THRESHOLD", "0"),
         ("RECONCILER__SYNC__DELAY", "5ms"),
         ("RECONCILER__SYNC__ENABLED", "true"),
@@ -267,6 +269,7 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.sync.batch_docs, 10);
     assert_eq!(s.sync.batch_bytes, 64 * 1024);
     assert_eq!(s.sync.in_flight, 4);
+    assert_eq!(s.sync.max_bytes_in_flight, 256 * 1024);
     assert_eq!(s.sync.threshold, 0);
     assert_eq!(s.sync.delay, Duration::from_millis(5));
     assert!(s.sync.plan_only);
@@ -392,6 +395,18 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
             &[("RECONCILER__SYNC__BATCH_BYTES", "lots")],
             "sync.batch_bytes",
             "lots",
+            "MiB",
+        ),
+        (
+            &[("RECONCILER__SYNC__MAX_BYTES_IN_FLIGHT", "1MiB")],
+            "sync.max_bytes_in_flight",
+            "1MiB",
+            "≥ sync.batch_bytes",
+        ),
+        (
+            &[("RECONCILER__SYNC__MAX_BYTES_IN_FLIGHT", "plenty")],
+            "sync.max_bytes_in_flight",
+            "plenty",
             "MiB",
         ),
         (

@@ -62,6 +62,14 @@ async fn run_answers_health_ready_status_and_metrics() {
         .sum();
     let indexable = (report.messages.indexable + report.conversations.indexable) as u64;
     assert_eq!(indexed, indexable);
+    // Where the time went: every phase, in seconds, and reading took some.
+    let phases = &status["lastRun"]["summary"]["phases"];
+    for phase in PHASES {
+        let secs = phases[format!("{}Secs", camel(phase))].as_f64();
+        assert!(secs.is_some_and(|s| s >= 0.0), "{phase}: {phases}");
+    }
+    let read_secs = phases["readSecs"].as_f64().unwrap();
+    assert!(read_secs > 0.0, "indexing read MongoDB: {phases}");
 
     let (code, body) = get(&format!("{base}/healthz")).await;
     assert_eq!((code, body.contains("ok")), (200, true));
@@ -127,6 +135,17 @@ async fn run_answers_health_ready_status_and_metrics() {
         report.conversations.indexable as f64
     );
     assert_eq!(metric("reconciler_lease_claims_total{}"), 1.0);
+    for phase in PHASES {
+        let ms = metric(&format!(
+            "reconciler_sync_phase_milliseconds_total{{phase={phase}}}"
+        ));
+        let secs = phases[format!("{}Secs", camel(phase))].as_f64().unwrap();
+        assert_eq!(
+            ms,
+            (secs * 1000.0).round(),
+            "{phase}: the run's phases, counted"
+        );
+    }
     assert_eq!(
         metric("reconciler_unindexed_documents{collection=messages}"),
         0.0
@@ -141,6 +160,35 @@ async fn run_answers_health_ready_status_and_metrics() {
     let status = wait_exit(&mut child, Duration::from_secs(30));
     assert!(status.success(), "run exits 0 on SIGTERM: {status:?}");
     target.cleanup().await;
+}
+
+/// The phases of a run summary's `phases` and of the phase metric's label.
+const PHASES: [&str; 8] = [
+    "read",
+    "build",
+    "send",
+    "meili_wait",
+    "ack",
+    "ack_waited",
+    "reader_waited",
+    "pipeline_waited",
+];
+
+/// `meili_wait` → `meiliWait`.
+fn camel(snake: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The metric families of the README's table: (name, type, label values
@@ -246,6 +294,8 @@ async fn metrics_answer_every_family_before_the_first_run_finishes() {
             Some("outcome")
         } else if name == "reconciler_unindexed_documents" {
             Some("collection")
+        } else if name == "reconciler_sync_phase_milliseconds_total" {
+            Some("phase")
         } else {
             None
         };

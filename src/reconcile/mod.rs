@@ -12,6 +12,7 @@ mod ack;
 pub mod exact;
 mod marker;
 pub mod orphans;
+pub mod phases;
 pub mod plan;
 pub mod rebuild;
 pub mod reindex;
@@ -23,7 +24,7 @@ pub mod verify;
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mongodb::Database;
@@ -47,8 +48,13 @@ pub struct SyncOptions {
     pub batch_docs: usize,
     /// Most bytes of NDJSON per Meilisearch task.
     pub batch_bytes: usize,
-    /// Meilisearch tasks outstanding at once.
+    /// Most Meilisearch tasks outstanding at once (an upper bound beside
+    /// `max_bytes_in_flight`).
     pub in_flight: usize,
+    /// Most bytes of NDJSON enqueued in Meilisearch and not yet indexed:
+    /// enough that Meilisearch finds several tasks waiting and merges them
+    /// into one indexing batch.
+    pub max_bytes_in_flight: usize,
     /// Below this many unindexed documents a collection is skipped (§3.8).
     pub threshold: u64,
     /// Pause between pages read from MongoDB.
@@ -66,13 +72,19 @@ pub struct SyncOptions {
     pub state_job: String,
 }
 
+/// Default of `sync.in_flight`.
+pub const DEFAULT_IN_FLIGHT: usize = 64;
+/// Default of `sync.max_bytes_in_flight`.
+pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+
 impl Default for SyncOptions {
     fn default() -> Self {
         SyncOptions {
             index_prefix: String::new(),
             batch_docs: 10_000,
             batch_bytes: 8 * 1024 * 1024,
-            in_flight: 2,
+            in_flight: DEFAULT_IN_FLIGHT,
+            max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
             threshold: 1000,
             delay: Duration::ZERO,
             filterable_attributes: vec!["user".into()],
@@ -178,6 +190,8 @@ pub struct RunSummary {
     pub docs_per_sec: f64,
     /// Nothing was changed (documents skipped by the threshold stay as they were).
     pub nothing_to_do: bool,
+    /// Where the indexing time went ([`phases`]).
+    pub phases: phases::Phases,
 }
 
 impl RunSummary {
@@ -256,6 +270,9 @@ impl fmt::Display for RunSummary {
             self.duration_ms as f64 / 1000.0,
             self.docs_per_sec
         )?;
+        if self.phases != phases::Phases::default() {
+            write!(f, " ({})", self.phases)?;
+        }
         if self.nothing_to_do {
             write!(f, "; nothing to do")?;
         } else if self.rejected_count() > 0 {
@@ -276,6 +293,8 @@ pub(crate) struct Ctx<'a> {
     pub progress: &'a Progress,
     pub collection: Collection,
     pub uid: String,
+    /// Where the run's indexing time goes; shared by every context of a run.
+    pub phases: Arc<phases::PhaseClock>,
     last_log: Mutex<Instant>,
 }
 
@@ -298,8 +317,15 @@ impl<'a> Ctx<'a> {
             progress,
             collection,
             uid,
+            phases: Arc::default(),
             last_log: Mutex::new(Instant::now()),
         }
+    }
+
+    /// The same context counting its phases on `phases` (the run's clock).
+    pub fn with_phases(mut self, phases: &Arc<phases::PhaseClock>) -> Ctx<'a> {
+        self.phases = Arc::clone(phases);
+        self
     }
 
     /// The same work aimed at another index (e.g. a reindex's build target).
@@ -313,6 +339,7 @@ impl<'a> Ctx<'a> {
             self.collection,
             uid,
         )
+        .with_phases(&self.phases)
     }
 
     /// Counts `n` documents done and logs the progress every few seconds.
@@ -400,6 +427,7 @@ pub async fn reconcile(
         summaries.push(summary);
     }
 
+    let phases = Arc::default();
     for (index, summary) in plan.indexes.iter().zip(summaries.iter_mut()) {
         let ctx = Ctx::new(
             mongo_db,
@@ -409,17 +437,19 @@ pub async fn reconcile(
             progress,
             index.collection,
             index.index_uid.clone(),
-        );
+        )
+        .with_phases(&phases);
         reconcile_collection(&ctx, index, summary).await?;
     }
 
-    Ok(finish(summaries, started, progress))
+    Ok(finish(summaries, started, &phases, progress))
 }
 
 /// The run's summary, logged; progress moves to `done`.
 pub(crate) fn finish(
     summaries: Vec<CollectionSummary>,
     started: Instant,
+    phases: &phases::PhaseClock,
     progress: &Progress,
 ) -> RunSummary {
     let elapsed = started.elapsed();
@@ -429,6 +459,7 @@ pub(crate) fn finish(
         collections: summaries,
         duration_ms: elapsed.as_millis() as u64,
         docs_per_sec: indexed as f64 / elapsed.as_secs_f64().max(1e-3),
+        phases: phases.snapshot(),
     };
     progress.phase("done", 0);
     tracing::info!("reconciliation finished: {summary}");

@@ -46,11 +46,13 @@
 //! again.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use mongodb::Database;
 use serde_json::{Map, Value};
 
+use super::phases::PhaseClock;
 use super::sync::{self, Feed};
 use super::test_hook::pause_after;
 use super::{
@@ -104,8 +106,12 @@ pub async fn reindex(
 ) -> Result<RunSummary, ReconcileError> {
     let started = Instant::now();
     let desired = settings::desired(&opts.filterable_attributes);
+    let mut phases = Arc::default();
     let summaries = if reindex.in_place {
-        in_place(db, meili, opts, reindex, &desired, guard, progress).await?
+        let (summaries, clock) =
+            in_place(db, meili, opts, reindex, &desired, guard, progress).await?;
+        phases = clock;
+        summaries
     } else {
         let mut summaries = Vec::new();
         for collection in reindex.collections() {
@@ -117,12 +123,13 @@ pub async fn reindex(
                 progress,
                 collection,
                 opts.index_uid(collection),
-            );
+            )
+            .with_phases(&phases);
             summaries.push(build_and_swap(&ctx, &desired).await?);
         }
         summaries
     };
-    Ok(finish(summaries, started, progress))
+    Ok(finish(summaries, started, &phases, progress))
 }
 
 /// `--in-place`: structure and settings first, then per collection a flag
@@ -135,8 +142,9 @@ async fn in_place(
     desired: &Map<String, Value>,
     guard: &Guard,
     progress: &Progress,
-) -> Result<Vec<CollectionSummary>, ReconcileError> {
+) -> Result<(Vec<CollectionSummary>, Arc<PhaseClock>), ReconcileError> {
     progress.phase("plan", 0);
+    let phases = Arc::default();
     let plan = plan::plan(db, meili, opts).await?;
     let selected = reindex.collections();
     let forced = SyncOptions {
@@ -169,11 +177,12 @@ async fn in_place(
             progress,
             index.collection,
             index.index_uid.clone(),
-        );
+        )
+        .with_phases(&phases);
         reconcile_collection(&ctx, &index, &mut summary).await?;
         summaries.push(summary);
     }
-    Ok(summaries)
+    Ok((summaries, phases))
 }
 
 /// The zero-downtime reindex of one collection (`ctx.uid` is the live index).
@@ -217,7 +226,7 @@ async fn build_and_swap(
     let build = ctx.on_index(target.clone());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %live, target = %target, documents = counts.indexable, "reindex: building");
-    let built = sync::run_pass(&build, Feed::Indexable, &HashSet::new()).await?;
+    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &HashSet::new()).await?;
     summary.indexed += built.settled.indexed;
     let rejected: HashSet<String> = built
         .settled

@@ -23,12 +23,14 @@
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use mongodb::bson::{Bson, Document};
 use tokio::sync::mpsc;
 
 use super::ack;
+use super::phases::Phase;
 use super::rejects::{self, Rejected};
 use super::{Ctx, ReconcileError};
 use crate::mongo::{self, DocVersion};
@@ -83,15 +85,6 @@ pub(crate) struct Settled {
     pub deleted: u64,
     pub flags_cleared: u64,
     pub rejected: Vec<Rejected>,
-}
-
-impl Settled {
-    fn add(&mut self, other: Settled) {
-        self.indexed += other.indexed;
-        self.deleted += other.deleted;
-        self.flags_cleared += other.flags_cleared;
-        self.rejected.extend(other.rejected);
-    }
 }
 
 /// One document of a batch.
@@ -182,9 +175,18 @@ pub(crate) fn id_key(id: &Bson) -> String {
     mongo::id_key(id)
 }
 
-/// Indexes every unindexed indexable document of the collection, leaving
-/// out the documents whose `_id` key is in `already_rejected` (refused
-/// earlier in the same run, and reported there).
+/// A pass reads by plain `_id` range pages (filtering in Rust) when it
+/// expects more than this many pages of documents, and with the unindexed
+/// filter otherwise. On DocumentDB-based servers a filtered page sorted by
+/// `_id` costs about a third of a plain scan of the whole collection (1M
+/// documents: 5–7 s a page against 18 s for the scan), so beyond two or
+/// three pages the scan is cheaper; on MongoDB both walk the `_id` index
+/// once, and the plain scan only transfers the flagged documents too.
+pub(crate) const PLAIN_SCAN_ABOVE_PAGES: u64 = 2;
+
+/// Indexes every unindexed indexable document of the collection (about
+/// `expected` of them), leaving out the documents whose `_id` key is in
+/// `already_rejected` (refused earlier in the same run, and reported there).
 pub(crate) async fn index_unindexed(
     ctx: &Ctx<'_>,
     expected: u64,
@@ -193,10 +195,17 @@ pub(crate) async fn index_unindexed(
     ctx.phase("index", expected);
     let mut outcome = SyncOutcome::default();
     let mut rejected_ids = already_rejected.clone();
+    let page_size = ctx.opts.batch_docs.max(1) as u64;
     for pass in 1..=MAX_PASSES {
-        let done = run_pass(ctx, Feed::Unindexed, &rejected_ids).await?;
+        // Later passes only find what was edited meanwhile: few documents.
+        let read = if pass == 1 && expected > PLAIN_SCAN_ABOVE_PAGES * page_size {
+            Read::Plain
+        } else {
+            Read::Filtered
+        };
+        let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
         let settled = done.settled;
-        tracing::debug!(index = %ctx.uid, pass, sent = done.sent, indexed = settled.indexed, "indexing pass done");
+        tracing::debug!(index = %ctx.uid, pass, ?read, sent = done.sent, indexed = settled.indexed, "indexing pass done");
         outcome.indexed += settled.indexed;
         outcome.deleted += settled.deleted;
         outcome.flags_cleared += settled.flags_cleared;
@@ -211,16 +220,27 @@ pub(crate) async fn index_unindexed(
     Ok(outcome)
 }
 
+/// How a pass reads its documents from MongoDB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Read {
+    /// Pages of the documents the feed selects, filtered by the server.
+    Filtered,
+    /// Plain `_id` range pages of every document, filtered in Rust
+    /// ([`mongo::is_unindexed`], [`mongo::is_indexable`]).
+    Plain,
+}
+
 /// One pass over the documents `feed` selects (leaving out `skip`), sent
 /// into `ctx.uid`.
 pub(crate) async fn run_pass(
     ctx: &Ctx<'_>,
     feed: Feed,
+    read: Read,
     skip: &HashSet<String>,
 ) -> Result<PassOutcome, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let (sent, settled) = tokio::try_join!(
-        read_batches(ctx, feed, tx, skip),
+        read_batches(ctx, feed, read, tx, skip),
         send_batches(ctx, feed.acknowledges(), rx)
     )?;
     Ok(PassOutcome { sent, settled })
@@ -230,6 +250,7 @@ pub(crate) async fn run_pass(
 async fn read_batches(
     ctx: &Ctx<'_>,
     feed: Feed,
+    read: Read,
     tx: mpsc::Sender<Batch>,
     skip: &HashSet<String>,
 ) -> Result<u64, ReconcileError> {
@@ -237,24 +258,38 @@ async fn read_batches(
     let page_size = opts.batch_docs.max(1);
     let mut after: Option<Bson> = None;
     let mut sent = 0u64;
+    let mut batch = Batch::new();
     loop {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let now = mongo::server_time(ctx.db).await?;
-        let page = match feed {
-            Feed::Unindexed => {
+        let page = match (read, feed) {
+            (Read::Plain, _) => {
+                mongo::read_any_page(ctx.db, ctx.collection, after.as_ref(), page_size).await?
+            }
+            (Read::Filtered, Feed::Unindexed) => {
                 mongo::read_unindexed_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
                     .await?
             }
-            Feed::Indexable => {
+            (Read::Filtered, Feed::Indexable) => {
                 mongo::read_indexable_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
                     .await?
             }
         };
+        ctx.phases.add(Phase::Read, started.elapsed());
         tracing::debug!(index = %ctx.uid, docs = page.len(), ms = started.elapsed().as_millis() as u64, "page read");
         let full_page = page.len() == page_size;
         after = page.last().and_then(|d| d.get("_id").cloned());
-        let mut batch = Batch::new();
+        let mut building = Instant::now();
         for doc in &page {
+            if read == Read::Plain {
+                let wanted = match feed {
+                    Feed::Unindexed => mongo::is_unindexed(ctx.collection, doc, now),
+                    Feed::Indexable => mongo::is_indexable(ctx.collection, doc, now),
+                };
+                if !wanted {
+                    continue;
+                }
+            }
             let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
             if skip.contains(&id_key(&mongo_id)) {
                 continue;
@@ -262,19 +297,24 @@ async fn read_batches(
             let line = ndjson_line(ctx.collection, doc)?;
             if batch.is_full_for(line.len(), opts) {
                 sent += batch.len() as u64;
-                if tx
-                    .send(std::mem::replace(&mut batch, Batch::new()))
-                    .await
-                    .is_err()
-                {
+                ctx.phases.add(Phase::Build, building.elapsed());
+                let full = std::mem::replace(&mut batch, Batch::new());
+                if !hand_over(ctx, &tx, full).await {
                     return Ok(sent); // the sender stopped; its error is reported
                 }
+                building = Instant::now();
             }
             batch.push_document(ctx.collection, doc, &line);
         }
-        if batch.len() > 0 {
+        ctx.phases.add(Phase::Build, building.elapsed());
+        drop(page);
+        // A plain scan keeps filling the batch across pages (a page may
+        // hold few unindexed documents); a filtered page is sent as it ends,
+        // as before, so small passes are not held back.
+        let flush = !full_page || read == Read::Filtered;
+        if flush && batch.len() > 0 {
             sent += batch.len() as u64;
-            if tx.send(batch).await.is_err() {
+            if !hand_over(ctx, &tx, std::mem::replace(&mut batch, Batch::new())).await {
                 return Ok(sent);
             }
         }
@@ -290,48 +330,135 @@ async fn read_batches(
     }
 }
 
-/// Sends batches, keeping at most `in_flight` tasks outstanding, and settles
-/// each (wait, isolate rejects, acknowledge when `acknowledge`).
+/// Hands a finished batch to the sender, counting the wait as the reader
+/// waiting on the pipeline. `false`: the sender stopped.
+async fn hand_over(ctx: &Ctx<'_>, tx: &mpsc::Sender<Batch>, batch: Batch) -> bool {
+    let waiting = Instant::now();
+    let delivered = tx.send(batch).await.is_ok();
+    ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
+    delivered
+}
+
+/// Batches whose accepted documents wait for their acknowledgement: a
+/// bounded queue between the sender and the acknowledger, so acknowledging
+/// never holds up enqueueing (until this many batches wait).
+const ACK_QUEUE_BATCHES: usize = 4;
+
+/// Sends batches, keeping at most `max_bytes_in_flight` bytes of NDJSON (and
+/// `in_flight` tasks) enqueued in Meilisearch and not yet ended, so that
+/// Meilisearch finds several tasks of the index enqueued and merges them into
+/// one indexing batch; settles each task (wait, isolate rejects) and, when
+/// `acknowledge`, hands its accepted documents to the acknowledger, which
+/// runs beside the sender.
 pub(crate) async fn send_batches(
     ctx: &Ctx<'_>,
     acknowledge: bool,
-    mut rx: mpsc::Receiver<Batch>,
+    rx: mpsc::Receiver<Batch>,
 ) -> Result<Settled, ReconcileError> {
-    let in_flight = ctx.opts.in_flight.max(1);
+    let (ack_tx, ack_rx) = mpsc::channel::<Vec<BatchDoc>>(ACK_QUEUE_BATCHES);
+    let ack_tx = acknowledge.then_some(ack_tx); // dropped at once otherwise
+    let (mut settled, acked) = tokio::try_join!(
+        enqueue_and_settle(ctx, rx, ack_tx),
+        acknowledge_queue(ctx, ack_rx)
+    )?;
+    settled.deleted += acked.deleted;
+    settled.flags_cleared += acked.flags_cleared;
+    Ok(settled)
+}
+
+/// The sender: enqueues batches within the in-flight budget and settles
+/// their tasks.
+async fn enqueue_and_settle(
+    ctx: &Ctx<'_>,
+    mut rx: mpsc::Receiver<Batch>,
+    ack_tx: Option<mpsc::Sender<Vec<BatchDoc>>>,
+) -> Result<Settled, ReconcileError> {
+    let max_tasks = ctx.opts.in_flight.max(1);
+    let max_bytes = ctx.opts.max_bytes_in_flight.max(1);
+    let mut bytes_in_flight = 0usize;
     let mut pending = FuturesUnordered::new();
     let mut settled = Settled::default();
     let mut open = true;
     while open || !pending.is_empty() {
+        let room = open && pending.len() < max_tasks && bytes_in_flight < max_bytes;
+        let waiting = Instant::now();
         tokio::select! {
             Some(done) = pending.next(), if !pending.is_empty() => {
-                settled.add(done?);
-            }
-            batch = rx.recv(), if open && pending.len() < in_flight => match batch {
-                Some(batch) => {
-                    let sent = std::time::Instant::now();
-                    let task = ctx
-                        .meili
-                        .add_documents_ndjson(&ctx.uid, batch.payload_of(0..batch.len()), ctx.guard)
-                        .await?;
-                    pending.push(settle(ctx, batch, task, sent, acknowledge));
+                let idle = if room { Phase::PipelineWaited } else { Phase::MeiliWait };
+                ctx.phases.add(idle, waiting.elapsed());
+                let done: Done = done?;
+                bytes_in_flight -= done.bytes;
+                settled.indexed += done.accepted.len() as u64;
+                settled.rejected.extend(done.rejected);
+                match &ack_tx {
+                    Some(ack_tx) if !done.accepted.is_empty() => {
+                        let queued = Instant::now();
+                        if ack_tx.send(done.accepted).await.is_err() {
+                            // The acknowledger stopped; its error is reported.
+                            return Ok(settled);
+                        }
+                        ctx.phases.add(Phase::AckWaited, queued.elapsed());
+                    }
+                    _ => ctx.advance(done.accepted.len() as u64),
                 }
-                None => open = false,
-            },
+            }
+            batch = rx.recv(), if room => {
+                ctx.phases.add(Phase::PipelineWaited, waiting.elapsed());
+                match batch {
+                    Some(batch) => {
+                        let sending = Instant::now();
+                        let task = ctx
+                            .meili
+                            .add_documents_ndjson(&ctx.uid, batch.payload_of(0..batch.len()), ctx.guard)
+                            .await?;
+                        ctx.phases.add(Phase::Send, sending.elapsed());
+                        bytes_in_flight += batch.bytes();
+                        pending.push(settle(ctx, batch, task, sending));
+                    }
+                    None => open = false,
+                }
+            }
         }
     }
     Ok(settled)
 }
 
+/// The acknowledger: acknowledges queued documents version-exactly, one
+/// batch after another, until the sender is done.
+async fn acknowledge_queue(
+    ctx: &Ctx<'_>,
+    mut rx: mpsc::Receiver<Vec<BatchDoc>>,
+) -> Result<ack::Acked, ReconcileError> {
+    let mut total = ack::Acked::default();
+    while let Some(docs) = rx.recv().await {
+        let started = Instant::now();
+        let refs: Vec<&BatchDoc> = docs.iter().collect();
+        let acked = ack::acknowledge(ctx, &refs).await?;
+        ctx.phases.add(Phase::Ack, started.elapsed());
+        total.flagged += acked.flagged;
+        total.deleted += acked.deleted;
+        total.flags_cleared += acked.flags_cleared;
+        ctx.advance(docs.len() as u64);
+    }
+    Ok(total)
+}
+
+/// A settled task: the bytes it held in flight, the documents Meilisearch
+/// accepted (in `_id` order) and those it rejected.
+struct Done {
+    bytes: usize,
+    accepted: Vec<BatchDoc>,
+    rejected: Vec<Rejected>,
+}
+
 /// Waits for a batch's task; on a document error isolates the rejected
-/// documents; acknowledges the accepted ones, version-exactly, when
-/// `acknowledge`.
+/// documents.
 async fn settle(
     ctx: &Ctx<'_>,
     batch: Batch,
     task: u64,
-    sent: std::time::Instant,
-    acknowledge: bool,
-) -> Result<Settled, ReconcileError> {
+    sent: Instant,
+) -> Result<Done, ReconcileError> {
     let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
     crate::metrics::batch_latency(sent.elapsed());
     let verdicts = match &outcome.error {
@@ -343,30 +470,20 @@ async fn settle(
         }
         Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
     };
-    let accepted: Vec<&BatchDoc> = batch
-        .docs
-        .iter()
-        .zip(&verdicts)
-        .filter(|(_, verdict)| verdict.is_none())
-        .map(|(doc, _)| doc)
-        .collect();
-    let mut settled = Settled {
-        indexed: accepted.len() as u64,
-        ..Settled::default()
-    };
-    if acknowledge {
-        let acked = ack::acknowledge(ctx, &accepted).await?;
-        settled.deleted = acked.deleted;
-        settled.flags_cleared = acked.flags_cleared;
+    let bytes = batch.bytes();
+    let mut accepted = Vec::with_capacity(batch.len());
+    let mut rejected = Vec::new();
+    for (doc, verdict) in batch.docs.into_iter().zip(verdicts) {
+        match verdict {
+            None => accepted.push(doc),
+            Some(error) => rejected.push(Rejected::new(&doc, error)),
+        }
     }
-    ctx.advance(settled.indexed);
-    settled.rejected = batch
-        .docs
-        .iter()
-        .zip(verdicts)
-        .filter_map(|(doc, verdict)| verdict.map(|e| Rejected::new(doc, e)))
-        .collect();
-    Ok(settled)
+    Ok(Done {
+        bytes,
+        accepted,
+        rejected,
+    })
 }
 
 #[cfg(test)]

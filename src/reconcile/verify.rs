@@ -108,6 +108,7 @@ pub async fn repair(
     progress: &Progress,
 ) -> Result<RunSummary, ReconcileError> {
     let started = Instant::now();
+    let phases = std::sync::Arc::default();
     progress.phase("plan", 0);
     let plan = plan::plan(db, meili, opts).await?;
     let desired = settings::desired(&opts.filterable_attributes);
@@ -134,7 +135,8 @@ pub async fn repair(
             progress,
             index.collection,
             index.index_uid.clone(),
-        );
+        )
+        .with_phases(&phases);
         let (comparison, repairs) = exact::compare(
             &ctx,
             exact::Mode::Repair {
@@ -159,7 +161,7 @@ pub async fn repair(
         }
         summaries.push(summary);
     }
-    Ok(finish(summaries, started, progress))
+    Ok(finish(summaries, started, &phases, progress))
 }
 
 impl fmt::Display for VerifyReport {
