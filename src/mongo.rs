@@ -349,25 +349,103 @@ pub async fn read_indexable_page(
     .await
 }
 
-/// The next page (by ascending `_id`, after `after`) of ALL documents, with no
-/// filter: what a pass reads when most of the collection is unindexed. A
-/// plain `_id` range costs the server only the page it returns, whereas the
-/// unindexed filter sorted by `_id` costs some servers (DocumentDB-based
-/// ones) time proportional to the whole collection on every page. Projected
-/// like [`read_unindexed_page`] plus the flag and [`INDEXABILITY_FIELDS`],
-/// so the caller keeps what [`is_unindexed`] accepts.
-pub async fn read_any_page(
-    db: &Database,
-    collection: Collection,
-    after: Option<&Bson>,
-    limit: usize,
-) -> Result<Vec<Document>, MongoError> {
-    let mut projection = collection.read_projection();
-    projection.insert(FLAG, 1);
-    for field in INDEXABILITY_FIELDS {
-        projection.insert(field, 1);
+/// A plain scan of ALL documents in `_id` order, with no filter: what a pass
+/// reads when most of the collection is unindexed. A plain `_id` order costs
+/// the server only what it returns, whereas the unindexed filter sorted by
+/// `_id` costs some servers (DocumentDB-based ones) time proportional to the
+/// whole collection on every page. Projected like [`read_unindexed_page`]
+/// plus the flag and [`INDEXABILITY_FIELDS`], so the caller keeps what
+/// [`is_unindexed`] (or [`is_indexable`]) accepts.
+///
+/// Read through one batched cursor (`_id > last`, sorted by `_id`), handed
+/// out in pages: a cursor's `getMore`s cost about half as much as as many
+/// `_id`-range queries (secantusdb: 5.5 s against 11.2 s for 52,000
+/// documents). A cursor that fails (it timed out while the reader waited on a
+/// slow pipeline, the server stepped down) is reopened once per page after
+/// the last `_id` handed out, so nothing is skipped or read twice.
+pub struct Scan {
+    handle: MongoCollection<Document>,
+    projection: Document,
+    batch_size: u32,
+    cursor: Option<mongodb::Cursor<Document>>,
+    after: Option<Bson>,
+    ended: bool,
+}
+
+impl Scan {
+    /// A scan of `collection`, fetching `batch_size` documents per round trip.
+    pub fn new(db: &Database, collection: Collection, batch_size: usize) -> Scan {
+        let mut projection = collection.read_projection();
+        projection.insert(FLAG, 1);
+        for field in INDEXABILITY_FIELDS {
+            projection.insert(field, 1);
+        }
+        Scan {
+            handle: collection.handle(db),
+            projection,
+            batch_size: u32::try_from(batch_size.max(1)).unwrap_or(u32::MAX),
+            cursor: None,
+            after: None,
+            ended: false,
+        }
     }
-    read_page(db, collection, doc! {}, after, limit, projection).await
+
+    /// The next (up to) `limit` documents; fewer only at the end.
+    pub async fn next_page(&mut self, limit: usize) -> Result<Vec<Document>, MongoError> {
+        let mut page = Vec::with_capacity(limit.min(10_000));
+        let mut reopened = false;
+        while page.len() < limit && !self.ended {
+            if self.cursor.is_none() {
+                let cursor = open_scan(
+                    &self.handle,
+                    &self.projection,
+                    self.batch_size,
+                    self.after.as_ref(),
+                )
+                .await?;
+                self.cursor = Some(cursor);
+            }
+            let cursor = self.cursor.as_mut().expect("opened above");
+            match cursor.try_next().await {
+                Ok(Some(doc)) => {
+                    self.after = doc.get("_id").cloned();
+                    page.push(doc);
+                }
+                Ok(None) => {
+                    self.ended = true;
+                    self.cursor = None;
+                }
+                Err(e) if !reopened => {
+                    tracing::debug!(error = %short(&e), "scan cursor failed: reopening it after the last _id read");
+                    reopened = true;
+                    self.cursor = None;
+                }
+                Err(e) => return Err(mongo_err("read")(e)),
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// The cursor of a [`Scan`], from just after `after`. (A free function: the
+/// scan's cursor is not `Sync`, so no `&Scan` may be held across an await.)
+async fn open_scan(
+    handle: &MongoCollection<Document>,
+    projection: &Document,
+    batch_size: u32,
+    after: Option<&Bson>,
+) -> Result<mongodb::Cursor<Document>, MongoError> {
+    let filter = match after {
+        Some(after) => doc! { "_id": { "$gt": after.clone() } },
+        None => doc! {},
+    };
+    handle
+        .find(filter)
+        .sort(doc! { "_id": 1 })
+        .projection(projection.clone())
+        .batch_size(batch_size)
+        .await
+        .map_err(mongo_err("read"))
 }
 
 /// Whether `doc` matches [`unindexed_filter`] at `now`, decided in Rust
@@ -413,38 +491,51 @@ pub struct IdEntry {
     pub flagged: bool,
 }
 
-/// The next page of indexable documents' ids (by ascending `_id`).
+/// One page of [`indexable_ids_page`].
+#[derive(Debug)]
+pub struct IdsPage {
+    /// The indexable documents of the page.
+    pub entries: Vec<IdEntry>,
+    /// The last `_id` read (indexable or not): where the next page starts.
+    pub after: Option<Bson>,
+    /// Whether the collection ends with this page.
+    pub last: bool,
+}
+
+/// The next `_id` range page (by ascending `_id`, after `after`, `limit`
+/// documents read) with the ids of its indexable documents at server time
+/// `now`. Read as a plain range and filtered in Rust ([`is_indexable`]):
+/// the indexable filter sorted by `_id` costs some servers (DocumentDB-based
+/// ones) time proportional to the whole collection on every page.
 pub async fn indexable_ids_page(
     db: &Database,
     collection: Collection,
     now: DateTime,
     after: Option<&Bson>,
     limit: usize,
-) -> Result<Vec<IdEntry>, MongoError> {
-    let mut filter = indexable_filter(collection, now);
-    if let Some(after) = after {
-        filter.insert("_id", doc! { "$gt": after.clone() });
-    }
+) -> Result<IdsPage, MongoError> {
     let pk = collection.primary_key();
-    let docs: Vec<Document> = collection
-        .handle(db)
-        .find(filter)
-        .sort(doc! { "_id": 1 })
-        .limit(limit as i64)
-        .projection(doc! { "_id": 1, pk: 1, FLAG: 1 })
-        .await
-        .map_err(mongo_err("read ids"))?
-        .try_collect()
-        .await
-        .map_err(mongo_err("read ids"))?;
-    Ok(docs
+    let mut projection = doc! { "_id": 1, pk: 1, FLAG: 1 };
+    for field in INDEXABILITY_FIELDS {
+        projection.insert(field, 1);
+    }
+    let docs = read_page(db, collection, doc! {}, after, limit, projection).await?;
+    let last = docs.len() < limit;
+    let after = docs.last().and_then(|d| d.get("_id").cloned());
+    let entries = docs
         .into_iter()
+        .filter(|d| is_indexable(collection, d, now))
         .map(|d| IdEntry {
             mongo_id: d.get("_id").cloned().unwrap_or(Bson::Null),
             meili_id: meili_id(collection, &d),
             flagged: d.get_bool(FLAG).unwrap_or(false),
         })
-        .collect())
+        .collect();
+    Ok(IdsPage {
+        entries,
+        after,
+        last,
+    })
 }
 
 /// One version of one document: its `_id` and the exact `updatedAt` value

@@ -71,9 +71,8 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
     loop {
         let page =
             mongo::indexable_ids_page(ctx.db, ctx.collection, now, after.as_ref(), PAGE).await?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.mongo_id.clone());
-        for entry in &page {
+        after = page.after.clone();
+        for entry in &page.entries {
             let present = match &entry.meili_id {
                 Some(id) => {
                     let hash = id_hash(id);
@@ -91,7 +90,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
                 mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?;
             to_clear.clear();
         }
-        if page.len() < PAGE {
+        if page.last {
             break;
         }
     }

@@ -225,8 +225,8 @@ pub(crate) async fn index_unindexed(
 pub(crate) enum Read {
     /// Pages of the documents the feed selects, filtered by the server.
     Filtered,
-    /// Plain `_id` range pages of every document, filtered in Rust
-    /// ([`mongo::is_unindexed`], [`mongo::is_indexable`]).
+    /// A plain `_id`-ordered scan of every document ([`mongo::Scan`]),
+    /// filtered in Rust ([`mongo::is_unindexed`], [`mongo::is_indexable`]).
     Plain,
 }
 
@@ -259,18 +259,18 @@ async fn read_batches(
     let mut after: Option<Bson> = None;
     let mut sent = 0u64;
     let mut batch = Batch::new();
+    let mut scan =
+        (read == Read::Plain).then(|| mongo::Scan::new(ctx.db, ctx.collection, page_size));
     loop {
         let started = Instant::now();
         let now = mongo::server_time(ctx.db).await?;
-        let page = match (read, feed) {
-            (Read::Plain, _) => {
-                mongo::read_any_page(ctx.db, ctx.collection, after.as_ref(), page_size).await?
-            }
-            (Read::Filtered, Feed::Unindexed) => {
+        let page = match (&mut scan, feed) {
+            (Some(scan), _) => scan.next_page(page_size).await?,
+            (None, Feed::Unindexed) => {
                 mongo::read_unindexed_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
                     .await?
             }
-            (Read::Filtered, Feed::Indexable) => {
+            (None, Feed::Indexable) => {
                 mongo::read_indexable_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
                     .await?
             }

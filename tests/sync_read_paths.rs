@@ -1,0 +1,67 @@
+//! Both ways an indexing pass reads MongoDB (docs/design.md §4.6) index the
+//! same documents: plain `_id`-range pages of every document, kept in Rust,
+//! when the pass expects more than two pages of unindexed documents; the
+//! server's unindexed filter when it expects fewer.
+
+mod support;
+
+use meili_reconciler::mongo::Collection;
+use mongodb::bson::{doc, Document};
+use support::chat_data::{seed, server_now, Env};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_scan_and_the_filtered_read_index_the_same_documents() {
+    let mut env = Env::new("read_paths").await;
+    // Pages of 100: 3,000 seeded messages (every edge case of indexability)
+    // are many pages, so the first run scans.
+    env.opts.batch_docs = 100;
+    env.opts.threshold = 0;
+    let now = seed(&env, 3_000, 300).await;
+    let summary = env.run().await.expect("first run (plain scan)");
+    assert!(summary.indexed() > 2_000, "{summary}");
+    env.assert_in_step(now, &[]).await;
+
+    // A backlog of 1,000 among flagged documents (still a scan: it must pass
+    // the flagged ones over), some of them made temporary meanwhile.
+    let messages = env.db.collection::<Document>("messages");
+    let backlog = doc! { "messageId": { "$regex": "^msg-1[0-9][0-9][0-9]$" } };
+    messages
+        .update_many(
+            backlog.clone(),
+            doc! { "$set": { "_meiliIndex": false, "text": "edited in the backlog" } },
+        )
+        .await
+        .unwrap();
+    messages
+        .update_many(
+            doc! { "messageId": { "$regex": "^msg-1[0-9][0-9]0$" } },
+            doc! { "$set": { "isTemporary": true } },
+        )
+        .await
+        .unwrap();
+    let now = server_now(&env.db).await;
+    let summary = env.run().await.expect("second run (plain scan)");
+    assert!(summary.indexed() > 0, "{summary}");
+    env.assert_in_step(now, &[]).await;
+
+    // 50 unindexed: under two pages, read by the server's filter.
+    messages
+        .update_many(
+            doc! { "messageId": { "$regex": "^msg-2[0-4][0-9]$" } },
+            doc! { "$set": { "_meiliIndex": false, "text": "edited, few" } },
+        )
+        .await
+        .unwrap();
+    let now = server_now(&env.db).await;
+    let summary = env.run().await.expect("third run (filtered)");
+    assert!(summary.indexed() > 0, "{summary}");
+    env.assert_in_step(now, &[]).await;
+    let shown = env.meili_docs(Collection::Messages).await;
+    assert!(
+        shown
+            .values()
+            .any(|d| d["text"] == "edited, few" || d["text"] == "edited in the backlog"),
+        "the edits reached Meilisearch"
+    );
+    env.cleanup().await;
+}
