@@ -713,11 +713,41 @@ pub async fn read_states_in_range(
     last: &Bson,
     wanted: &std::collections::HashSet<String>,
 ) -> Result<Vec<Document>, MongoError> {
-    const PAGE: i64 = 10_000;
     let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, FLAG: 1, collection.primary_key(): 1 };
     for field in INDEXABILITY_FIELDS {
         projection.insert(field, 1);
     }
+    read_kept_in_range(db, collection, first, last, wanted, projection).await
+}
+
+/// Like [`read_states_in_range`], with the whole read projection (what
+/// Meilisearch gets) besides: what a refused batch, whose NDJSON was dropped
+/// once enqueued, is rebuilt from to isolate the documents Meilisearch
+/// rejects.
+pub async fn read_documents_in_range(
+    db: &Database,
+    collection: Collection,
+    first: &Bson,
+    last: &Bson,
+    wanted: &std::collections::HashSet<String>,
+) -> Result<Vec<Document>, MongoError> {
+    let mut projection = collection.read_projection();
+    projection.insert(FLAG, 1);
+    for field in INDEXABILITY_FIELDS {
+        projection.insert(field, 1);
+    }
+    read_kept_in_range(db, collection, first, last, wanted, projection).await
+}
+
+async fn read_kept_in_range(
+    db: &Database,
+    collection: Collection,
+    first: &Bson,
+    last: &Bson,
+    wanted: &std::collections::HashSet<String>,
+    projection: Document,
+) -> Result<Vec<Document>, MongoError> {
+    const PAGE: i64 = 10_000;
     let mut kept = Vec::new();
     let mut lower = doc! { "$gte": first.clone() };
     loop {

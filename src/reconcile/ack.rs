@@ -147,7 +147,7 @@ async fn handle_changed(
 /// Consecutive documents whose `_id`s have the same BSON type: a range query
 /// only matches values of the bound's type, so each run is read back by its
 /// own range.
-fn same_type_runs<'a, 'b>(chunk: &'a [&'b BatchDoc]) -> Vec<&'a [&'b BatchDoc]> {
+pub(crate) fn same_type_runs<'a, 'b>(chunk: &'a [&'b BatchDoc]) -> Vec<&'a [&'b BatchDoc]> {
     chunk
         .chunk_by(|a, b| a.mongo_id().element_type() == b.mongo_id().element_type())
         .collect()

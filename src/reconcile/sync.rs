@@ -157,6 +157,18 @@ impl Batch {
     pub fn payload_of(&self, range: Range<usize>) -> Arc<[u8]> {
         Arc::from(&self.payload[self.offsets[range.start]..self.offsets[range.end]])
     }
+
+    /// Frees the NDJSON once enqueued, keeping per document only what the
+    /// acknowledgement needs: while a task waits its turn in Meilisearch the
+    /// batch holds its ids and versions, not its payload. Returns the
+    /// bytes the payload had.
+    fn drop_payload(&mut self) -> usize {
+        let bytes = self.payload.len();
+        self.payload = Vec::new();
+        self.offsets = Vec::new();
+        self.docs.shrink_to_fit();
+        bytes
+    }
 }
 
 /// A document as one NDJSON line of its Meilisearch shape.
@@ -412,8 +424,10 @@ async fn enqueue_and_settle(
                             .add_documents_ndjson(&ctx.uid, batch.payload_of(0..batch.len()), ctx.guard)
                             .await?;
                         ctx.phases.add(Phase::Send, sending.elapsed());
-                        bytes_in_flight += batch.bytes();
-                        pending.push(settle(ctx, batch, task, sending));
+                        let mut batch = batch;
+                        let bytes = batch.drop_payload();
+                        bytes_in_flight += bytes;
+                        pending.push(settle(ctx, batch, bytes, task, sending));
                     }
                     None => open = false,
                 }
@@ -443,6 +457,33 @@ async fn acknowledge_queue(
     Ok(total)
 }
 
+/// The documents of a refused batch as they are now, with their NDJSON:
+/// read back by `_id` range (per run of one `_id` type), keeping those of
+/// the batch that are still indexable ([`mongo::is_indexable`] at MongoDB's
+/// clock; whatever their flag, as every feed sends: a reindex's build and the
+/// exact comparison's repairs send flagged documents too). A document deleted
+/// or made unindexable meanwhile is left out: the refused task indexed
+/// nothing, so nothing of it is searchable.
+async fn reread(ctx: &Ctx<'_>, refused: &Batch) -> Result<Batch, ReconcileError> {
+    let now = mongo::server_time(ctx.db).await?;
+    let refs: Vec<&BatchDoc> = refused.docs.iter().collect();
+    let mut batch = Batch::new();
+    for run in ack::same_type_runs(&refs) {
+        let wanted: HashSet<String> = run.iter().map(|d| id_key(d.mongo_id())).collect();
+        let (first, last) = (run[0].mongo_id(), run[run.len() - 1].mongo_id());
+        let docs =
+            mongo::read_documents_in_range(ctx.db, ctx.collection, first, last, &wanted).await?;
+        for doc in docs
+            .iter()
+            .filter(|d| mongo::is_indexable(ctx.collection, d, now))
+        {
+            let line = ndjson_line(ctx.collection, doc)?;
+            batch.push_document(ctx.collection, doc, &line);
+        }
+    }
+    Ok(batch)
+}
+
 /// A settled task: the bytes it held in flight, the documents Meilisearch
 /// accepted (in `_id` order) and those it rejected.
 struct Done {
@@ -456,21 +497,29 @@ struct Done {
 async fn settle(
     ctx: &Ctx<'_>,
     batch: Batch,
+    bytes: usize,
     task: u64,
     sent: Instant,
 ) -> Result<Done, ReconcileError> {
     let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
     crate::metrics::batch_latency(sent.elapsed());
-    let verdicts = match &outcome.error {
-        None => vec![None; batch.len()],
+    let (batch, verdicts) = match &outcome.error {
+        None => {
+            let verdicts = vec![None; batch.len()];
+            (batch, verdicts)
+        }
         Some(error) if rejects::is_document_error(&error.code) => {
             tracing::warn!(index = %ctx.uid, task, code = %error.code, docs = batch.len(),
                 "a batch was refused; isolating the documents Meilisearch rejects");
-            rejects::isolate(ctx, &batch, error.clone()).await?
+            // The refused task indexed none of it; its NDJSON was dropped
+            // when enqueued, so the batch is read again (the current
+            // versions of the documents still to index) and bisected.
+            let batch = reread(ctx, &batch).await?;
+            let verdicts = rejects::isolate(ctx, &batch, error.clone()).await?;
+            (batch, verdicts)
         }
         Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
     };
-    let bytes = batch.bytes();
     let mut accepted = Vec::with_capacity(batch.len());
     let mut rejected = Vec::new();
     for (doc, verdict) in batch.docs.into_iter().zip(verdicts) {
