@@ -5,6 +5,7 @@
 //! tests drive the same entry points.
 
 pub mod config;
+pub mod follow;
 pub mod job;
 pub mod lease;
 pub mod meili;
