@@ -494,6 +494,7 @@ struct OrphanChecks {
     every: Duration,
     pending: Vec<Collection>,
     last: Option<Instant>,
+    due: Option<Instant>,
 }
 
 impl OrphanChecks {
@@ -502,6 +503,7 @@ impl OrphanChecks {
             every,
             pending: Vec::new(),
             last: None,
+            due: None,
         }
     }
 
@@ -515,21 +517,20 @@ impl OrphanChecks {
                 self.pending.push(*collection);
             }
         }
+        if !self.pending.is_empty() && self.due.is_none() {
+            let now = Instant::now();
+            self.due = Some(self.last.map_or(now, |last| (last + self.every).max(now)));
+        }
     }
 
     /// When the comparison is due (`None`: nothing waits for it).
     fn due(&self) -> Option<Instant> {
-        if self.pending.is_empty() {
-            return None;
-        }
-        Some(
-            self.last
-                .map_or_else(Instant::now, |last| last + self.every),
-        )
+        self.due
     }
 
     fn take(&mut self) -> Vec<Collection> {
         self.last = Some(Instant::now());
+        self.due = None;
         std::mem::take(&mut self.pending)
     }
 }

@@ -97,6 +97,7 @@ pub fn unique_name(tag: &str) -> String {
 pub mod chat_data;
 pub mod cli;
 pub mod faults;
+pub mod follow;
 pub mod job_timeline;
 pub mod lease_harness;
 pub mod librechat_double;
