@@ -176,3 +176,69 @@ pub async fn enable_pre_images(db: &Database) {
         .expect("collMod changeStreamPreAndPostImages");
     }
 }
+
+/// A LibreChat-like application writing messages while a test runs:
+/// inserts, edits, deletes, and messages turned temporary and back, every
+/// save with `_meiliIndex: false` and a new `updatedAt`.
+pub struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<usize>,
+    written: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Writer {
+    /// Starts writing into `db`, one change every `pause`.
+    pub fn start(db: Database, tag: &str, pause: Duration) -> Writer {
+        use rand::Rng;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let written = std::sync::Arc::new(AtomicUsize::new(0));
+        let (stop_in, written_in, tag) = (stop.clone(), written.clone(), tag.to_string());
+        let task = tokio::spawn(async move {
+            let messages = db.collection::<Document>("messages");
+            let mut live: Vec<Bson> = Vec::new();
+            let mut n = 0;
+            while !stop_in.load(Ordering::SeqCst) {
+                let pick = |live: &Vec<Bson>| live[rand::rng().random_range(0..live.len())].clone();
+                match n % 10 {
+                    _ if live.len() < 5 || n % 10 < 5 => {
+                        let doc = new_message(&tag, n, DateTime::now());
+                        live.push(doc.get("_id").unwrap().clone());
+                        messages.insert_one(doc).await.unwrap();
+                    }
+                    5 | 6 => {
+                        let id = pick(&live);
+                        save(&db, Collection::Messages, &id, doc! { "text": format!("{tag} edit {n}") }).await;
+                    }
+                    7 => {
+                        let at = rand::rng().random_range(0..live.len());
+                        let id = live.swap_remove(at);
+                        messages.delete_one(doc! { "_id": id }).await.unwrap();
+                    }
+                    8 => save(&db, Collection::Messages, &pick(&live), doc! { "isTemporary": true }).await,
+                    _ => save(&db, Collection::Messages, &pick(&live), doc! { "isTemporary": false }).await,
+                }
+                n += 1;
+                written_in.store(n, Ordering::SeqCst);
+                tokio::time::sleep(pause).await;
+            }
+            n
+        });
+        Writer {
+            stop,
+            task,
+            written,
+        }
+    }
+
+    /// Changes written so far.
+    pub fn written(&self) -> usize {
+        self.written.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Stops writing; returns how many changes were written.
+    pub async fn stop(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.unwrap()
+    }
+}

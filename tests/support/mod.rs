@@ -96,6 +96,7 @@ pub fn unique_name(tag: &str) -> String {
 
 pub mod chat_data;
 pub mod cli;
+pub mod counting_proxy;
 pub mod faults;
 pub mod follow;
 pub mod job_timeline;
