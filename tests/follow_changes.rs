@@ -120,6 +120,10 @@ async fn inserts_edits_deletes_temporary_and_expired_reach_meilisearch_through_t
         1,
         "only the first reconciliation ran: the stream did the rest"
     );
+    assert!(
+        !log.contains("a delete without a pre-image"),
+        "the delete was named by its pre-image: {log}"
+    );
     target.cleanup().await;
 }
 
