@@ -85,13 +85,22 @@ async fn inserts_edits_deletes_temporary_and_expired_reach_meilisearch_through_t
         .unwrap();
     assert!(meili_doc(&target, c, "conv-0").await.is_some());
     let past = mongodb::bson::DateTime::from_millis(now.timestamp_millis() - 60_000);
-    save(&env.db, c, conv0.get("_id").unwrap(), doc! { "expiredAt": past }).await;
+    save(
+        &env.db,
+        c,
+        conv0.get("_id").unwrap(),
+        doc! { "expiredAt": past },
+    )
+    .await;
     await_meili_doc(&target, c, "conv-0", None, SOON).await;
 
     // A version LibreChat's save hook indexed already: skipped, not sent.
     let hooked = new_message("hooked", 1, now);
     env.put_docs(&env.uid(m), &[shape(m, &hooked, now)]).await;
-    let (skipped, inserted) = (applied(&base, "skipped").await, applied(&base, "insert").await);
+    let (skipped, inserted) = (
+        applied(&base, "skipped").await,
+        applied(&base, "insert").await,
+    );
     let mut flagged = hooked.clone();
     flagged.insert("_meiliIndex", true);
     messages.insert_one(flagged).await.unwrap();

@@ -160,7 +160,10 @@ async fn an_owner_stopped_past_its_lease_writes_nothing_after_it_resumes() {
         "the proxy sees follower-a's acknowledgements: {:?}",
         mongo.writes()
     );
-    assert!(!meili.writes().is_empty(), "the proxy sees follower-a's additions");
+    assert!(
+        !meili.writes().is_empty(),
+        "the proxy sees follower-a's additions"
+    );
     let (_, epoch_a, _) = lease_owner(&target).await.unwrap();
 
     // ...then stops, past its lease: follower-b takes over and follows,
@@ -172,7 +175,9 @@ async fn an_owner_stopped_past_its_lease_writes_nothing_after_it_resumes() {
         (owner == "follower-b" && following).then_some(())
     })
     .await;
-    let during: Vec<Document> = (1..=3).map(|n| new_message("during-stop", n, now)).collect();
+    let during: Vec<Document> = (1..=3)
+        .map(|n| new_message("during-stop", n, now))
+        .collect();
     messages.insert_many(during.clone()).await.unwrap();
     for (n, doc) in during.iter().enumerate() {
         let id = format!("during-stop-{}", n + 1);
@@ -180,7 +185,10 @@ async fn an_owner_stopped_past_its_lease_writes_nothing_after_it_resumes() {
     }
     // A delete is work for anyone who sees it, even after follower-b did it.
     assert!(meili_doc(&target, m, "msg-0").await.is_some());
-    messages.delete_one(doc! { "messageId": "msg-0" }).await.unwrap();
+    messages
+        .delete_one(doc! { "messageId": "msg-0" })
+        .await
+        .unwrap();
     await_meili_doc(&target, m, "msg-0", None, SOON).await;
 
     // follower-a resumes with those changes waiting in its stream.
@@ -213,7 +221,10 @@ async fn an_owner_stopped_past_its_lease_writes_nothing_after_it_resumes() {
     assert_eq!(owner, "follower-b");
     assert!(following && epoch > epoch_a);
     let a_log = a.stderr_so_far();
-    assert!(a_log.contains("lease lost"), "follower-a logs the lost lease: {a_log}");
+    assert!(
+        a_log.contains("lease lost"),
+        "follower-a logs the lost lease: {a_log}"
+    );
     assert!(
         a_log.contains("waiting for the lease again"),
         "and goes back to waiting: {a_log}"
@@ -246,7 +257,10 @@ async fn once_gets_the_lease_handed_over_and_following_resumes_after_it() {
     .await
     .unwrap();
     assert_eq!(code, Some(0), "once exits 0\n{out}\n{err}");
-    assert!(out.contains("docs/s"), "once ran the reconciliation itself: {out}");
+    assert!(
+        out.contains("docs/s"),
+        "once ran the reconciliation itself: {out}"
+    );
 
     // follower-a follows again, resuming from its token: no reconciliation.
     eventually(SOON, "follower-a to follow again", || async {
@@ -276,7 +290,10 @@ async fn once_gets_the_lease_handed_over_and_following_resumes_after_it() {
     assert!(wait_exit(&mut a, Duration::from_secs(30)).success());
     let (_, log) = output_of(a);
     assert!(log.contains("handing it over"), "{log}");
-    assert!(log.contains("resuming the change stream from the saved token"), "{log}");
+    assert!(
+        log.contains("resuming the change stream from the saved token"),
+        "{log}"
+    );
     assert_eq!(reconciliations_in(&log), 1, "only follower-a's first");
     let lease = target.lease().await.unwrap();
     assert!(lease.get_document("followToken").is_ok());

@@ -26,10 +26,14 @@ pub async fn status(base: &str) -> Value {
 
 /// Waits until the replica at `base` reports `follow.state == state`.
 pub async fn await_follow_state(base: &str, state: &str, limit: Duration) -> Value {
-    eventually(limit, &format!("follow state {state} at {base}"), || async {
-        let s = status(base).await;
-        (s["follow"]["state"] == state).then_some(s)
-    })
+    eventually(
+        limit,
+        &format!("follow state {state} at {base}"),
+        || async {
+            let s = status(base).await;
+            (s["follow"]["state"] == state).then_some(s)
+        },
+    )
     .await
 }
 
@@ -116,7 +120,10 @@ pub async fn differences(env: &Env, now: DateTime) -> Vec<String> {
             match expected(collection, d, now) {
                 Some((id, shape)) => {
                     if !flagged {
-                        found.push(format!("{} {id}: indexable, not flagged", collection.name()));
+                        found.push(format!(
+                            "{} {id}: indexable, not flagged",
+                            collection.name()
+                        ));
                     }
                     want.insert(id, shape);
                 }
@@ -130,7 +137,10 @@ pub async fn differences(env: &Env, now: DateTime) -> Vec<String> {
         }
         for (id, shape) in &want {
             match in_meili.get(id) {
-                None => found.push(format!("{} {id}: missing from Meilisearch", collection.name())),
+                None => found.push(format!(
+                    "{} {id}: missing from Meilisearch",
+                    collection.name()
+                )),
                 Some(got) if got != shape => found.push(format!(
                     "{} {id}: Meilisearch has {got}, MongoDB says {shape}",
                     collection.name()
@@ -139,7 +149,10 @@ pub async fn differences(env: &Env, now: DateTime) -> Vec<String> {
             }
         }
         for id in in_meili.keys().filter(|id| !want.contains_key(*id)) {
-            found.push(format!("{} {id}: in Meilisearch, should not be", collection.name()));
+            found.push(format!(
+                "{} {id}: in Meilisearch, should not be",
+                collection.name()
+            ));
         }
     }
     found.truncate(10);
@@ -208,15 +221,37 @@ impl Writer {
                     }
                     5 | 6 => {
                         let id = pick(&live);
-                        save(&db, Collection::Messages, &id, doc! { "text": format!("{tag} edit {n}") }).await;
+                        save(
+                            &db,
+                            Collection::Messages,
+                            &id,
+                            doc! { "text": format!("{tag} edit {n}") },
+                        )
+                        .await;
                     }
                     7 => {
                         let at = rand::rng().random_range(0..live.len());
                         let id = live.swap_remove(at);
                         messages.delete_one(doc! { "_id": id }).await.unwrap();
                     }
-                    8 => save(&db, Collection::Messages, &pick(&live), doc! { "isTemporary": true }).await,
-                    _ => save(&db, Collection::Messages, &pick(&live), doc! { "isTemporary": false }).await,
+                    8 => {
+                        save(
+                            &db,
+                            Collection::Messages,
+                            &pick(&live),
+                            doc! { "isTemporary": true },
+                        )
+                        .await
+                    }
+                    _ => {
+                        save(
+                            &db,
+                            Collection::Messages,
+                            &pick(&live),
+                            doc! { "isTemporary": false },
+                        )
+                        .await
+                    }
                 }
                 n += 1;
                 written_in.store(n, Ordering::SeqCst);

@@ -102,4 +102,5 @@ pub mod follow;
 pub mod job_timeline;
 pub mod lease_harness;
 pub mod librechat_double;
+pub mod private_mongo;
 pub mod standin;
