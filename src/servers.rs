@@ -179,7 +179,11 @@ pub async fn connect_mongo(
     let mut options = ClientOptions::parse(settings.uri.expose())
         .await
         .map_err(unreachable)?;
-    options.app_name = Some("meili-reconciler".into());
+    // An `appName` in the URI is the operator's (it names us in the
+    // server's logs and currentOp); otherwise ours.
+    options
+        .app_name
+        .get_or_insert_with(|| "meili-reconciler".into());
     options.connect_timeout = Some(settings.connect_timeout);
     options.server_selection_timeout = Some(settings.connect_timeout);
     options.sdam_event_handler = Some(last_failure.handler());

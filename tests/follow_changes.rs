@@ -162,3 +162,56 @@ async fn deletes_without_pre_images_reach_meilisearch_through_the_id_comparison(
     assert_eq!(reconciliations_in(&log), 1, "the stream did it");
     target.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_change_stream_is_reopened_after_the_last_applied_change() {
+    let Some(fail) = support::faults::FailCommand::new("follow-reopen").await else {
+        return;
+    };
+    let (target, base) = follower_target("follow_reopen");
+    let uri = format!("{}&appName=follow-reopen", target.mongo_uri);
+    let target = target.with_mongo(&uri);
+    let env = Env::for_target(&target).await;
+    seed(&env, 20, 5).await;
+    let mut replica = target.spawn("follower-1", &["run"]);
+    await_follow_state(&base, "following", Duration::from_secs(60)).await;
+
+    // The stream's next read fails with an error the driver does not resume
+    // from by itself (ExceededTimeLimit, no resumable label).
+    fail.error_code(&["getMore"], 262, support::faults::times(1))
+        .await;
+    support::cli::eventually(SOON, "the stream to fail", || async {
+        replica
+            .stderr_so_far()
+            .contains("the change stream failed")
+            .then_some(())
+    })
+    .await;
+    let now = server_now(&env.db).await;
+    let fresh = new_message("after-failure", 1, now);
+    env.db
+        .collection::<Document>("messages")
+        .insert_one(fresh.clone())
+        .await
+        .unwrap();
+    let m = Collection::Messages;
+    await_meili_doc(
+        &target,
+        m,
+        "after-failure-1",
+        Some(expected(m, &fresh, now).unwrap().1),
+        SOON,
+    )
+    .await;
+    fail.off().await;
+
+    terminate(&replica);
+    assert!(wait_exit(&mut replica, Duration::from_secs(30)).success());
+    let (_, log) = output_of(replica);
+    assert!(
+        log.contains("reopening it after the last applied change"),
+        "the stream failed and was reopened: {log}"
+    );
+    assert_eq!(reconciliations_in(&log), 1, "no reconciliation for it");
+    target.cleanup().await;
+}

@@ -8,6 +8,7 @@
 //! | indexable, not flagged | sent with the reconciliation's projection and acknowledged version-exactly (the engine's sender) |
 //! | not indexable | deleted from Meilisearch, its flag cleared if set |
 //! | not indexable, and the change only cleared its flag | nothing (whoever cleared it removed it) |
+//! | not indexable, without a Meilisearch id | its flag cleared if set (it cannot be in the index) |
 //! | gone | deleted from Meilisearch by the id its pre-image (or an earlier change) gives |
 //! | gone, id unknown | left to the id-set comparison (`follow.orphan_check_every`) |
 //!
@@ -32,9 +33,13 @@ pub(crate) enum Action {
     Send(Document),
     Skip,
     Remove {
-        meili_id: Option<String>,
+        meili_id: String,
         clear_flag: bool,
     },
+    /// Not indexable and without a Meilisearch id, but flagged.
+    ClearFlag,
+    /// Gone, and which Meilisearch document it was is unknown.
+    Unresolved,
     Nothing,
 }
 
@@ -50,13 +55,23 @@ pub(crate) fn decide(change: &Change, now: DateTime) -> Action {
             }
         }
         Some(_) if change.flag_only == Some(false) => Action::Nothing,
-        Some(doc) => Action::Remove {
-            meili_id: mongo::meili_id(collection, doc).or_else(|| change.meili_id.clone()),
-            clear_flag: doc.get_bool(mongo::FLAG) == Ok(true),
-        },
-        None => Action::Remove {
-            meili_id: change.meili_id.clone(),
-            clear_flag: false,
+        Some(doc) => {
+            let clear_flag = doc.get_bool(mongo::FLAG) == Ok(true);
+            match mongo::meili_id(collection, doc).or_else(|| change.meili_id.clone()) {
+                Some(meili_id) => Action::Remove {
+                    meili_id,
+                    clear_flag,
+                },
+                None if clear_flag => Action::ClearFlag,
+                None => Action::Nothing,
+            }
+        }
+        None => match &change.meili_id {
+            Some(meili_id) => Action::Remove {
+                meili_id: meili_id.clone(),
+                clear_flag: false,
+            },
+            None => Action::Unresolved,
         },
     }
 }
@@ -109,13 +124,18 @@ pub(crate) async fn apply(
                     meili_id,
                     clear_flag,
                 } => {
-                    match meili_id {
-                        Some(id) => remove.push(id),
-                        None => unresolved = true,
-                    }
+                    remove.push(meili_id);
                     if clear_flag {
                         clear.push(change.id.clone());
                     }
+                    change.op.label()
+                }
+                Action::ClearFlag => {
+                    clear.push(change.id.clone());
+                    change.op.label()
+                }
+                Action::Unresolved => {
+                    unresolved = true;
                     change.op.label()
                 }
                 Action::Nothing => continue,
@@ -189,7 +209,7 @@ mod tests {
         assert_eq!(
             decide(&change(Some(temporary.clone()), None), now),
             Action::Remove {
-                meili_id: Some("m1".into()),
+                meili_id: "m1".into(),
                 clear_flag: true
             }
         );
@@ -202,26 +222,26 @@ mod tests {
         assert_eq!(
             decide(&change(Some(expired), None), now),
             Action::Remove {
-                meili_id: Some("m1".into()),
+                meili_id: "m1".into(),
                 clear_flag: false
             }
         );
         assert_eq!(
             decide(&change(None, None), now),
             Action::Remove {
-                meili_id: Some("from-pre-image".into()),
+                meili_id: "from-pre-image".into(),
                 clear_flag: false
             }
         );
         let mut unknown = change(None, None);
         unknown.meili_id = None;
-        assert_eq!(
-            decide(&unknown, now),
-            Action::Remove {
-                meili_id: None,
-                clear_flag: false
-            }
-        );
+        assert_eq!(decide(&unknown, now), Action::Unresolved);
+        // Never sendable (no id), so never in the index: only its flag.
+        let mut no_id = change(Some(doc! { "_id": 1, "_meiliIndex": true }), None);
+        no_id.meili_id = None;
+        assert_eq!(decide(&no_id, now), Action::ClearFlag);
+        no_id.full = Some(doc! { "_id": 1 });
+        assert_eq!(decide(&no_id, now), Action::Nothing);
         // A flag cleared on an indexable document: it is sent again.
         assert_eq!(
             decide(&change(Some(plain.clone()), Some(false)), now),

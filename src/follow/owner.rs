@@ -61,7 +61,7 @@ pub(crate) struct Owner {
 }
 
 enum Begun {
-    Following(Reader, Document),
+    Following(Reader, Document, StreamConfig),
     /// No change streams here: reconciled once, as interval mode does.
     Unsupported(serde_json::Value),
 }
@@ -87,15 +87,15 @@ impl Owner {
             .context("an owner's guard carries its lease")?;
         let mut reconcile_first = false;
         loop {
-            let (reader, token) = match self
+            let (reader, token, config) = match self
                 .begin(&guard, &progress, &lease, reconcile_first)
                 .await?
             {
-                Begun::Following(reader, token) => (reader, token),
+                Begun::Following(reader, token, config) => (reader, token, config),
                 Begun::Unsupported(summary) => return Ok(summary),
             };
             match self
-                .follow(&guard, &progress, &lease, reader, token)
+                .follow(&guard, &progress, &lease, (reader, config), token)
                 .await?
             {
                 Ended::HandOver(to) => return Err(HandOver { to }.into()),
@@ -149,7 +149,7 @@ impl Owner {
                     Ok(reader) => {
                         lease.start_following(guard, None).await?;
                         info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
-                        return Ok(Begun::Following(reader, token));
+                        return Ok(Begun::Following(reader, token, config));
                     }
                     Err(StreamError::ResumePointLost(why)) => warn!(%why,
                         "the saved resume token can no longer be used (the oplog no longer holds it): reconciling fully before following"),
@@ -176,7 +176,7 @@ impl Owner {
         match stream::open(db, &start, &config).await {
             Ok(reader) => {
                 info!("following the change stream from where it stood before the reconciliation");
-                Ok(Begun::Following(reader, start))
+                Ok(Begun::Following(reader, start, config))
             }
             Err(StreamError::ResumePointLost(why)) => anyhow::bail!(
                 "the oplog no longer reaches back to when the reconciliation began ({:.0} s ago): {why}; \
@@ -249,7 +249,7 @@ impl Owner {
         guard: &Guard,
         progress: &Progress,
         lease: &LeaseHandle,
-        mut reader: Reader,
+        (mut reader, config): (Reader, StreamConfig),
         saved: Document,
     ) -> anyhow::Result<Ended> {
         self.status().set_state(FollowState::Following);
@@ -294,6 +294,16 @@ impl Owner {
                     }
                     Some(StreamItem::Restart(reason)) => return Ok(Ended::Restart(reason)),
                     Some(StreamItem::Failed(StreamError::ResumePointLost(why))) => return Ok(Ended::Restart(why)),
+                    Some(StreamItem::Failed(StreamError::Mongo(error))) => {
+                        // Everything read before the failure is complete: apply it,
+                        // then reopen from there.
+                        warn!(%error, "the change stream failed; reopening it after the last applied change");
+                        self.flush(guard, progress, lease, &mut batch, &mut tokens, &mut orphans).await?;
+                        match self.reopen(guard, &tokens, &config).await? {
+                            Some(reopened) => reader = reopened,
+                            None => return Ok(Ended::Restart("the change stream cannot resume where it failed".into())),
+                        }
+                    }
                     Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
                     None => anyhow::bail!("the change stream's reader stopped"),
                 },
@@ -369,6 +379,43 @@ impl Owner {
                 self.status().set_state(FollowState::Following);
                 progress.phase("follow", 0);
                 next_run = Instant::now() + crate::serve::jittered(opts.interval);
+            }
+        }
+    }
+
+    /// Reopens the stream after the last applied change, retrying a
+    /// transient failure a few times (0.5 s … 8 s apart); `None` when that
+    /// point is no longer in the oplog.
+    async fn reopen(
+        &self,
+        guard: &Guard,
+        tokens: &Tokens,
+        config: &StreamConfig,
+    ) -> anyhow::Result<Option<Reader>> {
+        let token = tokens
+            .safe
+            .clone()
+            .context("following always has a point to resume from")?;
+        let mut delays = [500, 1_000, 2_000, 4_000, 8_000]
+            .map(Duration::from_millis)
+            .into_iter();
+        loop {
+            match stream::open(&self.reconciler.db, &token, config).await {
+                Ok(reader) => return Ok(Some(reader)),
+                Err(StreamError::ResumePointLost(why)) => {
+                    warn!(%why, "the change stream cannot resume where it failed");
+                    return Ok(None);
+                }
+                Err(error) => {
+                    let Some(delay) = delays.next() else {
+                        return Err(self.stream_error(error));
+                    };
+                    warn!(%error, retry_in = ?delay, "could not reopen the change stream");
+                    tokio::select! {
+                        _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
             }
         }
     }
