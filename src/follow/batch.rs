@@ -9,9 +9,10 @@
 //!
 //! An update that only set `_meiliIndex: true` is an acknowledgement (ours,
 //! or LibreChat's save hook saying it indexed that version): it asks for no
-//! work. It is not a document to apply, but when the batch already holds
-//! that document it refreshes what the batch knows of it, so a version the
-//! hook indexed by flush time is skipped instead of sent twice.
+//! work. The stream filters those out on the server; should one arrive, it
+//! is not a document to apply, but when the batch already holds that
+//! document it refreshes what the batch knows of it (a version the hook
+//! indexed by flush time is then skipped instead of sent twice).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

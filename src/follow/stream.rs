@@ -93,17 +93,27 @@ pub(crate) struct StreamConfig {
 
 /// The filter: changes to documents of the chat collections, and whatever
 /// invalidates following them (a drop or rename of one of them, a dropped
-/// database).
+/// database) — but not updates that only set `_meiliIndex: true`: those are
+/// acknowledgements (ours, after every document sent, or LibreChat's save
+/// hook's) and ask for no work; filtering them on the server spares a lookup
+/// each. (An update that clears the flag still comes: it asks for a re-send.)
 fn pipeline() -> Vec<Document> {
     let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
-    vec![doc! { "$match": { "$or": [
-        {
-            "ns.coll": { "$in": &names },
-            "operationType": { "$in": ["insert", "update", "replace", "delete", "drop", "rename"] },
-        },
-        { "operationType": "rename", "to.coll": { "$in": &names } },
-        { "operationType": { "$in": ["dropDatabase", "invalidate"] } },
-    ] } }]
+    vec![doc! { "$match": {
+        "$or": [
+            {
+                "ns.coll": { "$in": &names },
+                "operationType": { "$in": ["insert", "update", "replace", "delete", "drop", "rename"] },
+            },
+            { "operationType": "rename", "to.coll": { "$in": &names } },
+            { "operationType": { "$in": ["dropDatabase", "invalidate"] } },
+        ],
+        "$nor": [ {
+            "operationType": "update",
+            "updateDescription.updatedFields": { mongo::FLAG: true },
+            "updateDescription.removedFields": { "$size": 0 },
+        } ],
+    } }]
 }
 
 async fn watch(

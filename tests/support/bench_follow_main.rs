@@ -162,7 +162,9 @@ async fn main() -> anyhow::Result<()> {
 
 /// The follower's count of skipped documents (already indexed by the hook).
 async fn skipped(status_url: &str) -> anyhow::Result<u64> {
-    let authority = status_url.trim_start_matches("http://").trim_end_matches('/');
+    let authority = status_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
     let mut stream = tokio::net::TcpStream::connect(authority).await?;
     stream
         .write_all(format!("GET /status HTTP/1.0\r\nHost: {authority}\r\n\r\n").as_bytes())
@@ -223,13 +225,15 @@ async fn phase(
         let edit_target = if rand::rng().random_bool(args.edit_fraction.clamp(0.0, 1.0)) {
             let mut seen = seen.lock().unwrap();
             let settled = seen.settled.len();
-            (settled > 0).then(|| seen.settled.swap_remove(rand::rng().random_range(0..settled)))
+            (settled > 0).then(|| {
+                seen.settled
+                    .swap_remove(rand::rng().random_range(0..settled))
+            })
         } else {
             None
         };
         // Only inserts play the hook (it indexes what was saved, as saved).
-        let hook =
-            edit_target.is_none() && rand::rng().random_bool(hook_fraction.clamp(0.0, 1.0));
+        let hook = edit_target.is_none() && rand::rng().random_bool(hook_fraction.clamp(0.0, 1.0));
         hooked += usize::from(hook);
         edits += usize::from(edit_target.is_some());
         let (bench, pending, name) = (bench.clone(), pending.clone(), name.to_string());
@@ -249,7 +253,9 @@ async fn phase(
     let unresolved = checker.await??;
     // Let the follower count what it skipped.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let skipped = skipped(&args.status_url).await?.saturating_sub(skipped_before);
+    let skipped = skipped(&args.status_url)
+        .await?
+        .saturating_sub(skipped_before);
 
     let delays = std::mem::take(&mut seen.lock().unwrap().delays);
     let mut all: Vec<f64> = delays.iter().map(|(_, d)| *d).collect();
@@ -372,26 +378,31 @@ async fn check(
             return Ok(0);
         }
         if done {
-            let deadline = *drain_deadline.get_or_insert_with(|| {
-                Instant::now() + Duration::from_secs(bench.args.drain_secs)
-            });
+            let deadline = *drain_deadline
+                .get_or_insert_with(|| Instant::now() + Duration::from_secs(bench.args.drain_secs));
             if Instant::now() > deadline {
                 return Ok(batch.len());
             }
         }
-        let mut lookups = futures::stream::iter(batch)
-            .map(|p| {
-                let index = bench.meili.clone();
-                async move {
-                    let found = index.get_document::<Value>(&p.message_id).await.ok();
-                    (p, found)
+        // One fetch by ids per 1,000 pending writes and round.
+        let mut shown: std::collections::HashMap<String, String> = Default::default();
+        for chunk in batch.chunks(1_000) {
+            let ids: Vec<&str> = chunk.iter().map(|p| p.message_id.as_str()).collect();
+            let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&bench.meili);
+            query
+                .with_ids(ids)
+                .with_fields(["messageId", "text"])
+                .with_limit(chunk.len());
+            let found = bench.meili.get_documents_with::<Value>(&query).await?;
+            for doc in found.results {
+                if let (Some(id), Some(text)) = (doc["messageId"].as_str(), doc["text"].as_str()) {
+                    shown.insert(id.to_string(), text.to_string());
                 }
-            })
-            .buffer_unordered(32);
+            }
+        }
         let mut still = Vec::new();
-        while let Some((p, found)) = lookups.next().await {
-            let shown = found.is_some_and(|doc| doc["text"] == p.text);
-            if shown {
+        for p in batch {
+            if shown.get(&p.message_id) == Some(&p.text) {
                 let delay = p.acked.elapsed().as_secs_f64();
                 let mut seen = seen.lock().unwrap();
                 seen.delays.push((p.at, delay));
@@ -406,6 +417,6 @@ async fn check(
                 queue.push_front(p);
             }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
