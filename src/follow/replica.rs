@@ -19,7 +19,7 @@ use crate::job::{self, Reconciler, RunOutcome};
 use crate::lease::{self, Guard, LeaseOptions};
 use crate::metrics;
 use crate::progress::Progress;
-use crate::serve::state::ReplicaState;
+use crate::serve::state::{ReplicaState, Role};
 use crate::shutdown::Shutdown;
 
 /// How following ended for this replica.
@@ -65,6 +65,7 @@ pub async fn run(
     let unsupported = Arc::new(AtomicBool::new(false));
     while !shutdown.is_requested() {
         state.follow.set_state(FollowState::Waiting);
+        state.set_role(Role::Idle);
         let owner = Owner {
             reconciler: reconciler.clone(),
             options: options.clone(),
