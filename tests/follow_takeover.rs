@@ -240,14 +240,34 @@ async fn an_owner_stopped_past_its_lease_writes_nothing_after_it_resumes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn once_gets_the_lease_handed_over_and_following_resumes_after_it() {
-    let target = fleet("follow_handover");
+    handover_then_resume(
+        "follow_handover",
+        &["once", "--force", "--wait-timeout", "60s"],
+    )
+    .await;
+}
+
+/// A forced reindex and a follower never write the same index at once: the
+/// reindex asks for the lease, the follower stops its stream and releases
+/// it, and follows again (from its token) once the reindex completed.
+#[tokio::test(flavor = "multi_thread")]
+async fn reindex_gets_the_lease_handed_over_and_following_resumes_after_it() {
+    handover_then_resume(
+        "follow_handover_reindex",
+        &["reindex", "--wait-timeout", "60s"],
+    )
+    .await;
+}
+
+async fn handover_then_resume(tag: &str, command: &'static [&'static str]) {
+    let target = fleet(tag);
     let env = Env::for_target(&target).await;
     seed(&env, 40, 10).await;
     let (mut a, a_base) = replica(&target, "follower-a", &[]);
     await_follow_state(&a_base, "following", Duration::from_secs(60)).await;
     let (_, epoch_a, _) = lease_owner(&target).await.unwrap();
 
-    let once = target.spawn("once-1", &["once", "--force", "--wait-timeout", "60s"]);
+    let once = target.spawn("once-1", command);
     let (code, out, err) = tokio::task::spawn_blocking(move || {
         let mut once = once;
         let status = wait_exit(&mut once, Duration::from_secs(90));
@@ -256,10 +276,10 @@ async fn once_gets_the_lease_handed_over_and_following_resumes_after_it() {
     })
     .await
     .unwrap();
-    assert_eq!(code, Some(0), "once exits 0\n{out}\n{err}");
+    assert_eq!(code, Some(0), "{command:?} exits 0\n{out}\n{err}");
     assert!(
         out.contains("docs/s"),
-        "once ran the reconciliation itself: {out}"
+        "{command:?} did the work itself: {out}"
     );
 
     // follower-a follows again, resuming from its token: no reconciliation.
