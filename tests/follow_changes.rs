@@ -187,22 +187,7 @@ async fn a_failed_change_stream_is_reopened_after_the_last_applied_change() {
             .then_some(())
     })
     .await;
-    let now = server_now(&env.db).await;
-    let fresh = new_message("after-failure", 1, now);
-    env.db
-        .collection::<Document>("messages")
-        .insert_one(fresh.clone())
-        .await
-        .unwrap();
-    let m = Collection::Messages;
-    await_meili_doc(
-        &target,
-        m,
-        "after-failure-1",
-        Some(expected(m, &fresh, now).unwrap().1),
-        SOON,
-    )
-    .await;
+    insert_and_await_searchable(&env, &target, "after-failure", SOON).await;
     fail.off().await;
 
     terminate(&replica);

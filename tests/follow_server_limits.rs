@@ -132,22 +132,7 @@ async fn a_server_without_change_streams_falls_back_to_interval_runs() {
     assert!(status["follow"]["lagSecs"].is_null(), "{status}");
 
     // Interval runs pick up what is written.
-    let now = server_now(&env.db).await;
-    let fresh = new_message("fresh", 1, now);
-    env.db
-        .collection::<Document>("messages")
-        .insert_one(fresh.clone())
-        .await
-        .unwrap();
-    let m = Collection::Messages;
-    await_meili_doc(
-        &target,
-        m,
-        "fresh-1",
-        Some(expected(m, &fresh, now).unwrap().1),
-        SOON,
-    )
-    .await;
+    insert_and_await_searchable(&env, &target, "fresh", SOON).await;
     eventually(SOON, "a completed (not following) lease", || async {
         let lease = target.lease().await?;
         (lease.get_str("status").ok() == Some("completed")

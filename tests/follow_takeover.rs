@@ -289,22 +289,7 @@ async fn handover_then_resume(tag: &str, command: &'static [&'static str]) {
     })
     .await;
     await_follow_state(&a_base, "following", SOON).await;
-    let now = server_now(&env.db).await;
-    let fresh = new_message("after-once", 1, now);
-    env.db
-        .collection::<Document>("messages")
-        .insert_one(fresh.clone())
-        .await
-        .unwrap();
-    let m = Collection::Messages;
-    await_meili_doc(
-        &target,
-        m,
-        "after-once-1",
-        Some(expected(m, &fresh, now).unwrap().1),
-        SOON,
-    )
-    .await;
+    insert_and_await_searchable(&env, &target, "after-once", SOON).await;
 
     terminate(&a);
     assert!(wait_exit(&mut a, Duration::from_secs(30)).success());

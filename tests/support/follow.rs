@@ -106,6 +106,21 @@ pub async fn await_meili_doc(
     .await;
 }
 
+/// Inserts a fresh message tagged `tag` (one of [`new_message`], with
+/// MongoDB's time) and waits until Meilisearch returns exactly it.
+pub async fn insert_and_await_searchable(env: &Env, target: &Target, tag: &str, limit: Duration) {
+    let now = super::chat_data::server_now(&env.db).await;
+    let fresh = new_message(tag, 1, now);
+    env.db
+        .collection::<Document>("messages")
+        .insert_one(fresh.clone())
+        .await
+        .unwrap();
+    let m = Collection::Messages;
+    let want = expected(m, &fresh, now).unwrap().1;
+    await_meili_doc(target, m, &format!("{tag}-1"), Some(want), limit).await;
+}
+
 /// What differs between MongoDB and Meilisearch (documents, and flags:
 /// exactly the documents in Meilisearch are flagged), at most a few lines;
 /// empty when both sides are in step.
