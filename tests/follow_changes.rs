@@ -136,6 +136,70 @@ async fn inserts_edits_deletes_temporary_and_expired_reach_meilisearch_through_t
     target.cleanup().await;
 }
 
+/// LibreChat's save hook saves a message unflagged, indexes it itself and
+/// then sets its flag: when that happens between the follower reading the
+/// insert and flushing its micro-batch (`follow.max_wait` 3 s here), the
+/// follower sees the flag at flush time and sends nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_the_save_hook_indexes_before_the_flush_is_not_sent_again() {
+    let (target, base) = follower_target("follow_hook_race");
+    let target = target.set("RECONCILER__FOLLOW__MAX_WAIT", "3s");
+    let env = Env::for_target(&target).await;
+    seed(&env, 10, 2).await;
+    let mut replica = target.spawn("follower-1", &["run"]);
+    await_follow_state(&base, "following", Duration::from_secs(60)).await;
+    let m = Collection::Messages;
+    let uid = env.uid(m);
+    let additions = || async {
+        let tasks = target
+            .meili_get(&format!(
+                "/tasks?indexUids={uid}&types=documentAdditionOrUpdate&limit=1"
+            ))
+            .await;
+        tasks["total"].as_u64().expect("a task list with a total")
+    };
+    let (skipped, inserted, sent_before) = (
+        applied(&base, "skipped").await,
+        applied(&base, "insert").await,
+        additions().await,
+    );
+
+    // The hook's three steps, well within the follower's 3 s wait.
+    let now = server_now(&env.db).await;
+    let message = new_message("raced", 1, now);
+    let messages = env.db.collection::<Document>("messages");
+    messages.insert_one(message.clone()).await.unwrap();
+    env.put_docs(&uid, &[expected(m, &message, now).unwrap().1])
+        .await;
+    messages
+        .update_one(
+            doc! { "_id": message.get("_id").unwrap() },
+            doc! { "$set": { "_meiliIndex": true } },
+        )
+        .await
+        .unwrap();
+
+    support::cli::eventually(SOON, "the raced version to be skipped", || async {
+        (applied(&base, "skipped").await > skipped).then_some(())
+    })
+    .await;
+    assert_eq!(
+        applied(&base, "insert").await,
+        inserted,
+        "not counted as sent"
+    );
+    assert_eq!(
+        additions().await,
+        sent_before + 1,
+        "Meilisearch got the hook's addition only"
+    );
+    env.assert_in_step(server_now(&env.db).await, &[]).await;
+
+    terminate(&replica);
+    assert!(wait_exit(&mut replica, Duration::from_secs(30)).success());
+    target.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn deletes_without_pre_images_reach_meilisearch_through_the_id_comparison() {
     let (target, base) = follower_target("follow_orphans");

@@ -5,6 +5,7 @@
 //! | document | action |
 //! |---|---|
 //! | indexable, `_meiliIndex: true` | skipped: that version is indexed already (LibreChat's save hook, or us) |
+//! | indexable, not flagged, but flagged by flush time | skipped: the save hook indexed it meanwhile (one `_id` query per micro-batch asks) |
 //! | indexable, not flagged | sent with the reconciliation's projection and acknowledged version-exactly (the engine's sender) |
 //! | not indexable | deleted from Meilisearch, its flag cleared if set |
 //! | not indexable, and the change only cleared its flag | nothing (whoever cleared it removed it) |
@@ -109,15 +110,16 @@ pub(crate) async fn apply(
     let now = mongo::server_time(target.db).await?;
     applied.now = Some(now);
     for collection in Collection::ALL {
-        let mut send = Vec::new();
+        let mut send: Vec<(Document, &'static str)> = Vec::new();
         let mut remove = Vec::new();
         let mut clear: Vec<Bson> = Vec::new();
         let mut unresolved = false;
         for change in changes.iter().filter(|c| c.collection == collection) {
             let label = match decide(change, now) {
                 Action::Send(doc) => {
-                    send.push(doc);
-                    change.op.label()
+                    // Counted once the flush-time check below has kept it.
+                    send.push((doc, change.op.label()));
+                    continue;
                 }
                 Action::Skip => "skipped",
                 Action::Remove {
@@ -145,6 +147,7 @@ pub(crate) async fn apply(
         if unresolved {
             applied.unresolved.push(collection);
         }
+        let send = leave_out_flagged(target.db, collection, send, &mut applied).await?;
         if send.is_empty() && remove.is_empty() && clear.is_empty() {
             continue;
         }
@@ -174,6 +177,35 @@ pub(crate) async fn apply(
         );
     }
     Ok(applied)
+}
+
+/// The documents of `send` that nobody has flagged since their change was
+/// read: a document that carries `_meiliIndex: true` by flush time was
+/// indexed by LibreChat's save hook (at that version or a newer one), so
+/// sending the version in hand would only double Meilisearch's work — or
+/// briefly put an older version back. Those are counted as `skipped`, the
+/// rest by the kind of their change.
+async fn leave_out_flagged(
+    db: &Database,
+    collection: Collection,
+    send: Vec<(Document, &'static str)>,
+    applied: &mut Applied,
+) -> Result<Vec<Document>, ReconcileError> {
+    let ids: Vec<Bson> = send
+        .iter()
+        .filter_map(|(doc, _)| doc.get("_id").cloned())
+        .collect();
+    let flagged = mongo::flagged_among(db, collection, &ids).await?;
+    let mut kept = Vec::with_capacity(send.len());
+    for (doc, label) in send {
+        let indexed_meanwhile = doc.get("_id").is_some_and(|id| flagged.contains(id));
+        let label = if indexed_meanwhile { "skipped" } else { label };
+        *applied.by_op.entry(label).or_default() += 1;
+        if !indexed_meanwhile {
+            kept.push(doc);
+        }
+    }
+    Ok(kept)
 }
 
 #[cfg(test)]
