@@ -209,6 +209,20 @@ pub struct ServeSettings {
     pub listen: SocketAddr,
     pub interval: Duration,
     pub grace: Duration,
+    /// Follow change streams between reconciliations (`run` only).
+    pub follow: bool,
+}
+
+/// Follow mode (`[follow]`, docs/design.md §4.12).
+#[derive(Clone, Debug)]
+pub struct FollowSettings {
+    /// A micro-batch is applied once it holds this many documents...
+    pub max_docs: usize,
+    /// ...or once its first change is this old.
+    pub max_wait: Duration,
+    pub pre_images: crate::follow::PreImages,
+    /// Deletes without a pre-image: the id-set comparison runs at most this often.
+    pub orphan_check_every: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -224,6 +238,7 @@ pub struct Settings {
     pub lease: LeaseSettings,
     pub sync: SyncSettings,
     pub serve: ServeSettings,
+    pub follow: FollowSettings,
     pub log: LogSettings,
     /// LibreChat's `MEILI_NO_SYNC` is `true` (as LibreChat reads it: the text
     /// `true`, any case): its in-process sync is off, the recommended set-up
@@ -473,6 +488,7 @@ impl Raw {
         let lease = self.lease()?;
         let sync = self.sync()?;
         let serve = self.serve()?;
+        let follow = self.follow()?;
         let format = match self.string("log.format").to_ascii_lowercase().as_str() {
             "auto" => LogFormat::Auto,
             "pretty" => LogFormat::Pretty,
@@ -491,6 +507,7 @@ impl Raw {
             lease,
             sync,
             serve,
+            follow,
             log: LogSettings { format },
             librechat_sync_off: false,
         })
@@ -701,6 +718,29 @@ impl Raw {
             listen,
             interval: self.positive_duration("serve.interval")?,
             grace: self.positive_duration("serve.grace")?,
+            follow: self.boolean("serve.follow")?,
+        })
+    }
+
+    fn follow(&self) -> Result<FollowSettings, ConfigError> {
+        use crate::follow::PreImages;
+        let pre_images = match self.string("follow.pre_images").to_ascii_lowercase().as_str() {
+            "auto" => PreImages::Auto,
+            "enable" => PreImages::Enable,
+            "off" => PreImages::Off,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "follow.pre_images",
+                    self.shown("follow.pre_images"),
+                    "auto (use them where the collections have them), enable (turn them on with collMod) or off",
+                ))
+            }
+        };
+        Ok(FollowSettings {
+            max_docs: self.count("follow.max_docs", 1)? as usize,
+            max_wait: self.positive_duration("follow.max_wait")?,
+            pre_images,
+            orphan_check_every: self.duration("follow.orphan_check_every")?,
         })
     }
 }

@@ -201,39 +201,79 @@ where
             text: summary_text.lock().expect("poisoned").clone(),
             rejects: *rejects.lock().expect("poisoned"),
         },
-        Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
-        Ok(Outcome::CompletedByOther { owner, summary, .. })
-        | Ok(Outcome::ReusedCompletion { owner, summary, .. }) => {
+        Ok(other) => done_outcome(other),
+        Err(error) => failure_outcome(error, last_error.lock().expect("poisoned").take()),
+    };
+    metrics::run_finished(outcome.metric_label(), outcome.is_success());
+    outcome
+}
+
+/// A leased run that ended without our job completing it: done by another
+/// replica, or handed over.
+pub fn done_outcome(outcome: Outcome) -> RunOutcome {
+    match outcome {
+        Outcome::HandedOver { to } => RunOutcome::HandedOver { to },
+        Outcome::CompletedByOther { owner, summary, .. }
+        | Outcome::ReusedCompletion { owner, summary, .. } => {
             RunOutcome::DoneByOther { owner, summary }
         }
-        Err(error @ LeaseError::JobFailed { .. }) => {
-            match last_error.lock().expect("poisoned").take() {
-                Some(ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_)) => {
-                    RunOutcome::Unreachable {
-                        error: error.to_string(),
-                    }
-                }
-                _ => RunOutcome::Failed {
+        Outcome::Ran { summary, .. } => RunOutcome::Completed {
+            text: summary.to_string(),
+            summary,
+            rejects: 0,
+        },
+    }
+}
+
+/// A leased run that did not end well; `engine_error` is the job's own last
+/// error (its kind tells a failure from an unreachable server). Counts a
+/// lost lease in the metrics.
+pub fn failure_outcome(error: LeaseError, engine_error: Option<ReconcileError>) -> RunOutcome {
+    match error {
+        error @ LeaseError::JobFailed { .. } => match engine_error {
+            Some(ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_)) => {
+                RunOutcome::Unreachable {
                     error: error.to_string(),
-                },
+                }
             }
-        }
-        Err(error @ LeaseError::MongoUnavailable(_)) => RunOutcome::Unreachable {
+            _ => RunOutcome::Failed {
+                error: error.to_string(),
+            },
+        },
+        error @ LeaseError::MongoUnavailable(_) => RunOutcome::Unreachable {
             error: error.to_string(),
         },
-        Err(error @ LeaseError::LeaseLost { .. }) => {
+        error @ LeaseError::LeaseLost { .. } => {
             metrics::lease_lost();
             RunOutcome::LeaseLost {
                 error: error.to_string(),
             }
         }
-        Err(error @ (LeaseError::WaitTimedOut { .. } | LeaseError::ShutDown { .. })) => {
+        error @ (LeaseError::WaitTimedOut { .. } | LeaseError::ShutDown { .. }) => {
             RunOutcome::LeaseLost {
                 error: error.to_string(),
             }
         }
+    }
+}
+
+/// A reconciliation that finished inside a longer leased job (a follow-mode
+/// owner's first or periodic run): recorded in the metrics as a run of its own.
+pub fn record_completed(summary: &RunSummary) -> RunOutcome {
+    record_documents(summary);
+    let rejects = summary.rejected_count();
+    if rejects > 0 {
+        tracing::warn!(
+            rejects,
+            "completed with rejects: Meilisearch refused some documents; they stay unindexed"
+        );
+    }
+    let outcome = RunOutcome::Completed {
+        summary: serde_json::to_value(summary).unwrap_or_default(),
+        text: summary.to_string(),
+        rejects,
     };
-    metrics::run_finished(outcome.metric_label(), outcome.is_success());
+    metrics::run_finished(outcome.metric_label(), true);
     outcome
 }
 

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod flag_retry;
+pub mod follow;
 pub mod job;
 pub mod lease;
 pub mod meili;

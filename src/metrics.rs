@@ -32,6 +32,12 @@ pub const UNINDEXED: &str = "reconciler_unindexed_documents";
 pub const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
 /// Milliseconds, not seconds: the `metrics` facade's counters are integers.
 pub const SYNC_PHASE_MILLISECONDS: &str = "reconciler_sync_phase_milliseconds_total";
+pub const FOLLOW_EVENTS: &str = "reconciler_follow_events_total";
+pub const FOLLOW_LAG: &str = "reconciler_follow_lag_seconds";
+
+/// Every value of the `op` label of [`FOLLOW_EVENTS`]: the kind of a
+/// document's last change in its micro-batch, or `skipped` (already indexed).
+pub const FOLLOW_OPS: &[&str] = &["insert", "update", "replace", "delete", "skipped"];
 
 /// Every value of the `outcome` label of [`RUNS`] (`RunOutcome::metric_label`).
 pub const RUN_OUTCOMES: &[&str] = &[
@@ -140,6 +146,15 @@ fn describe() {
         UNINDEXED,
         "Indexable documents not yet in Meilisearch, by collection, as counted after this replica's last run (0 before the first count)."
     );
+    describe_counter!(
+        FOLLOW_EVENTS,
+        "Documents this replica applied from the change stream (follow mode), by the kind of their last change; skipped: already indexed (LibreChat's save hook)."
+    );
+    describe_gauge!(
+        FOLLOW_LAG,
+        Unit::Seconds,
+        "How far (MongoDB's clock) this replica's change stream is behind; 0 when caught up or not following."
+    );
 }
 
 /// Creates every series whose labels are known, without changing a value
@@ -166,6 +181,10 @@ fn register_at_zero(known: &KnownLabels) {
         counter!(SYNC_PHASE_MILLISECONDS, "phase" => phase.label()).increment(0);
     }
     gauge!(SECONDS_SINCE_SUCCESS).increment(0.0);
+    for op in FOLLOW_OPS {
+        counter!(FOLLOW_EVENTS, "op" => *op).increment(0);
+    }
+    gauge!(FOLLOW_LAG).increment(0.0);
 }
 
 /// The text for `/metrics`, with the time-since-success gauge brought up to date.
@@ -223,6 +242,16 @@ pub fn lease_lost() {
 
 pub fn flag_write_retried() {
     counter!(FLAG_WRITE_RETRIES).increment(1);
+}
+
+/// `n` documents applied from the change stream; `op` is one of [`FOLLOW_OPS`].
+pub fn follow_events(op: &'static str, n: u64) {
+    debug_assert!(FOLLOW_OPS.contains(&op), "unlisted op {op}");
+    counter!(FOLLOW_EVENTS, "op" => op).increment(n);
+}
+
+pub fn follow_lag(secs: f64) {
+    gauge!(FOLLOW_LAG).set(secs);
 }
 
 pub fn unindexed_backlog(collection: &str, count: u64) {

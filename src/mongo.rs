@@ -604,6 +604,33 @@ pub async fn set_flags_if_unchanged(
     update_each(db, collection, statements, "set flags", guard).await
 }
 
+/// Which of the given documents carry `_meiliIndex: true` now (their
+/// `_id`s): one query by `_id` list, the flag in the filter. Follow mode
+/// asks this just before it sends a micro-batch, to leave out the versions
+/// LibreChat's save hook has indexed meanwhile.
+pub async fn flagged_among(
+    db: &Database,
+    collection: Collection,
+    ids: &[Bson],
+) -> Result<Vec<Bson>, MongoError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found: Vec<Document> = collection
+        .handle(db)
+        .find(doc! { "_id": { "$in": ids }, FLAG: true })
+        .projection(doc! { "_id": 1 })
+        .await
+        .map_err(mongo_err("read flags"))?
+        .try_collect()
+        .await
+        .map_err(mongo_err("read flags"))?;
+    Ok(found
+        .into_iter()
+        .filter_map(|mut doc| doc.remove("_id"))
+        .collect())
+}
+
 /// Clears the flag of the given documents (those that have it set): one
 /// statement per `_id`, whatever the version — always safe, it only makes
 /// indexing send the document again. Returns how many were cleared.

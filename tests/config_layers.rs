@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use meili_reconciler::config::{self, ConfigError, LogFormat, Settings, Sources};
+use meili_reconciler::follow::PreImages;
 
 const URI: &str = "mongodb://127.0.0.1:27017/LibreChat";
 const HOST: &str = "http://127.0.0.1:7700";
@@ -78,6 +79,11 @@ fn built_in_defaults_match_the_design() {
     assert!(!s.sync.plan_only);
     assert_eq!(s.serve.listen.to_string(), "127.0.0.1:9464");
     assert_eq!(s.serve.interval, Duration::from_secs(300));
+    assert!(s.serve.follow);
+    assert_eq!(s.follow.max_docs, 500);
+    assert_eq!(s.follow.max_wait, Duration::from_millis(500));
+    assert_eq!(s.follow.pre_images, PreImages::Auto);
+    assert_eq!(s.follow.orphan_check_every, Duration::from_secs(60));
     assert_eq!(s.log.format, LogFormat::Auto);
     assert_eq!(s.meili.index_prefix, "");
     assert_eq!(s.meili.filterable_attributes, vec!["user".to_string()]);
@@ -221,6 +227,11 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__SERVE__LISTEN", "0.0.0.0:1234"),
         ("RECONCILER__SERVE__INTERVAL", "1m"),
         ("RECONCILER__SERVE__GRACE", "2s"),
+        ("RECONCILER__SERVE__FOLLOW", "off"),
+        ("RECONCILER__FOLLOW__MAX_DOCS", "50"),
+        ("RECONCILER__FOLLOW__MAX_WAIT", "100ms"),
+        ("RECONCILER__FOLLOW__PRE_IMAGES", "ENABLE"),
+        ("RECONCILER__FOLLOW__ORPHAN_CHECK_EVERY", "5s"),
         ("RECONCILER__LOG__FORMAT", "json"),
     ];
     // Every known key appears once above: adding a key without its test fails here.
@@ -276,6 +287,11 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.serve.listen.to_string(), "0.0.0.0:1234");
     assert_eq!(s.serve.interval, Duration::from_secs(60));
     assert_eq!(s.serve.grace, Duration::from_secs(2));
+    assert!(!s.serve.follow);
+    assert_eq!(s.follow.max_docs, 50);
+    assert_eq!(s.follow.max_wait, Duration::from_millis(100));
+    assert_eq!(s.follow.pre_images, PreImages::Enable);
+    assert_eq!(s.follow.orphan_check_every, Duration::from_secs(5));
     assert_eq!(s.log.format, LogFormat::Json);
 }
 
@@ -426,6 +442,36 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
             "serve.listen",
             "9464",
             "IP address and port",
+        ),
+        (
+            &[("RECONCILER__SERVE__FOLLOW", "sometimes")],
+            "serve.follow",
+            "sometimes",
+            "true or false",
+        ),
+        (
+            &[("RECONCILER__FOLLOW__MAX_DOCS", "0")],
+            "follow.max_docs",
+            "0",
+            "≥ 1",
+        ),
+        (
+            &[("RECONCILER__FOLLOW__MAX_WAIT", "0s")],
+            "follow.max_wait",
+            "0s",
+            "greater than zero",
+        ),
+        (
+            &[("RECONCILER__FOLLOW__PRE_IMAGES", "always")],
+            "follow.pre_images",
+            "always",
+            "auto",
+        ),
+        (
+            &[("RECONCILER__FOLLOW__ORPHAN_CHECK_EVERY", "hourly")],
+            "follow.orphan_check_every",
+            "hourly",
+            "duration",
         ),
         (
             &[("RECONCILER__LOG__FORMAT", "xml")],

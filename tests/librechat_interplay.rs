@@ -80,10 +80,10 @@ fn jitter(max_ms: u64) -> Duration {
     Duration::from_millis(rand::rng().random_range(0..=max_ms))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_mixed_fleet_is_single_flight_over_fifty_rounds() {
-    const ROUNDS: usize = 50;
-    let target = fleet("lc_fleet")
+/// `once` processes, LibreChat doubles and one `run` process (following
+/// change streams when `follow`) over `rounds` rounds.
+async fn mixed_fleet(tag: &str, rounds: usize, follow: bool) {
+    let target = fleet(tag)
         .set("RECONCILER__LEASE__TTL", "1500ms")
         .set("RECONCILER__LEASE__RENEW_EVERY", "500ms")
         .set("RECONCILER__LEASE__SAFETY_MARGIN", "500ms");
@@ -96,11 +96,15 @@ async fn a_mixed_fleet_is_single_flight_over_fifty_rounds() {
         .clone()
         .set("RECONCILER__SERVE__INTERVAL", "1s")
         .set("RECONCILER__SERVE__LISTEN", &listen)
+        .set(
+            "RECONCILER__SERVE__FOLLOW",
+            if follow { "true" } else { "false" },
+        )
         .spawn("run-0", &["run"]);
 
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         insert_messages(&db, 1000 + round * 2, 2).await;
         // Everyone starts within 1.5 s, in a random order: our completion
         // keeps LibreChat's waiters "done" for 500 ms, so some LibreChat
@@ -145,6 +149,19 @@ async fn a_mixed_fleet_is_single_flight_over_fifty_rounds() {
             theirs.push((round, ended.unwrap()));
         }
     }
+    if follow {
+        // Every message inserted reached Meilisearch, across all the
+        // handovers: nothing was lost between owners.
+        let env = support::chat_data::Env::for_target(&target).await;
+        support::follow::await_in_step(&env, Duration::from_secs(30)).await;
+        eventually(Duration::from_secs(30), "run-0 following again", || async {
+            let lease = target.lease().await?;
+            (lease.get_str("owner").ok() == Some("run-0")
+                && lease.get_bool("following").unwrap_or(false))
+            .then_some(())
+        })
+        .await;
+    }
     terminate(&runner);
     let (run_code, _, run_err) = finish(runner, Duration::from_secs(30)).await;
     // The run's release is the last write; give the stream a moment to deliver it.
@@ -172,10 +189,19 @@ async fn a_mixed_fleet_is_single_flight_over_fifty_rounds() {
         by(Side::Reconciler),
         by(Side::LibreChat)
     );
-    assert!(
-        by(Side::LibreChat) >= 5 && by(Side::Reconciler) >= 5,
-        "both sides held the lease many times: {sections:?}"
-    );
+    if follow {
+        // A following owner keeps the lease: LibreChat's replicas read it
+        // as done; `once` gets it handed over and gives it back.
+        assert!(
+            by(Side::Reconciler) >= 5,
+            "the lease changed hands many times: {sections:?}"
+        );
+    } else {
+        assert!(
+            by(Side::LibreChat) >= 5 && by(Side::Reconciler) >= 5,
+            "both sides held the lease many times: {sections:?}"
+        );
+    }
     assert!(
         sections.iter().all(|s| s.end.is_some()),
         "every section ended with its holder's own terminal write"
@@ -216,9 +242,24 @@ async fn a_mixed_fleet_is_single_flight_over_fifty_rounds() {
     target.cleanup().await;
 }
 
+/// The default fleet: the `run` replica follows change streams and keeps
+/// the lease; `once` gets it handed over; LibreChat's replicas are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mixed_fleet_is_single_flight_over_fifty_rounds() {
+    mixed_fleet("lc_fleet", 50, true).await;
+}
+
+/// The same fleet with `run` reconciling on its interval only
+/// (`serve.follow = false`): LibreChat's replicas and ours alternate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mixed_fleet_in_interval_mode_is_single_flight_over_fifty_rounds() {
+    mixed_fleet("lc_fleet_interval", 50, false).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn librechat_completions_do_not_satisfy_runs_interval() {
-    let target = fleet("lc_interval");
+    // Interval runs (a following replica keeps the lease instead: see above).
+    let target = fleet("lc_interval").set("RECONCILER__SERVE__FOLLOW", "false");
     let db = target.db().await;
     insert_messages(&db, 0, 10).await;
     let timeline = JobTimeline::start(&db, JOBS, JOB).await;

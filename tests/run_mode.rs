@@ -50,7 +50,10 @@ async fn run_answers_health_ready_status_and_metrics() {
     .await;
     assert_eq!(status["replica"], "replica-http");
     assert_eq!(status["role"], "idle");
-    assert_eq!(status["lease"]["state"], "completed");
+    // Follow mode (the default): the owner keeps the lease and follows.
+    let status =
+        support::follow::await_follow_state(&base, "following", Duration::from_secs(30)).await;
+    assert_eq!(status["lease"]["state"], "following");
     assert_eq!(status["lease"]["owner"], "replica-http");
     assert!(status["lease"]["epoch"].as_i64().unwrap() >= 1);
     assert!(status["nextRunInSecs"].as_u64().unwrap() > 3000, "{status}");
@@ -296,6 +299,8 @@ async fn metrics_answer_every_family_before_the_first_run_finishes() {
             Some("collection")
         } else if name == "reconciler_sync_phase_milliseconds_total" {
             Some("phase")
+        } else if name == "reconciler_follow_events_total" {
+            Some("op")
         } else {
             None
         };
@@ -333,7 +338,9 @@ async fn periodic_run_picks_up_documents_inserted_after_the_first() {
             "RECONCILER__SERVE__LISTEN",
             &format!("127.0.0.1:{}", free_port()),
         )
-        .set("RECONCILER__SERVE__INTERVAL", "1s");
+        .set("RECONCILER__SERVE__INTERVAL", "1s")
+        // Interval runs only: the stream must not be what picks them up.
+        .set("RECONCILER__SERVE__FOLLOW", "false");
     let mut child = target.spawn("replica-periodic", &["run"]);
 
     let first = report.messages.indexable as u64;

@@ -9,6 +9,7 @@
 //! lease [`Guard`] that every write checks first.
 
 mod ack;
+pub(crate) mod apply;
 pub mod exact;
 mod marker;
 pub mod orphans;

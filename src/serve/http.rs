@@ -74,12 +74,14 @@ async fn status(State(ctx): State<HttpContext>) -> Response {
         "progress": ctx.state.progress.snapshot(),
         "lastRun": ctx.state.last_run(),
         "nextRunInSecs": ctx.state.next_run_in_secs(),
+        "follow": ctx.state.follow.view(),
         "lease": lease,
     });
     Json(body).into_response()
 }
 
 async fn metrics(State(ctx): State<HttpContext>) -> Response {
+    ctx.state.follow.publish_lag();
     (
         [("content-type", "text/plain; version=0.0.4")],
         crate::metrics::render(&ctx.metrics),

@@ -8,6 +8,11 @@
 //! afterwards one younger than 90% of the interval does, so the cluster
 //! reconciles about once per interval, not once per replica. A failed run is
 //! retried when the lease's `retryAt` comes, not only at the next interval.
+//!
+//! With `serve.follow` (the default) the replica instead waits for the lease
+//! for itself and, as its owner, follows MongoDB's change streams between
+//! periodic reconciliations ([`crate::follow::replica`]); a server without
+//! change streams falls back to the interval schedule above.
 
 pub mod http;
 pub mod state;
@@ -103,6 +108,13 @@ async fn schedule(
     state: &ReplicaState,
     shutdown: &Shutdown,
 ) {
+    if settings.serve.follow && !settings.sync.plan_only {
+        let options = crate::follow::FollowOptions::from_settings(settings);
+        match crate::follow::replica::run(reconciler, &options, lease, state, shutdown).await {
+            crate::follow::replica::FollowEnd::Stopped => return,
+            crate::follow::replica::FollowEnd::Unsupported => {}
+        }
+    }
     let interval = settings.serve.interval;
     let mut lease = lease.clone();
     lease.wait_timeout = None;
@@ -170,14 +182,15 @@ async fn log_plan_only(reconciler: &Reconciler) -> RunOutcome {
 }
 
 /// Time until the lease allows a retry of the failed run, by MongoDB's clock.
-async fn retry_delay(reconciler: &Reconciler, lease: &LeaseOptions) -> Option<Duration> {
+pub(crate) async fn retry_delay(reconciler: &Reconciler, lease: &LeaseOptions) -> Option<Duration> {
     let status = lease::read_status(&reconciler.db, lease).await.ok()?;
     let secs = status.retry_in_secs?;
     // A little past retryAt, so the claim is allowed when it arrives.
     Some(Duration::from_secs_f64(secs.max(0.0)) + Duration::from_millis(100))
 }
 
-async fn update_backlog(reconciler: &Reconciler) {
+/// Counts the unindexed backlog for the metrics (after each run).
+pub(crate) async fn update_backlog(reconciler: &Reconciler) {
     let Ok(now) = mongo::server_time(&reconciler.db).await else {
         return;
     };
@@ -189,6 +202,6 @@ async fn update_backlog(reconciler: &Reconciler) {
 }
 
 /// `interval` ± 10%, so replicas started together drift apart.
-fn jittered(interval: Duration) -> Duration {
+pub(crate) fn jittered(interval: Duration) -> Duration {
     interval.mul_f64(rand::rng().random_range(0.9..=1.1))
 }

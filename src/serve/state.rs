@@ -1,10 +1,12 @@
 //! What this replica knows about itself, for `/status`: its role, the last
-//! run's outcome, and the progress of the run it owns.
+//! run's outcome, the progress of the run it owns, and where it stands in
+//! follow mode.
 
 use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
+use crate::follow::{FollowState, FollowStatus};
 use crate::job::RunOutcome;
 use crate::progress::Progress;
 
@@ -16,7 +18,7 @@ pub enum Role {
     Starting,
     /// In a run: owning the lease or waiting for its owner.
     Reconciling,
-    /// Between runs.
+    /// Between runs (in follow mode: following, or waiting for the owner).
     Idle,
     /// Shutting down.
     Stopping,
@@ -43,6 +45,8 @@ struct Inner {
 pub struct ReplicaState {
     pub replica: String,
     pub progress: Progress,
+    /// Follow mode (`off` until `run` starts following).
+    pub follow: FollowStatus,
     inner: Arc<RwLock<Inner>>,
 }
 
@@ -51,6 +55,7 @@ impl ReplicaState {
         ReplicaState {
             replica,
             progress,
+            follow: FollowStatus::new(FollowState::Off),
             inner: Arc::new(RwLock::new(Inner {
                 role: Role::Starting,
                 last_run: None,

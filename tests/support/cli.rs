@@ -11,6 +11,8 @@ use serde_json::Value;
 /// Where one test's replicas point.
 #[derive(Clone, Debug)]
 pub struct Target {
+    /// The MongoDB (the shared one unless [`Target::with_mongo`]).
+    pub mongo_uri: String,
     pub database: String,
     pub prefix: String,
     pub meili_host: String,
@@ -25,6 +27,7 @@ impl Target {
         let meili = super::meili();
         let name = super::unique_name(tag);
         Target {
+            mongo_uri: super::mongo_uri().to_string(),
             database: name.clone(),
             prefix: format!("{name}_"),
             meili_host: meili.host.clone(),
@@ -47,6 +50,12 @@ impl Target {
         self
     }
 
+    /// Points the replicas at another MongoDB (a private server).
+    pub fn with_mongo(mut self, uri: &str) -> Self {
+        self.mongo_uri = uri.to_string();
+        self
+    }
+
     pub fn set(mut self, key: &str, value: &str) -> Self {
         self.env.retain(|(k, _)| k != key);
         self.env.push((key.to_string(), value.to_string()));
@@ -60,7 +69,7 @@ impl Target {
         cmd.args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("MONGO_URI", super::mongo_uri())
+            .env("MONGO_URI", &self.mongo_uri)
             .env("RECONCILER__MONGO__DATABASE", &self.database)
             .env("MEILI_HOST", &self.meili_host)
             .env("MEILI_MASTER_KEY", &self.meili_key)
@@ -84,11 +93,20 @@ impl Target {
     /// Starts it in the background. Its output goes to files, not pipes: a
     /// long-running replica would block once a pipe nobody reads is full.
     pub fn spawn(&self, owner: &str, args: &[&str]) -> Replica {
+        self.spawn_with(owner, args, &[])
+    }
+
+    /// [`Target::spawn`] with variables for this one process (e.g. servers
+    /// reached through a proxy).
+    pub fn spawn_with(&self, owner: &str, args: &[&str], env: &[(&str, &str)]) -> Replica {
         let dir = tempfile::tempdir().expect("temp dir for the replica's output");
         let out = dir.path().join("stdout");
         let err = dir.path().join("stderr");
-        let child = self
-            .command(owner, args)
+        let mut command = self.command(owner, args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command
             .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
             .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
             .spawn()
@@ -102,7 +120,7 @@ impl Target {
     }
 
     pub async fn db(&self) -> mongodb::Database {
-        let client = mongodb::Client::with_uri_str(super::mongo_uri())
+        let client = mongodb::Client::with_uri_str(&self.mongo_uri)
             .await
             .expect("mongo client");
         client.database(&self.database)

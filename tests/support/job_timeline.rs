@@ -6,6 +6,8 @@
 //! writes is the one timeline both sides share: a claim by anyone while
 //! another holder's section is still open (it has not written its own
 //! `completed`/`failed`/`released`) is two critical sections overlapping.
+//! A following owner of ours (`following: true`) holds its section open
+//! through its `completed` writes until it releases.
 #![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
@@ -131,7 +133,10 @@ pub fn sections(states: &[Document]) -> (Vec<Section>, Vec<String>) {
         let owner = state.get_str("owner").ok().map(str::to_string);
         let side = side_of(state);
         let epoch = epoch_of(state);
-        if status == "running" {
+        // A following owner of ours keeps the lease under `completed`
+        // (docs/design.md §5.12): its section stays open.
+        let following = side == Side::Reconciler && state.get_bool("following").unwrap_or(false);
+        if status == "running" || following {
             let owner = owner.unwrap_or_default();
             let continues = open.is_some_and(|s| {
                 let s = &sections[s];

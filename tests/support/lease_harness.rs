@@ -175,7 +175,7 @@ pub struct MongoProxy {
 }
 
 /// One wire-protocol message: the 16-byte header and the rest.
-async fn read_message(
+pub async fn read_message(
     from: &mut (impl tokio::io::AsyncRead + Unpin),
 ) -> std::io::Result<(Vec<u8>, i32, i32)> {
     use tokio::io::AsyncReadExt;

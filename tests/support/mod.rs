@@ -96,8 +96,11 @@ pub fn unique_name(tag: &str) -> String {
 
 pub mod chat_data;
 pub mod cli;
+pub mod counting_proxy;
 pub mod faults;
+pub mod follow;
 pub mod job_timeline;
 pub mod lease_harness;
 pub mod librechat_double;
+pub mod private_mongo;
 pub mod standin;

@@ -1,0 +1,283 @@
+//! What one micro-batch does (docs/design.md §4.12): for each changed
+//! document, its state as read with the change (`updateLookup`, at least as
+//! new as the change) decides, with MongoDB's clock:
+//!
+//! | document | action |
+//! |---|---|
+//! | indexable, `_meiliIndex: true` | skipped: that version is indexed already (LibreChat's save hook, or us) |
+//! | indexable, not flagged, but flagged by flush time | skipped: the save hook indexed it meanwhile (one `_id` query per micro-batch asks) |
+//! | indexable, not flagged | sent with the reconciliation's projection and acknowledged version-exactly (the engine's sender) |
+//! | not indexable | deleted from Meilisearch, its flag cleared if set |
+//! | not indexable, and the change only cleared its flag | nothing (whoever cleared it removed it) |
+//! | not indexable, without a Meilisearch id | its flag cleared if set (it cannot be in the index) |
+//! | gone | deleted from Meilisearch by the id its pre-image (or an earlier change) gives |
+//! | gone, id unknown | left to the id-set comparison (`follow.orphan_check_every`) |
+//!
+//! Every write checks the lease guard first (the engine's and
+//! `mongo::clear_flags` do).
+
+use std::collections::BTreeMap;
+
+use mongodb::bson::{Bson, DateTime, Document};
+use mongodb::Database;
+
+use super::stream::Change;
+use crate::lease::Guard;
+use crate::meili::Meili;
+use crate::mongo::{self, Collection};
+use crate::progress::Progress;
+use crate::reconcile::{self, Ctx, ReconcileError, SyncOptions};
+
+/// What to do with one changed document.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Action {
+    Send(Document),
+    Skip,
+    Remove {
+        meili_id: String,
+        clear_flag: bool,
+    },
+    /// Not indexable and without a Meilisearch id, but flagged.
+    ClearFlag,
+    /// Gone, and which Meilisearch document it was is unknown.
+    Unresolved,
+    Nothing,
+}
+
+/// The table of the module documentation, at MongoDB's time `now`.
+pub(crate) fn decide(change: &Change, now: DateTime) -> Action {
+    let collection = change.collection;
+    match &change.full {
+        Some(doc) if mongo::is_indexable(collection, doc, now) => {
+            if doc.get_bool(mongo::FLAG) == Ok(true) {
+                Action::Skip
+            } else {
+                Action::Send(doc.clone())
+            }
+        }
+        Some(_) if change.flag_only == Some(false) => Action::Nothing,
+        Some(doc) => {
+            let clear_flag = doc.get_bool(mongo::FLAG) == Ok(true);
+            match mongo::meili_id(collection, doc).or_else(|| change.meili_id.clone()) {
+                Some(meili_id) => Action::Remove {
+                    meili_id,
+                    clear_flag,
+                },
+                None if clear_flag => Action::ClearFlag,
+                None => Action::Nothing,
+            }
+        }
+        None => match &change.meili_id {
+            Some(meili_id) => Action::Remove {
+                meili_id: meili_id.clone(),
+                clear_flag: false,
+            },
+            None => Action::Unresolved,
+        },
+    }
+}
+
+/// What applying a micro-batch did.
+#[derive(Debug, Default)]
+pub(crate) struct Applied {
+    /// Documents applied, by the kind of their last change (`skipped`:
+    /// already indexed).
+    pub by_op: BTreeMap<&'static str, u64>,
+    /// Collections with deletes whose Meilisearch id is unknown.
+    pub unresolved: Vec<Collection>,
+    /// MongoDB's clock when the batch was judged.
+    pub now: Option<DateTime>,
+}
+
+/// The servers and options a micro-batch is applied with.
+pub(crate) struct Target<'a> {
+    pub db: &'a Database,
+    pub meili: &'a Meili,
+    pub sync: &'a SyncOptions,
+    pub guard: &'a Guard,
+    pub progress: &'a Progress,
+}
+
+/// Applies `changes` (at most one per document).
+pub(crate) async fn apply(
+    target: &Target<'_>,
+    changes: Vec<Change>,
+) -> Result<Applied, ReconcileError> {
+    let mut applied = Applied::default();
+    if changes.is_empty() {
+        return Ok(applied);
+    }
+    let now = mongo::server_time(target.db).await?;
+    applied.now = Some(now);
+    for collection in Collection::ALL {
+        let mut send: Vec<(Document, &'static str)> = Vec::new();
+        let mut remove = Vec::new();
+        let mut clear: Vec<Bson> = Vec::new();
+        let mut unresolved = false;
+        for change in changes.iter().filter(|c| c.collection == collection) {
+            let label = match decide(change, now) {
+                Action::Send(doc) => {
+                    // Counted once the flush-time check below has kept it.
+                    send.push((doc, change.op.label()));
+                    continue;
+                }
+                Action::Skip => "skipped",
+                Action::Remove {
+                    meili_id,
+                    clear_flag,
+                } => {
+                    remove.push(meili_id);
+                    if clear_flag {
+                        clear.push(change.id.clone());
+                    }
+                    change.op.label()
+                }
+                Action::ClearFlag => {
+                    clear.push(change.id.clone());
+                    change.op.label()
+                }
+                Action::Unresolved => {
+                    unresolved = true;
+                    change.op.label()
+                }
+                Action::Nothing => continue,
+            };
+            *applied.by_op.entry(label).or_default() += 1;
+        }
+        if unresolved {
+            applied.unresolved.push(collection);
+        }
+        let send = leave_out_flagged(target.db, collection, send, &mut applied).await?;
+        if send.is_empty() && remove.is_empty() && clear.is_empty() {
+            continue;
+        }
+        let ctx = Ctx::new(
+            target.db,
+            target.meili,
+            target.sync,
+            target.guard,
+            target.progress,
+            collection,
+            target.sync.index_uid(collection),
+        );
+        let (settled, deleted) = tokio::try_join!(
+            reconcile::apply::index_documents(&ctx, send),
+            ctx.delete_documents(&remove)
+        )?;
+        mongo::clear_flags(target.db, collection, &clear, target.guard).await?;
+        for rejected in &settled.rejected {
+            tracing::warn!(index = %ctx.uid, id = ?rejected.id, code = %rejected.code, message = %rejected.message,
+                "Meilisearch refused a changed document; it stays unindexed (the next reconciliation reports it)");
+        }
+        crate::metrics::documents(
+            &ctx.uid,
+            settled.indexed,
+            settled.deleted + deleted,
+            settled.rejected.len() as u64,
+        );
+    }
+    Ok(applied)
+}
+
+/// The documents of `send` that nobody has flagged since their change was
+/// read: a document that carries `_meiliIndex: true` by flush time was
+/// indexed by LibreChat's save hook (at that version or a newer one), so
+/// sending the version in hand would only double Meilisearch's work — or
+/// briefly put an older version back. Those are counted as `skipped`, the
+/// rest by the kind of their change.
+async fn leave_out_flagged(
+    db: &Database,
+    collection: Collection,
+    send: Vec<(Document, &'static str)>,
+    applied: &mut Applied,
+) -> Result<Vec<Document>, ReconcileError> {
+    let ids: Vec<Bson> = send
+        .iter()
+        .filter_map(|(doc, _)| doc.get("_id").cloned())
+        .collect();
+    let flagged = mongo::flagged_among(db, collection, &ids).await?;
+    let mut kept = Vec::with_capacity(send.len());
+    for (doc, label) in send {
+        let indexed_meanwhile = doc.get("_id").is_some_and(|id| flagged.contains(id));
+        let label = if indexed_meanwhile { "skipped" } else { label };
+        *applied.by_op.entry(label).or_default() += 1;
+        if !indexed_meanwhile {
+            kept.push(doc);
+        }
+    }
+    Ok(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::follow::stream::Op;
+    use mongodb::bson::doc;
+
+    fn change(full: Option<Document>, flag_only: Option<bool>) -> Change {
+        Change {
+            collection: Collection::Messages,
+            op: Op::Update,
+            id: Bson::Int32(1),
+            meili_id: Some("from-pre-image".into()),
+            full,
+            flag_only,
+            token: doc! {},
+            at: None,
+        }
+    }
+
+    #[test]
+    fn each_document_state_has_its_action() {
+        let now = DateTime::from_millis(1_000);
+        let plain = doc! { "_id": 1, "messageId": "m1", "user": "u", "_meiliIndex": false };
+        assert_eq!(
+            decide(&change(Some(plain.clone()), None), now),
+            Action::Send(plain.clone())
+        );
+        let hooked = doc! { "_id": 1, "messageId": "m1", "user": "u", "_meiliIndex": true };
+        assert_eq!(decide(&change(Some(hooked), None), now), Action::Skip);
+        let temporary = doc! { "_id": 1, "messageId": "m1", "user": "u", "isTemporary": true, "_meiliIndex": true };
+        assert_eq!(
+            decide(&change(Some(temporary.clone()), None), now),
+            Action::Remove {
+                meili_id: "m1".into(),
+                clear_flag: true
+            }
+        );
+        assert_eq!(
+            decide(&change(Some(temporary), Some(false)), now),
+            Action::Nothing,
+            "a flag cleared on an unindexable document is someone's removal"
+        );
+        let expired = doc! { "_id": 1, "messageId": "m1", "user": "u", "expiredAt": now };
+        assert_eq!(
+            decide(&change(Some(expired), None), now),
+            Action::Remove {
+                meili_id: "m1".into(),
+                clear_flag: false
+            }
+        );
+        assert_eq!(
+            decide(&change(None, None), now),
+            Action::Remove {
+                meili_id: "from-pre-image".into(),
+                clear_flag: false
+            }
+        );
+        let mut unknown = change(None, None);
+        unknown.meili_id = None;
+        assert_eq!(decide(&unknown, now), Action::Unresolved);
+        // Never sendable (no id), so never in the index: only its flag.
+        let mut no_id = change(Some(doc! { "_id": 1, "_meiliIndex": true }), None);
+        no_id.meili_id = None;
+        assert_eq!(decide(&no_id, now), Action::ClearFlag);
+        no_id.full = Some(doc! { "_id": 1 });
+        assert_eq!(decide(&no_id, now), Action::Nothing);
+        // A flag cleared on an indexable document: it is sent again.
+        assert_eq!(
+            decide(&change(Some(plain.clone()), Some(false)), now),
+            Action::Send(plain)
+        );
+    }
+}

@@ -1,0 +1,607 @@
+//! The lease owner's job in follow mode (docs/design.md §4.12, §5.12).
+//!
+//! **Start.** With a resume token saved in the lease and a reconciliation
+//! recorded within `serve.interval`, the stream resumes from the token and
+//! nothing is reconciled. Otherwise (no token, a token the oplog no longer
+//! holds, a stale reconciliation, or a restart after a drop): a starting
+//! point is taken from the stream *first*, then the engine reconciles
+//! (`reconcile::reconcile`, as `once`), the lease is marked following with
+//! that run's summary, and the stream is opened from the point taken before
+//! the reconciliation, so every change made while it ran is replayed.
+//!
+//! **Follow.** Changes are gathered into micro-batches (`batch`) and applied
+//! (`apply`); after each applied micro-batch its last change's resume token
+//! is saved under the fence, never before. About once per
+//! `lease.poll_every` the owner looks for a handover request; at the next
+//! safe point (micro-batch applied, token saved) it ends with [`HandOver`].
+//! Every `serve.interval` (±10%) it stops applying (the stream waits on the
+//! server), reconciles, records the run (`lease.record_run`) and goes on.
+//! Deletes whose Meilisearch id is unknown (no pre-image) are left to the
+//! id-set comparison, at most once per `follow.orphan_check_every`.
+//!
+//! A lost lease cancels the guard: the job is dropped at its next await
+//! (its reader with it), and every write checks the guard first.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mongodb::bson::Document;
+use tracing::{info, warn};
+
+use super::apply::{self, Target};
+use super::batch::MicroBatch;
+use super::status::{FollowState, FollowStatus};
+use super::stream::{self, Reader, StreamConfig, StreamError, StreamItem};
+use super::FollowOptions;
+use crate::job::{self, Reconciler};
+use crate::lease::store::JobStore;
+use crate::lease::{clock, Guard, HandOver, LeaseHandle, LeaseLost, LeaseOptions, LeaseWriteError};
+use crate::mongo::Collection;
+use crate::progress::Progress;
+use crate::reconcile::{self, Ctx, ReconcileError};
+use crate::serve::state::{ReplicaState, Role};
+
+/// While nothing is applied, the furthest safe resume token is saved at
+/// most this often (it keeps the saved token inside the oplog's window).
+const IDLE_TOKEN_SAVE_EVERY: Duration = Duration::from_secs(10);
+
+/// Everything the owner's job needs; cloned per run of the job.
+#[derive(Clone)]
+pub(crate) struct Owner {
+    pub reconciler: Reconciler,
+    pub options: FollowOptions,
+    pub lease: LeaseOptions,
+    pub replica: ReplicaState,
+    /// Set when this server turned out not to serve change streams.
+    pub unsupported: Arc<AtomicBool>,
+    /// The engine's last error (its kind decides the exit classification).
+    pub last_error: Arc<Mutex<Option<ReconcileError>>>,
+}
+
+enum Begun {
+    Following(Reader, Document, StreamConfig),
+    /// No change streams here: reconciled once, as interval mode does.
+    Unsupported(serde_json::Value),
+}
+
+enum Ended {
+    HandOver(String),
+    /// Follow again from a full reconciliation (why).
+    Restart(String),
+}
+
+impl Owner {
+    fn status(&self) -> &FollowStatus {
+        &self.replica.follow
+    }
+
+    /// The job: runs until the lease is lost, shutdown, a handover (`Err`
+    /// [`HandOver`]) or a failure; `Ok` only when change streams turned out
+    /// not to be served (after one reconciliation, like interval mode).
+    pub async fn run(self, guard: Guard, progress: Progress) -> anyhow::Result<serde_json::Value> {
+        let lease = guard
+            .lease()
+            .cloned()
+            .context("an owner's guard carries its lease")?;
+        let mut reconcile_first = false;
+        loop {
+            let (reader, token, config) = match self
+                .begin(&guard, &progress, &lease, reconcile_first)
+                .await?
+            {
+                Begun::Following(reader, token, config) => (reader, token, config),
+                Begun::Unsupported(summary) => return Ok(summary),
+            };
+            match self
+                .follow(&guard, &progress, &lease, (reader, config), token)
+                .await?
+            {
+                Ended::HandOver(to) => return Err(HandOver { to }.into()),
+                Ended::Restart(reason) => {
+                    warn!(%reason, "the change stream must start over: following again after a full reconciliation");
+                    reconcile_first = true;
+                }
+            }
+        }
+    }
+
+    fn stream_config(&self, pre_images: bool) -> StreamConfig {
+        StreamConfig {
+            pre_images,
+            max_await: self
+                .options
+                .max_wait
+                .clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            capacity: self.options.max_docs.saturating_mul(2),
+        }
+    }
+
+    fn engine_error(&self, error: ReconcileError) -> anyhow::Error {
+        *self.last_error.lock().expect("poisoned") = Some(error.clone());
+        error.into()
+    }
+
+    fn stream_error(&self, error: StreamError) -> anyhow::Error {
+        match error {
+            StreamError::Mongo(e) => self.engine_error(e.into()),
+            other => other.into(),
+        }
+    }
+
+    async fn begin(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        reconcile_first: bool,
+    ) -> anyhow::Result<Begun> {
+        self.status().set_state(FollowState::Reconciling);
+        let db = &self.reconciler.db;
+        let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard)
+            .await
+            .map_err(|e| self.engine_error(e.into()))?;
+        let config = self.stream_config(pre_images);
+        if !reconcile_first {
+            if let Some(token) = self.resumable_token().await? {
+                match stream::open(db, &token, &config).await {
+                    Ok(reader) => {
+                        lease.start_following(guard, None).await?;
+                        info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
+                        return Ok(Begun::Following(reader, token, config));
+                    }
+                    Err(StreamError::ResumePointLost(why)) => warn!(%why,
+                        "the saved resume token can no longer be used (the oplog no longer holds it): reconciling fully before following"),
+                    Err(StreamError::Unsupported(why)) => {
+                        return self.unsupported(&why, guard, progress).await
+                    }
+                    Err(error) => return Err(self.stream_error(error)),
+                }
+            }
+        }
+        let start = match stream::starting_point(db, &config).await {
+            Ok(start) => start,
+            Err(StreamError::Unsupported(why)) => {
+                return self.unsupported(&why, guard, progress).await
+            }
+            Err(error) => return Err(self.stream_error(error)),
+        };
+        let began = Instant::now();
+        let summary = self.reconcile(guard, progress).await?;
+        lease.start_following(guard, Some(&summary)).await?;
+        let mut tokens = Tokens::new(None);
+        tokens.applied(start.clone());
+        tokens.save(guard, lease).await?;
+        match stream::open(db, &start, &config).await {
+            Ok(reader) => {
+                info!("following the change stream from where it stood before the reconciliation");
+                Ok(Begun::Following(reader, start, config))
+            }
+            Err(StreamError::ResumePointLost(why)) => anyhow::bail!(
+                "the oplog no longer reaches back to when the reconciliation began ({:.0} s ago): {why}; \
+                 the oplog must hold more than a reconciliation's worth of writes",
+                began.elapsed().as_secs_f64()
+            ),
+            Err(error) => Err(self.stream_error(error)),
+        }
+    }
+
+    /// The saved resume token, when the last reconciliation (ours, any
+    /// replica's) is within `serve.interval`: then the stream may resume
+    /// from it without reconciling first.
+    async fn resumable_token(&self) -> anyhow::Result<Option<Document>> {
+        let store = JobStore::new(&self.reconciler.db, &self.lease);
+        let unreachable = |e: mongodb::error::Error| {
+            self.engine_error(ReconcileError::MongoUnreachable(e.to_string()))
+        };
+        let record = store.read().await.map_err(unreachable)?;
+        let now = store.server_now().await.map_err(unreachable)?;
+        let Some(record) = record else {
+            return Ok(None);
+        };
+        let Some(token) = record.follow_token else {
+            return Ok(None);
+        };
+        let fresh = record
+            .completed_at
+            .is_some_and(|at| at > clock::earlier(now, self.options.interval));
+        if !fresh {
+            info!("a resume token is saved, but the last reconciliation is older than serve.interval: reconciling fully before following");
+            return Ok(None);
+        }
+        Ok(Some(token))
+    }
+
+    async fn unsupported(
+        &self,
+        why: &str,
+        guard: &Guard,
+        progress: &Progress,
+    ) -> anyhow::Result<Begun> {
+        super::replica::log_unsupported(why);
+        self.unsupported.store(true, Ordering::SeqCst);
+        self.status().set_state(FollowState::Unsupported);
+        let summary = self.reconcile(guard, progress).await?;
+        Ok(Begun::Unsupported(summary))
+    }
+
+    /// One reconciliation by the engine, recorded like a run of `run`.
+    async fn reconcile(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+    ) -> anyhow::Result<serde_json::Value> {
+        let r = &self.reconciler;
+        self.replica.set_role(Role::Reconciling);
+        let result = reconcile::reconcile(&r.db, &r.meili, &r.sync, guard, progress).await;
+        self.replica.set_role(Role::Idle);
+        let summary = result.map_err(|e| self.engine_error(e))?;
+        let outcome = job::record_completed(&summary);
+        crate::serve::update_backlog(r).await;
+        self.replica
+            .finished(outcome, self.options.interval.as_secs());
+        Ok(serde_json::to_value(&summary)?)
+    }
+
+    async fn follow(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        (mut reader, config): (Reader, StreamConfig),
+        saved: Document,
+    ) -> anyhow::Result<Ended> {
+        self.status().set_state(FollowState::Following);
+        progress.phase("follow", 0);
+        let opts = &self.options;
+        let mut batch = MicroBatch::default();
+        let mut tokens = Tokens::new(Some(saved));
+        let mut orphans = OrphanChecks::new(opts.orphan_check_every);
+        let mut next_run = Instant::now() + crate::serve::jittered(opts.interval);
+        let mut next_handover_check = Instant::now() + opts.poll_every;
+        loop {
+            let wake = [
+                batch.due(opts.max_wait),
+                Some(next_handover_check),
+                Some(next_run),
+                orphans.due(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("some deadline is always set");
+            tokio::select! {
+                biased;
+                _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+                item = reader.recv() => match item {
+                    Some(StreamItem::Change(change)) => {
+                        self.status().behind();
+                        batch.push(*change);
+                        if batch.len() >= opts.max_docs {
+                            self.flush(guard, progress, lease, &mut batch, &mut tokens, &mut orphans).await?;
+                        }
+                    }
+                    Some(StreamItem::CaughtUp(token)) => {
+                        self.flush(guard, progress, lease, &mut batch, &mut tokens, &mut orphans).await?;
+                        if let Some(token) = token {
+                            tokens.applied(token);
+                        }
+                        self.status().caught_up();
+                        if tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
+                            tokens.save(guard, lease).await?;
+                        }
+                    }
+                    Some(StreamItem::Restart(reason)) => return Ok(Ended::Restart(reason)),
+                    Some(StreamItem::Failed(StreamError::ResumePointLost(why))) => return Ok(Ended::Restart(why)),
+                    Some(StreamItem::Failed(StreamError::Mongo(error))) => {
+                        // Everything read before the failure is complete: apply it,
+                        // then reopen from there.
+                        warn!(%error, "the change stream failed; reopening it after the last applied change");
+                        self.flush(guard, progress, lease, &mut batch, &mut tokens, &mut orphans).await?;
+                        match self.reopen(guard, &tokens, &config).await? {
+                            Some(reopened) => reader = reopened,
+                            None => return Ok(Ended::Restart("the change stream cannot resume where it failed".into())),
+                        }
+                    }
+                    Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
+                    None => anyhow::bail!("the change stream's reader stopped"),
+                },
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+            let now = Instant::now();
+            if batch.due(opts.max_wait).is_some_and(|due| now >= due) {
+                self.flush(
+                    guard,
+                    progress,
+                    lease,
+                    &mut batch,
+                    &mut tokens,
+                    &mut orphans,
+                )
+                .await?;
+            }
+            if now >= next_handover_check {
+                next_handover_check = now + opts.poll_every;
+                match lease.handover_requested_by().await {
+                    Ok(Some(to)) => {
+                        self.status().set_state(FollowState::HandingOver);
+                        info!(%to, "another replica asked for the lease: handing it over after the current micro-batch");
+                        self.flush(
+                            guard,
+                            progress,
+                            lease,
+                            &mut batch,
+                            &mut tokens,
+                            &mut orphans,
+                        )
+                        .await?;
+                        tokens.save(guard, lease).await?;
+                        return Ok(Ended::HandOver(to));
+                    }
+                    Ok(None) => {}
+                    Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+                    Err(error) => warn!(%error, "could not look for a handover request"),
+                }
+            }
+            if orphans.due().is_some_and(|due| now >= due) {
+                self.flush(
+                    guard,
+                    progress,
+                    lease,
+                    &mut batch,
+                    &mut tokens,
+                    &mut orphans,
+                )
+                .await?;
+                self.repair_orphans(guard, progress, &mut orphans).await?;
+            }
+            if now >= next_run {
+                self.flush(
+                    guard,
+                    progress,
+                    lease,
+                    &mut batch,
+                    &mut tokens,
+                    &mut orphans,
+                )
+                .await?;
+                self.status().set_state(FollowState::Reconciling);
+                info!("periodic reconciliation: changes wait on the server meanwhile");
+                let summary = self.reconcile(guard, progress).await?;
+                match lease.record_run(guard, &summary).await {
+                    Ok(()) => {}
+                    Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+                    Err(error) => {
+                        warn!(%error, "could not record the periodic reconciliation in the lease")
+                    }
+                }
+                self.status().set_state(FollowState::Following);
+                progress.phase("follow", 0);
+                next_run = Instant::now() + crate::serve::jittered(opts.interval);
+            }
+        }
+    }
+
+    /// Reopens the stream after the last applied change, retrying a
+    /// transient failure a few times (0.5 s … 8 s apart); `None` when that
+    /// point is no longer in the oplog.
+    async fn reopen(
+        &self,
+        guard: &Guard,
+        tokens: &Tokens,
+        config: &StreamConfig,
+    ) -> anyhow::Result<Option<Reader>> {
+        let token = tokens
+            .safe
+            .clone()
+            .context("following always has a point to resume from")?;
+        let mut delays = [500, 1_000, 2_000, 4_000, 8_000]
+            .map(Duration::from_millis)
+            .into_iter();
+        loop {
+            match stream::open(&self.reconciler.db, &token, config).await {
+                Ok(reader) => return Ok(Some(reader)),
+                Err(StreamError::ResumePointLost(why)) => {
+                    warn!(%why, "the change stream cannot resume where it failed");
+                    return Ok(None);
+                }
+                Err(error) => {
+                    let Some(delay) = delays.next() else {
+                        return Err(self.stream_error(error));
+                    };
+                    warn!(%error, retry_in = ?delay, "could not reopen the change stream");
+                    tokio::select! {
+                        _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies what the micro-batch holds, then saves the resume token of
+    /// its last change.
+    async fn flush(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        batch: &mut MicroBatch,
+        tokens: &mut Tokens,
+        orphans: &mut OrphanChecks,
+    ) -> anyhow::Result<()> {
+        let drained = batch.drain();
+        let work = !drained.changes.is_empty();
+        if work {
+            let r = &self.reconciler;
+            let target = Target {
+                db: &r.db,
+                meili: &r.meili,
+                sync: &r.sync,
+                guard,
+                progress,
+            };
+            let applied = apply::apply(&target, drained.changes)
+                .await
+                .map_err(|e| self.engine_error(e))?;
+            if let Some(now) = applied.now {
+                self.status().server_time(now);
+            }
+            self.status().applied(&applied.by_op, drained.newest);
+            orphans.note(&applied.unresolved);
+        }
+        if let Some(token) = drained.token {
+            tokens.applied(token);
+        }
+        if work {
+            tokens.save(guard, lease).await?;
+        }
+        Ok(())
+    }
+
+    /// The id-set comparison of each collection that had deletes without a
+    /// Meilisearch id.
+    async fn repair_orphans(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+        orphans: &mut OrphanChecks,
+    ) -> anyhow::Result<()> {
+        let r = &self.reconciler;
+        for collection in orphans.take() {
+            let ctx = Ctx::new(
+                &r.db,
+                &r.meili,
+                &r.sync,
+                guard,
+                progress,
+                collection,
+                r.sync.index_uid(collection),
+            );
+            let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx)
+                .await
+                .map_err(|e| self.engine_error(e))?;
+            info!(index = %ctx.uid, deleted, flags_cleared,
+                "deletes without a pre-image: compared the index's ids with the collection's");
+            crate::metrics::documents(&ctx.uid, 0, deleted, 0);
+        }
+        progress.phase("follow", 0);
+        Ok(())
+    }
+}
+
+/// The resume tokens: the furthest one up to which everything is applied,
+/// and the one saved in the lease.
+struct Tokens {
+    safe: Option<Document>,
+    saved: Option<Document>,
+    saved_at: Instant,
+}
+
+impl Tokens {
+    fn new(saved: Option<Document>) -> Self {
+        Tokens {
+            safe: saved.clone(),
+            saved,
+            saved_at: Instant::now(),
+        }
+    }
+
+    /// Everything up to `token` is applied.
+    fn applied(&mut self, token: Document) {
+        self.safe = Some(token);
+    }
+
+    /// Saves the safe token if it moved. A save that is not confirmed is
+    /// only logged: the next owner then resumes from an earlier token and
+    /// applies a few changes again, which is harmless.
+    async fn save(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<(), LeaseLost> {
+        self.saved_at = Instant::now();
+        let Some(safe) = &self.safe else {
+            return Ok(());
+        };
+        if self.saved.as_ref() == Some(safe) {
+            return Ok(());
+        }
+        match lease.save_follow_token(guard, safe).await {
+            Ok(()) => self.saved = Some(safe.clone()),
+            Err(LeaseWriteError::Lost(lost)) => return Err(lost),
+            Err(error) => {
+                warn!(%error, "could not save the resume token (the next owner resumes from an earlier one)")
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Deletes without a known Meilisearch id wait for the id-set comparison,
+/// which runs at most once per `follow.orphan_check_every`.
+struct OrphanChecks {
+    every: Duration,
+    pending: Vec<Collection>,
+    last: Option<Instant>,
+    due: Option<Instant>,
+}
+
+impl OrphanChecks {
+    fn new(every: Duration) -> Self {
+        OrphanChecks {
+            every,
+            pending: Vec::new(),
+            last: None,
+            due: None,
+        }
+    }
+
+    fn note(&mut self, collections: &[Collection]) {
+        for collection in collections {
+            if !self.pending.contains(collection) {
+                info!(
+                    collection = collection.name(),
+                    "a delete without a pre-image: its Meilisearch document goes with the next id-set comparison (follow.orphan_check_every)"
+                );
+                self.pending.push(*collection);
+            }
+        }
+        if !self.pending.is_empty() && self.due.is_none() {
+            let now = Instant::now();
+            self.due = Some(self.last.map_or(now, |last| (last + self.every).max(now)));
+        }
+    }
+
+    /// When the comparison is due (`None`: nothing waits for it).
+    fn due(&self) -> Option<Instant> {
+        self.due
+    }
+
+    fn take(&mut self) -> Vec<Collection> {
+        self.last = Some(Instant::now());
+        self.due = None;
+        std::mem::take(&mut self.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orphan_checks_run_at_once_then_at_most_once_per_period() {
+        let mut checks = OrphanChecks::new(Duration::from_secs(60));
+        assert!(checks.due().is_none());
+        checks.note(&[Collection::Messages]);
+        checks.note(&[Collection::Messages]);
+        assert!(
+            checks.due().unwrap() <= Instant::now(),
+            "the first runs at once"
+        );
+        assert_eq!(checks.take(), vec![Collection::Messages]);
+        assert!(checks.due().is_none());
+        checks.note(&[Collection::Conversations]);
+        assert!(
+            checks.due().unwrap() >= Instant::now() + Duration::from_secs(59),
+            "debounced"
+        );
+    }
+}

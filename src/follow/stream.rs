@@ -1,0 +1,455 @@
+//! The change stream follow mode reads: one stream on the database,
+//! filtered to the chat collections and to the changes that matter, with
+//! `fullDocument: updateLookup` (the document as it is when the event is
+//! read, or nothing when it is gone) and, where the collections keep them,
+//! pre-images (`fullDocumentBeforeChange: whenAvailable`: how a delete names
+//! the Meilisearch document it removes).
+//!
+//! Also here: where a stream starts (a resume token saved in the lease, or a
+//! point taken before a reconciliation), what its errors mean for following
+//! (not supported here at all / the resume point is gone / try again later),
+//! and the task that reads it into a bounded channel. While the owner does
+//! something else (a periodic reconciliation) the channel fills and the
+//! reader stops asking: the server keeps the events.
+
+use std::time::Duration;
+
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
+use mongodb::change_stream::ChangeStream;
+use mongodb::error::ErrorKind;
+use mongodb::options::{FullDocumentBeforeChangeType, FullDocumentType};
+use mongodb::Database;
+use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::PreImages;
+use crate::lease::Guard;
+use crate::mongo::{self, Collection, MongoError};
+
+/// What a stream error means for following.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(crate) enum StreamError {
+    /// The server cannot serve this change stream at all (a standalone
+    /// MongoDB, a server without change streams, a user without the
+    /// privilege): `run` falls back to interval-only reconciliation.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The resume point is no longer usable (no longer in the oplog, or not
+    /// a valid token): reconcile fully, then follow from a fresh point.
+    #[error("{0}")]
+    ResumePointLost(String),
+    /// Anything else (network, failover, ...): the run fails and is retried.
+    #[error(transparent)]
+    Mongo(#[from] MongoError),
+}
+
+/// Server error codes that say a resume point is gone: ChangeStreamHistoryLost,
+/// ChangeStreamFatalError, InvalidResumeToken, CappedPositionLost.
+const RESUME_POINT_LOST: [i32; 4] = [286, 280, 260, 136];
+
+/// Server error codes that are transient however they are labelled: the
+/// NotPrimary family, shutdown, interruption, timeouts, network.
+const TRANSIENT: [i32; 14] = [
+    6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 50, 43,
+];
+
+/// What an error of the server means for following (`resuming`: the stream
+/// was opened from a saved resume token).
+pub(crate) fn classify(error: &mongodb::error::Error, resuming: bool) -> StreamError {
+    let transient = || StreamError::Mongo(mongo::failed("change stream", error));
+    let ErrorKind::Command(command) = &*error.kind else {
+        return transient();
+    };
+    let detail = format!(
+        "{} (code {} {})",
+        command.message, command.code, command.code_name
+    );
+    if RESUME_POINT_LOST.contains(&command.code)
+        || (resuming && command.code == 9 && command.message.contains("resume token"))
+    {
+        StreamError::ResumePointLost(detail)
+    } else if TRANSIENT.contains(&command.code)
+        || error.contains_label("ResumableChangeStreamError")
+        || error.contains_label("RetryableReadError")
+    {
+        transient()
+    } else {
+        StreamError::Unsupported(detail)
+    }
+}
+
+/// How the stream is opened.
+#[derive(Clone, Debug)]
+pub(crate) struct StreamConfig {
+    /// Ask for pre-images (`whenAvailable`).
+    pub pre_images: bool,
+    /// How long the server holds an empty `getMore` (also how often an idle
+    /// stream says it has nothing more).
+    pub max_await: Duration,
+    /// Changes read ahead of the owner.
+    pub capacity: usize,
+}
+
+/// The filter: changes to documents of the chat collections, and whatever
+/// invalidates following them (a drop or rename of one of them, a dropped
+/// database) — but not updates that only set `_meiliIndex: true`: those are
+/// acknowledgements (ours, after every document sent, or LibreChat's save
+/// hook's) and ask for no work; filtering them on the server spares a lookup
+/// each. (An update that clears the flag still comes: it asks for a re-send.)
+fn pipeline() -> Vec<Document> {
+    let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
+    vec![doc! { "$match": {
+        "$or": [
+            {
+                "ns.coll": { "$in": &names },
+                "operationType": { "$in": ["insert", "update", "replace", "delete", "drop", "rename"] },
+            },
+            { "operationType": "rename", "to.coll": { "$in": &names } },
+            { "operationType": { "$in": ["dropDatabase", "invalidate"] } },
+        ],
+        "$nor": [ {
+            "operationType": "update",
+            "updateDescription.updatedFields": { mongo::FLAG: true },
+            "updateDescription.removedFields": { "$size": 0 },
+        } ],
+    } }]
+}
+
+async fn watch(
+    db: &Database,
+    after: Option<ResumeToken>,
+    config: &StreamConfig,
+) -> mongodb::error::Result<ChangeStream<ChangeStreamEvent<Document>>> {
+    let mut watch = db
+        .watch()
+        .pipeline(pipeline())
+        .full_document(FullDocumentType::UpdateLookup)
+        .max_await_time(config.max_await)
+        .resume_after(after);
+    if config.pre_images {
+        watch = watch.full_document_before_change(FullDocumentBeforeChangeType::WhenAvailable);
+    }
+    watch.await
+}
+
+/// Whether this server serves the stream at all (opened and closed, reads
+/// nothing). `Err(Mongo)` means it could not be told.
+pub(crate) async fn probe(db: &Database) -> Result<(), StreamError> {
+    let config = StreamConfig {
+        pre_images: false,
+        max_await: Duration::from_millis(100),
+        capacity: 1,
+    };
+    watch(db, None, &config)
+        .await
+        .map(drop)
+        .map_err(|e| classify(&e, false))
+}
+
+/// A resume token taken now, before a reconciliation begins: following
+/// from it afterwards replays every change made since, so nothing that
+/// happened while the reconciliation ran is missed.
+pub(crate) async fn starting_point(
+    db: &Database,
+    config: &StreamConfig,
+) -> Result<Document, StreamError> {
+    let mut stream = watch(db, None, config)
+        .await
+        .map_err(|e| classify(&e, false))?;
+    // Servers since MongoDB 4.0.7 answer the opening with a token; older
+    // ones give one with the first `getMore` (an event read here is before
+    // the reconciliation, which covers it).
+    if stream.resume_token().is_none() {
+        stream
+            .next_if_any()
+            .await
+            .map_err(|e| classify(&e, false))?;
+    }
+    stream
+        .resume_token()
+        .and_then(|token| token_document(&token))
+        .ok_or_else(|| {
+            StreamError::Unsupported("the server gives change streams no resume token".into())
+        })
+}
+
+/// Opens the stream after `token` and starts reading it.
+pub(crate) async fn open(
+    db: &Database,
+    token: &Document,
+    config: &StreamConfig,
+) -> Result<Reader, StreamError> {
+    let after = resume_token(token).map_err(StreamError::ResumePointLost)?;
+    let stream = watch(db, Some(after), config)
+        .await
+        .map_err(|e| classify(&e, true))?;
+    let (tx, rx) = mpsc::channel(config.capacity.max(1));
+    let task = AbortOnDropHandle::new(tokio::spawn(read(stream, tx)));
+    Ok(Reader { rx, _task: task })
+}
+
+/// The resume token as stored in the lease document.
+pub(crate) fn token_document(token: &ResumeToken) -> Option<Document> {
+    match mongodb::bson::to_bson(token).ok()? {
+        Bson::Document(doc) => Some(doc),
+        _ => None,
+    }
+}
+
+fn resume_token(doc: &Document) -> Result<ResumeToken, String> {
+    mongodb::bson::from_bson(Bson::Document(doc.clone()))
+        .map_err(|e| format!("the saved resume token does not parse: {e}"))
+}
+
+/// Whether pre-images are asked for, per `follow.pre_images`: `auto` when a
+/// chat collection has them enabled, `enable` after turning them on
+/// (`collMod`, fenced by the guard; a refusal is logged and that collection
+/// goes without), `off` never.
+pub(crate) async fn prepare_pre_images(
+    db: &Database,
+    mode: PreImages,
+    guard: &Guard,
+) -> Result<bool, MongoError> {
+    if mode == PreImages::Enable {
+        for collection in Collection::ALL {
+            guard.check()?;
+            let enable = doc! {
+                "collMod": collection.name(),
+                "changeStreamPreAndPostImages": { "enabled": true },
+            };
+            if let Err(error) = db.run_command(enable).await {
+                tracing::warn!(collection = collection.name(), error = %error,
+                    "could not enable pre-images (follow.pre_images = enable needs the collMod privilege and an existing collection); \
+                     deletes there are repaired by the id-set comparison instead");
+            }
+        }
+    }
+    if mode == PreImages::Off {
+        return Ok(false);
+    }
+    let enabled = collections_with_pre_images(db).await?;
+    for collection in Collection::ALL {
+        let has = enabled.contains(&collection);
+        tracing::info!(
+            collection = collection.name(),
+            pre_images = has,
+            "{}",
+            if has {
+                "deletes reach Meilisearch through the stream (pre-images)"
+            } else {
+                "no pre-images: deletes reach Meilisearch through the id-set comparison (follow.orphan_check_every)"
+            }
+        );
+    }
+    Ok(!enabled.is_empty())
+}
+
+async fn collections_with_pre_images(db: &Database) -> Result<Vec<Collection>, MongoError> {
+    let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
+    let reply = db
+        .run_command(doc! { "listCollections": 1, "filter": { "name": { "$in": names } } })
+        .await
+        .map_err(|e| mongo::failed("listCollections", &e))?;
+    let batch = reply
+        .get_document("cursor")
+        .and_then(|c| c.get_array("firstBatch"))
+        .cloned()
+        .unwrap_or_default();
+    Ok(batch
+        .iter()
+        .filter_map(Bson::as_document)
+        .filter(|info| {
+            info.get_document("options")
+                .and_then(|o| o.get_document("changeStreamPreAndPostImages"))
+                .and_then(|p| p.get_bool("enabled"))
+                .unwrap_or(false)
+        })
+        .filter_map(|info| {
+            let name = info.get_str("name").ok()?;
+            Collection::ALL.into_iter().find(|c| c.name() == name)
+        })
+        .collect())
+}
+
+/// The kind of change to one document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Insert,
+    Update,
+    Replace,
+    Delete,
+}
+
+impl Op {
+    pub fn label(self) -> &'static str {
+        match self {
+            Op::Insert => "insert",
+            Op::Update => "update",
+            Op::Replace => "replace",
+            Op::Delete => "delete",
+        }
+    }
+}
+
+/// One change to one document of a chat collection.
+#[derive(Clone, Debug)]
+pub(crate) struct Change {
+    pub collection: Collection,
+    pub op: Op,
+    /// `documentKey._id`.
+    pub id: Bson,
+    /// The document as it was when the event was read (`updateLookup`);
+    /// `None` when it is gone.
+    pub full: Option<Document>,
+    /// The Meilisearch id, from the document or its pre-image, when known.
+    pub meili_id: Option<String>,
+    /// `Some(v)`: an update that only set `_meiliIndex` to `v` (an
+    /// acknowledgement, ours or LibreChat's save hook's).
+    pub flag_only: Option<bool>,
+    /// Where to resume after this change.
+    pub token: Document,
+    /// When MongoDB applied it (`wallTime`, else `clusterTime`).
+    pub at: Option<DateTime>,
+}
+
+/// What the reader hands the owner, in stream order.
+#[derive(Debug)]
+pub(crate) enum StreamItem {
+    Change(Box<Change>),
+    /// The server had nothing more; everything up to `token` (when given)
+    /// was handed over.
+    CaughtUp(Option<Document>),
+    /// A collection was dropped or renamed, or the database dropped: follow
+    /// again from a full reconciliation.
+    Restart(String),
+    Failed(StreamError),
+}
+
+/// The reading side of an open stream; dropping it stops the reader.
+pub(crate) struct Reader {
+    rx: mpsc::Receiver<StreamItem>,
+    _task: AbortOnDropHandle<()>,
+}
+
+impl Reader {
+    /// The next item; `None` only if the reader stopped without saying why.
+    pub async fn recv(&mut self) -> Option<StreamItem> {
+        self.rx.recv().await
+    }
+}
+
+async fn read(mut stream: ChangeStream<ChangeStreamEvent<Document>>, tx: mpsc::Sender<StreamItem>) {
+    loop {
+        let item = match stream.next_if_any().await {
+            Ok(Some(event)) => match convert(event) {
+                Converted::Change(change) => StreamItem::Change(change),
+                Converted::Restart(reason) => {
+                    let _ = tx.send(StreamItem::Restart(reason)).await;
+                    return;
+                }
+                Converted::Ignored => continue,
+            },
+            Ok(None) => {
+                StreamItem::CaughtUp(stream.resume_token().and_then(|t| token_document(&t)))
+            }
+            Err(error) => {
+                let _ = tx.send(StreamItem::Failed(classify(&error, true))).await;
+                return;
+            }
+        };
+        if tx.send(item).await.is_err() {
+            return;
+        }
+    }
+}
+
+enum Converted {
+    Change(Box<Change>),
+    Restart(String),
+    Ignored,
+}
+
+fn convert(event: ChangeStreamEvent<Document>) -> Converted {
+    let op = match &event.operation_type {
+        OperationType::Insert => Op::Insert,
+        OperationType::Update => Op::Update,
+        OperationType::Replace => Op::Replace,
+        OperationType::Delete => Op::Delete,
+        OperationType::Drop
+        | OperationType::Rename
+        | OperationType::DropDatabase
+        | OperationType::Invalidate => {
+            let ns = event
+                .ns
+                .as_ref()
+                .map(|ns| format!("{}.{}", ns.db, ns.coll.as_deref().unwrap_or("*")))
+                .unwrap_or_default();
+            return Converted::Restart(format!("{:?} {ns}", event.operation_type));
+        }
+        _ => return Converted::Ignored,
+    };
+    let collection = event
+        .ns
+        .as_ref()
+        .and_then(|ns| ns.coll.as_deref())
+        .and_then(|name| Collection::ALL.into_iter().find(|c| c.name() == name));
+    let id = event
+        .document_key
+        .as_ref()
+        .and_then(|key| key.get("_id"))
+        .cloned();
+    let (Some(collection), Some(id), Some(token)) = (collection, id, token_document(&event.id))
+    else {
+        tracing::warn!(?event.ns, ?event.document_key, "a change without a collection, _id or token: ignored");
+        return Converted::Ignored;
+    };
+    let meili_id = event
+        .full_document
+        .as_ref()
+        .and_then(|d| mongo::meili_id(collection, d))
+        .or_else(|| {
+            event
+                .full_document_before_change
+                .as_ref()
+                .and_then(|d| mongo::meili_id(collection, d))
+        });
+    let flag_only = event.update_description.as_ref().and_then(|change| {
+        let only_flag = change.removed_fields.is_empty()
+            && change.updated_fields.len() == 1
+            && change
+                .truncated_arrays
+                .as_ref()
+                .is_none_or(|arrays| arrays.is_empty());
+        only_flag
+            .then(|| change.updated_fields.get_bool(mongo::FLAG).ok())
+            .flatten()
+    });
+    let at = event.wall_time.or_else(|| {
+        event
+            .cluster_time
+            .map(|ts| DateTime::from_millis(i64::from(ts.time) * 1000))
+    });
+    Converted::Change(Box::new(Change {
+        collection,
+        op,
+        id,
+        full: event.full_document,
+        meili_id,
+        flag_only,
+        token,
+        at,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_through_the_lease_document() {
+        let doc = doc! { "_data": "8263A1B2C3000000012B0229296E04" };
+        let token = resume_token(&doc).unwrap();
+        assert_eq!(token_document(&token), Some(doc));
+    }
+}

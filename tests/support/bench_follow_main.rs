@@ -1,0 +1,422 @@
+//! `meili-bench-follow`: the writer and the clock of `scripts/bench-follow`
+//! (docs/design.md §7), run against a `meili-reconciler run` replica that
+//! follows change streams on the same database and index prefix.
+//!
+//! A phase writes LibreChat-shaped messages at a steady rate (inserts, and
+//! edits of messages already seen in Meilisearch; every save with
+//! `_meiliIndex: false` and a new `updatedAt`) and measures, per write, the
+//! delay from MongoDB's acknowledgement of the write to the version being
+//! returned by Meilisearch (a document fetch, polled). A fraction of the
+//! writes can behave like LibreChat's save hook: after the save, the writer
+//! adds the document to Meilisearch itself and sets `_meiliIndex: true`;
+//! those are not timed, and the follower's `skipped` count (its `/status`)
+//! says how many it did not send again.
+//!
+//! The main phase runs at `--rate` for `--secs`; then `--step-rates` are
+//! tried for `--step-secs` each, in order, until one is not sustained: the
+//! writer fell short of the rate, some write never showed up within
+//! `--drain-secs`, or the delay grew over the phase (the last third's median
+//! above twice the first third's plus 250 ms).
+//!
+//! Prints one JSON object on stdout; progress goes to stderr.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use futures::stream::{FuturesUnordered, StreamExt};
+use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};
+use mongodb::Collection;
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Parser, Debug)]
+#[command(name = "meili-bench-follow", version)]
+struct Args {
+    #[arg(long, env = "MONGO_URI", hide_env_values = true)]
+    mongo_uri: String,
+    #[arg(long, env = "MEILI_HOST")]
+    meili_host: String,
+    #[arg(
+        long,
+        env = "MEILI_MASTER_KEY",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    meili_key: String,
+    /// The database the follower follows.
+    #[arg(long)]
+    database: String,
+    /// The follower's index prefix (`<prefix>messages`).
+    #[arg(long, default_value = "")]
+    index_prefix: String,
+    /// The follower's HTTP address (`http://host:port`), for its `/status`.
+    #[arg(long)]
+    status_url: String,
+    /// Writes per second of the main phase.
+    #[arg(long, default_value_t = 200.0)]
+    rate: f64,
+    /// Seconds of the main phase.
+    #[arg(long, default_value_t = 60)]
+    secs: u64,
+    /// Fraction of the main phase's writes that behave like LibreChat's save hook.
+    #[arg(long, default_value_t = 0.2)]
+    hook_fraction: f64,
+    /// Fraction of writes that edit a message instead of inserting one.
+    #[arg(long, default_value_t = 0.3)]
+    edit_fraction: f64,
+    /// Rates tried after the main phase, until one is not sustained ("" for none).
+    #[arg(long, default_value = "100,200,400,800,1600")]
+    step_rates: String,
+    /// Seconds of each step.
+    #[arg(long, default_value_t = 15)]
+    step_secs: u64,
+    /// How long after a phase's last write its documents may take to show up.
+    #[arg(long, default_value_t = 30)]
+    drain_secs: u64,
+}
+
+/// One write whose version is awaited in Meilisearch.
+struct Pending {
+    id: ObjectId,
+    message_id: String,
+    text: String,
+    acked: Instant,
+    /// Seconds since the phase began, when MongoDB acknowledged it.
+    at: f64,
+}
+
+/// What the checker found.
+#[derive(Default)]
+struct Seen {
+    /// (seconds into the phase, delay in seconds) per timed write.
+    delays: Vec<(f64, f64)>,
+    /// Messages whose last write was seen (editable without ambiguity).
+    settled: Vec<(ObjectId, String)>,
+}
+
+struct Bench {
+    messages: Collection<Document>,
+    meili: meilisearch_sdk::indexes::Index,
+    args: Args,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let client = mongodb::Client::with_uri_str(&args.mongo_uri)
+        .await
+        .context("invalid MongoDB connection string")?;
+    let messages = client
+        .database(&args.database)
+        .collection::<Document>("messages");
+    let meili = meilisearch_sdk::client::Client::new(&args.meili_host, Some(&args.meili_key))?
+        .index(format!("{}messages", args.index_prefix));
+    let bench = Arc::new(Bench {
+        messages,
+        meili,
+        args,
+    });
+    let args = &bench.args;
+    eprintln!(
+        "meili-bench-follow: main phase: {} writes/s for {} s, {:.0}% like LibreChat's save hook",
+        args.rate,
+        args.secs,
+        args.hook_fraction * 100.0
+    );
+    let main = phase(&bench, "main", args.rate, args.secs, args.hook_fraction).await?;
+    let mut steps = Vec::new();
+    let mut max_sustained: Option<f64> = None;
+    for rate in args
+        .step_rates
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+    {
+        let rate: f64 = rate.parse().context("--step-rates takes numbers")?;
+        eprintln!(
+            "meili-bench-follow: step: {rate} writes/s for {} s",
+            args.step_secs
+        );
+        let report = phase(&bench, &format!("step{rate}"), rate, args.step_secs, 0.0).await?;
+        let sustained = report["sustained"].as_bool().unwrap_or(false);
+        steps.push(report);
+        if !sustained {
+            break;
+        }
+        max_sustained = Some(rate);
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json!({
+            "main": main,
+            "steps": steps,
+            "maxSustainedRate": max_sustained,
+        }))?
+    );
+    Ok(())
+}
+
+/// The follower's count of skipped documents (already indexed by the hook).
+async fn skipped(status_url: &str) -> anyhow::Result<u64> {
+    let authority = status_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(authority).await?;
+    stream
+        .write_all(format!("GET /status HTTP/1.0\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .await?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await?;
+    let body = reply.split("\r\n\r\n").nth(1).unwrap_or("");
+    let status: Value = serde_json::from_str(body).context("the follower's /status")?;
+    Ok(status["follow"]["applied"]["skipped"].as_u64().unwrap_or(0))
+}
+
+fn message(phase: &str, n: usize) -> Document {
+    doc! {
+        "_id": ObjectId::new(),
+        "messageId": format!("bench-{phase}-{n}"),
+        "conversationId": format!("bench-{phase}-conv-{}", n / 20),
+        "user": format!("bench-user-{}", n % 50),
+        "sender": if n.is_multiple_of(2) { "User" } else { "GPT-4o" },
+        "text": format!("benchmark message {n} of {phase}, about topic {}", n % 97),
+        "isCreatedByUser": n.is_multiple_of(2),
+        "model": "gpt-4o",
+        "createdAt": DateTime::now(),
+        "updatedAt": DateTime::now(),
+        "_meiliIndex": false,
+    }
+}
+
+async fn phase(
+    bench: &Arc<Bench>,
+    name: &str,
+    rate: f64,
+    secs: u64,
+    hook_fraction: f64,
+) -> anyhow::Result<Value> {
+    let args = &bench.args;
+    let skipped_before = skipped(&args.status_url).await?;
+    let pending: Arc<Mutex<VecDeque<Pending>>> = Arc::default();
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let writing_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = tokio::spawn(check(
+        bench.clone(),
+        pending.clone(),
+        seen.clone(),
+        writing_done.clone(),
+    ));
+
+    let began = Instant::now();
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut writes = FuturesUnordered::new();
+    let (mut written, mut hooked, mut edits) = (0usize, 0usize, 0usize);
+    while began.elapsed() < Duration::from_secs(secs) {
+        ticks.tick().await;
+        let permit = in_flight.clone().acquire_owned().await?;
+        let n = written;
+        written += 1;
+        let edit_target = if rand::rng().random_bool(args.edit_fraction.clamp(0.0, 1.0)) {
+            let mut seen = seen.lock().unwrap();
+            let settled = seen.settled.len();
+            (settled > 0).then(|| {
+                seen.settled
+                    .swap_remove(rand::rng().random_range(0..settled))
+            })
+        } else {
+            None
+        };
+        // Only inserts play the hook (it indexes what was saved, as saved).
+        let hook = edit_target.is_none() && rand::rng().random_bool(hook_fraction.clamp(0.0, 1.0));
+        hooked += usize::from(hook);
+        edits += usize::from(edit_target.is_some());
+        let (bench, pending, name) = (bench.clone(), pending.clone(), name.to_string());
+        writes.push(tokio::spawn(async move {
+            let _permit = permit;
+            write(&bench, &pending, &name, n, hook, edit_target, began).await
+        }));
+        while let Some(done) = futures::FutureExt::now_or_never(writes.next()).flatten() {
+            done??;
+        }
+    }
+    while let Some(done) = writes.next().await {
+        done??;
+    }
+    let wrote_for = began.elapsed().as_secs_f64();
+    writing_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let unresolved = checker.await??;
+    // Let the follower count what it skipped.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let skipped = skipped(&args.status_url)
+        .await?
+        .saturating_sub(skipped_before);
+
+    let delays = std::mem::take(&mut seen.lock().unwrap().delays);
+    let mut all: Vec<f64> = delays.iter().map(|(_, d)| *d).collect();
+    all.sort_by(|a, b| a.total_cmp(b));
+    let third = |from: f64, to: f64| {
+        let mut part: Vec<f64> = delays
+            .iter()
+            .filter(|(at, _)| *at >= from * wrote_for && *at < to * wrote_for)
+            .map(|(_, d)| *d)
+            .collect();
+        part.sort_by(|a, b| a.total_cmp(b));
+        percentile(&part, 0.5)
+    };
+    let (first, last) = (third(0.0, 1.0 / 3.0), third(2.0 / 3.0, 1.01));
+    let growing = matches!((first, last), (Some(f), Some(l)) if l > 2.0 * f + 0.25);
+    let achieved = written as f64 / wrote_for;
+    let sustained = achieved >= 0.95 * rate && unresolved == 0 && !growing;
+    let report = json!({
+        "phase": name,
+        "targetRate": rate,
+        "achievedRate": achieved,
+        "writes": written,
+        "edits": edits,
+        "hookWrites": hooked,
+        "timed": all.len(),
+        "p50Secs": percentile(&all, 0.5),
+        "p99Secs": percentile(&all, 0.99),
+        "maxSecs": all.last(),
+        "firstThirdP50Secs": first,
+        "lastThirdP50Secs": last,
+        "growing": growing,
+        "unresolved": unresolved,
+        "skippedByFollower": skipped,
+        "sustained": sustained,
+    });
+    eprintln!("meili-bench-follow: {report}");
+    Ok(report)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+/// One save, as LibreChat makes it (and, for a hook write, what its save
+/// hook does next); timed writes are queued for the checker.
+async fn write(
+    bench: &Bench,
+    pending: &Mutex<VecDeque<Pending>>,
+    phase: &str,
+    n: usize,
+    hook: bool,
+    edit: Option<(ObjectId, String)>,
+    began: Instant,
+) -> anyhow::Result<()> {
+    let (id, message_id, text, doc) = match edit {
+        Some((id, message_id)) => {
+            let text = format!("benchmark message {message_id}, edit {n} of {phase}");
+            bench
+                .messages
+                .update_one(
+                    doc! { "_id": id },
+                    doc! { "$set": { "text": &text, "updatedAt": DateTime::now(), "_meiliIndex": false } },
+                )
+                .await?;
+            (id, message_id, text, None)
+        }
+        None => {
+            let doc = message(phase, n);
+            bench.messages.insert_one(doc.clone()).await?;
+            let id = doc.get_object_id("_id")?;
+            let message_id = doc.get_str("messageId")?.to_string();
+            let text = doc.get_str("text")?.to_string();
+            (id, message_id, text, Some(doc))
+        }
+    };
+    let acked = Instant::now();
+    if let (true, Some(doc)) = (hook, doc) {
+        // LibreChat's post-save hook: index this version, then flag it.
+        let shaped = Value::Object(meili_reconciler::mongo::to_meili(
+            meili_reconciler::mongo::Collection::Messages,
+            &doc,
+        ));
+        bench
+            .meili
+            .add_documents(&[shaped], Some("messageId"))
+            .await?;
+        bench
+            .messages
+            .update_one(doc! { "_id": id }, doc! { "$set": { "_meiliIndex": true } })
+            .await?;
+        return Ok(());
+    }
+    pending.lock().unwrap().push_back(Pending {
+        id,
+        message_id,
+        text,
+        acked,
+        at: acked.duration_since(began).as_secs_f64(),
+    });
+    Ok(())
+}
+
+/// Polls Meilisearch for every pending write until its version shows up;
+/// returns how many never did within the drain time.
+async fn check(
+    bench: Arc<Bench>,
+    pending: Arc<Mutex<VecDeque<Pending>>>,
+    seen: Arc<Mutex<Seen>>,
+    writing_done: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<usize> {
+    let mut drain_deadline: Option<Instant> = None;
+    loop {
+        let batch: Vec<Pending> = pending.lock().unwrap().drain(..).collect();
+        let done = writing_done.load(std::sync::atomic::Ordering::SeqCst);
+        if done && batch.is_empty() {
+            return Ok(0);
+        }
+        if done {
+            let deadline = *drain_deadline
+                .get_or_insert_with(|| Instant::now() + Duration::from_secs(bench.args.drain_secs));
+            if Instant::now() > deadline {
+                return Ok(batch.len());
+            }
+        }
+        // One fetch by ids per 1,000 pending writes and round.
+        let mut shown: std::collections::HashMap<String, String> = Default::default();
+        for chunk in batch.chunks(1_000) {
+            let ids: Vec<&str> = chunk.iter().map(|p| p.message_id.as_str()).collect();
+            let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&bench.meili);
+            query
+                .with_ids(ids)
+                .with_fields(["messageId", "text"])
+                .with_limit(chunk.len());
+            let found = bench.meili.get_documents_with::<Value>(&query).await?;
+            for doc in found.results {
+                if let (Some(id), Some(text)) = (doc["messageId"].as_str(), doc["text"].as_str()) {
+                    shown.insert(id.to_string(), text.to_string());
+                }
+            }
+        }
+        let mut still = Vec::new();
+        for p in batch {
+            if shown.get(&p.message_id) == Some(&p.text) {
+                let delay = p.acked.elapsed().as_secs_f64();
+                let mut seen = seen.lock().unwrap();
+                seen.delays.push((p.at, delay));
+                seen.settled.push((p.id, p.message_id));
+            } else {
+                still.push(p);
+            }
+        }
+        {
+            let mut queue = pending.lock().unwrap();
+            for p in still.into_iter().rev() {
+                queue.push_front(p);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
