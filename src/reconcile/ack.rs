@@ -49,7 +49,7 @@ pub(crate) async fn acknowledge(
     for chunk in docs.chunks(mongo::STATEMENTS_PER_COMMAND) {
         let started = std::time::Instant::now();
         let now = mongo::server_time(ctx.db).await?;
-        let versions: Vec<DocVersion> = chunk.iter().map(|d| d.version.clone()).collect();
+        let versions: Vec<DocVersion> = chunk.iter().map(|d| d.version()).collect();
         let updated =
             mongo::set_flags_if_unchanged(ctx.db, ctx.collection, &versions, now, ctx.guard)
                 .await?;
@@ -83,7 +83,7 @@ fn fate(
     match now_state {
         None => Fate::Gone,
         Some(state) if !mongo::is_indexable(collection, state, now) => Fate::Unindexable,
-        Some(state) if DocVersion::of(state) != sent.version => Fate::Changed,
+        Some(state) if DocVersion::of(state) != sent.version() => Fate::Changed,
         Some(_) => Fate::Unchanged,
     }
 }
@@ -97,10 +97,10 @@ async fn handle_changed(
 ) -> Result<Acked, ReconcileError> {
     let mut states: HashMap<String, Document> = HashMap::new();
     for run in same_type_runs(chunk) {
-        let wanted: HashSet<String> = run.iter().map(|d| id_key(d.mongo_id())).collect();
+        let wanted: HashSet<String> = run.iter().map(|d| id_key(&d.mongo_id())).collect();
         let (first, last) = (run[0].mongo_id(), run[run.len() - 1].mongo_id());
         let found =
-            mongo::read_states_in_range(ctx.db, ctx.collection, first, last, &wanted).await?;
+            mongo::read_states_in_range(ctx.db, ctx.collection, &first, &last, &wanted).await?;
         for state in found {
             let key = id_key(state.get("_id").unwrap_or(&Bson::Null));
             states.insert(key, state);
@@ -110,20 +110,20 @@ async fn handle_changed(
     let mut to_clear = Vec::new();
     let mut counts: HashMap<&str, u64> = HashMap::new();
     for doc in chunk {
-        let state = states.get(&id_key(doc.mongo_id()));
+        let state = states.get(&id_key(&doc.mongo_id()));
         match fate(ctx.collection, doc, state, now) {
             Fate::Gone => {
                 *counts.entry("deleted").or_default() += 1;
-                to_delete.extend(doc.meili_id.clone());
+                to_delete.extend(doc.meili_id());
             }
             Fate::Unindexable => {
                 *counts.entry("unindexable").or_default() += 1;
-                to_delete.extend(doc.meili_id.clone());
-                to_clear.push(doc.mongo_id().clone());
+                to_delete.extend(doc.meili_id());
+                to_clear.push(doc.mongo_id());
             }
             Fate::Changed => {
                 *counts.entry("changed").or_default() += 1;
-                to_clear.push(doc.mongo_id().clone());
+                to_clear.push(doc.mongo_id());
             }
             Fate::Unchanged => {}
         }
@@ -148,9 +148,7 @@ async fn handle_changed(
 /// only matches values of the bound's type, so each run is read back by its
 /// own range.
 pub(crate) fn same_type_runs<'a, 'b>(chunk: &'a [&'b BatchDoc]) -> Vec<&'a [&'b BatchDoc]> {
-    chunk
-        .chunk_by(|a, b| a.mongo_id().element_type() == b.mongo_id().element_type())
-        .collect()
+    chunk.chunk_by(|a, b| a.id_type() == b.id_type()).collect()
 }
 
 #[cfg(test)]
@@ -159,10 +157,7 @@ mod tests {
     use mongodb::bson::doc;
 
     fn sent(id: Bson, updated_at: Option<Bson>) -> BatchDoc {
-        BatchDoc {
-            version: DocVersion { id, updated_at },
-            meili_id: Some("m".into()),
-        }
+        BatchDoc::new(&DocVersion { id, updated_at }, Some("m".into()))
     }
 
     #[test]

@@ -374,10 +374,8 @@ async fn compare_mongo(
                 (Some(_), true) => {
                     comparison.matching += 1;
                     if let Some(r) = repair.as_mut().filter(|_| !flagged) {
-                        r.to_flag.push(BatchDoc {
-                            version: mongo::DocVersion::of(doc),
-                            meili_id,
-                        });
+                        r.to_flag
+                            .push(BatchDoc::new(&mongo::DocVersion::of(doc), meili_id));
                         if r.to_flag.len() >= mongo::STATEMENTS_PER_COMMAND {
                             r.flag(ctx).await?;
                         }

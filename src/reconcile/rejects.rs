@@ -29,11 +29,11 @@ pub struct Rejected {
 impl Rejected {
     pub(crate) fn new(doc: &BatchDoc, error: TaskError) -> Rejected {
         Rejected {
-            id: doc.meili_id.clone(),
-            mongo_id: doc.mongo_id().clone().into_relaxed_extjson().to_string(),
+            id: doc.meili_id(),
+            mongo_id: doc.mongo_id().into_relaxed_extjson().to_string(),
             code: error.code,
             message: error.message,
-            mongo_id_key: super::sync::id_key(doc.mongo_id()),
+            mongo_id_key: super::sync::id_key(&doc.mongo_id()),
         }
     }
 }
