@@ -1,8 +1,14 @@
-//! The pipelined indexer (DESIGN.md §3.4): read unindexed documents page by
-//! page (by `_id`, no long-lived cursor), shape and serialize them to NDJSON,
-//! cut batches by count and bytes, keep up to `in_flight` Meilisearch tasks
-//! outstanding while the next page is read, and acknowledge each batch once
-//! its task succeeded.
+//! The pipelined indexer (docs/design.md §4.6): three concurrent stages
+//! per pass. The reader reads documents in `_id` order — a plain scan
+//! filtered in Rust when the pass expects more than [`PLAIN_SCAN_ABOVE_PAGES`]
+//! pages, the server's unindexed filter otherwise ([`Read`]) — and cuts them
+//! into NDJSON batches by count and bytes. The sender enqueues batches while
+//! fewer than `max_bytes_in_flight` bytes (and `in_flight` tasks) are enqueued
+//! and not yet indexed, so Meilisearch can merge consecutive tasks into one
+//! indexing batch; it drops each batch's NDJSON once enqueued, keeping only
+//! the compact [`BatchDoc`]s, and settles each task. The acknowledger
+//! acknowledges settled batches from a bounded queue, beside the sender.
+//! Each stage adds its time to the run's [`super::phases`].
 //!
 //! The acknowledgement is version-exact ([`super::ack`]): each document's
 //! flag is set only if it still has the very `updatedAt` value that was read
@@ -11,8 +17,7 @@
 //! edited in between stays (or becomes) unindexed; the next pass re-reads
 //! and re-sends it, and Meilisearch's task order leaves the latest version.
 //! Passes repeat until one finds nothing to send (bounded). Memory is
-//! bounded by the batch settings: one batch being built, one queued,
-//! `in_flight` awaiting tasks.
+//! bounded by the settings (the formula is in the design document).
 //!
 //! The same sender serves a forced reindex's build ([`Feed::Indexable`]:
 //! every indexable document into the index `ctx.uid` names, with no
