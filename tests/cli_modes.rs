@@ -219,3 +219,23 @@ async fn a_lease_write_concern_below_majority_is_warned_about() {
     assert!(text.contains("two replicas own the same epoch"), "{text}");
     target.cleanup().await;
 }
+
+/// A configuration written for the old task-count bound (`sync.in_flight =
+/// 2`, the old default) still runs, and says it keeps Meilisearch from
+/// merging tasks; the defaults say nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_in_flight_bound_below_the_byte_budget_is_warned_about() {
+    let warning = "sync.in_flight caps the Meilisearch tasks enqueued";
+    let target = Target::new("cli_in_flight");
+    let out = target.run("op", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(!all(&out).contains(warning), "{}", all(&out));
+
+    let old = target.clone().set("RECONCILER__SYNC__IN_FLIGHT", "2");
+    let out = old.run("op", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    let text = all(&out);
+    assert!(text.contains(warning), "{text}");
+    assert!(text.contains("remove sync.in_flight"), "{text}");
+    target.cleanup().await;
+}
