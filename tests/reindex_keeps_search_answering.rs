@@ -83,6 +83,9 @@ async fn search_answers_from_a_complete_index_throughout() {
         let (db, meili, progress) = (env.db.clone(), env.meili.clone(), progress.clone());
         let opts = SyncOptions {
             batch_docs: 25,
+            // Two tasks in flight at a time keep the build slow enough to
+            // span the changes below.
+            in_flight: 2,
             ..env.opts.clone()
         };
         tokio::spawn(async move {

@@ -39,7 +39,10 @@ async fn killed_after(step: &str) {
     let knobs = standin.knobs();
     let target = Target::new(&format!("kill_{step}"))
         .with_meili(&standin.host, &standin.key)
-        .set("RECONCILER__SYNC__BATCH_DOCS", "50");
+        .set("RECONCILER__SYNC__BATCH_DOCS", "50")
+        // Two tasks in flight at a time keep the build slow enough for the
+        // changes below to land during it.
+        .set("RECONCILER__SYNC__IN_FLIGHT", "2");
     let env = Env::for_target(&target).await;
     let seeded_at = seed(&env, 600, 60).await;
     let out = target.run("first", &["once"]);
