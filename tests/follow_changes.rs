@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use meili_reconciler::mongo::Collection;
 use mongodb::bson::{doc, Document};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde_json::json;
 use support::chat_data::{expected, seed, server_now, Env};
 use support::cli::{free_port, output_of, terminate, wait_exit, Target};
@@ -137,13 +139,13 @@ async fn inserts_edits_deletes_temporary_and_expired_reach_meilisearch_through_t
 }
 
 /// LibreChat's save hook saves a message unflagged, indexes it itself and
-/// then sets its flag: when that happens between the follower reading the
-/// insert and flushing its micro-batch (`follow.max_wait` 3 s here), the
+/// then sets its flag: when all of that happens before the follower applies
+/// the insert (it is stopped with SIGSTOP meanwhile, well within its lease;
+/// the insert event carries the document as inserted, unflagged), the
 /// follower sees the flag at flush time and sends nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_the_save_hook_indexes_before_the_flush_is_not_sent_again() {
     let (target, base) = follower_target("follow_hook_race");
-    let target = target.set("RECONCILER__FOLLOW__MAX_WAIT", "3s");
     let env = Env::for_target(&target).await;
     seed(&env, 10, 2).await;
     let mut replica = target.spawn("follower-1", &["run"]);
@@ -164,7 +166,9 @@ async fn a_version_the_save_hook_indexes_before_the_flush_is_not_sent_again() {
         additions().await,
     );
 
-    // The hook's three steps, well within the follower's 3 s wait.
+    // The hook's three steps, while the follower cannot apply anything.
+    let pid = Pid::from_raw(replica.child.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
     let now = server_now(&env.db).await;
     let message = new_message("raced", 1, now);
     let messages = env.db.collection::<Document>("messages");
@@ -178,6 +182,7 @@ async fn a_version_the_save_hook_indexes_before_the_flush_is_not_sent_again() {
         )
         .await
         .unwrap();
+    kill(pid, Signal::SIGCONT).unwrap();
 
     support::cli::eventually(SOON, "the raced version to be skipped", || async {
         (applied(&base, "skipped").await > skipped).then_some(())

@@ -255,17 +255,19 @@ impl Owner {
         self.status().set_state(FollowState::Following);
         progress.phase("follow", 0);
         let opts = &self.options;
-        let mut batch = MicroBatch::default();
-        let mut tokens = Tokens::new(Some(saved));
-        let mut orphans = OrphanChecks::new(opts.orphan_check_every);
+        let mut pending = Pending {
+            batch: MicroBatch::default(),
+            tokens: Tokens::new(Some(saved)),
+            orphans: OrphanChecks::new(opts.orphan_check_every),
+        };
         let mut next_run = Instant::now() + crate::serve::jittered(opts.interval);
         let mut next_handover_check = Instant::now() + opts.poll_every;
         loop {
             let wake = [
-                batch.due(opts.max_wait),
+                pending.batch.due(opts.max_wait),
                 Some(next_handover_check),
                 Some(next_run),
-                orphans.due(),
+                pending.orphans.due(),
             ]
             .into_iter()
             .flatten()
@@ -277,19 +279,19 @@ impl Owner {
                 item = reader.recv() => match item {
                     Some(StreamItem::Change(change)) => {
                         self.status().behind();
-                        batch.push(*change);
-                        if batch.len() >= opts.max_docs {
-                            self.flush(guard, progress, lease, &mut batch, &mut tokens, &mut orphans).await?;
+                        pending.batch.push(*change);
+                        if pending.batch.len() >= opts.max_docs {
+                            self.flush(guard, progress, lease, &mut pending).await?;
                         }
                     }
                     Some(StreamItem::CaughtUp(token)) => {
-                        self.flush(guard, progress, lease, &mut batch, &mut tokens, &mut orphans).await?;
+                        self.flush(guard, progress, lease, &mut pending).await?;
                         if let Some(token) = token {
-                            tokens.applied(token);
+                            pending.tokens.applied(token);
                         }
                         self.status().caught_up();
-                        if tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
-                            tokens.save(guard, lease).await?;
+                        if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
+                            pending.tokens.save(guard, lease).await?;
                         }
                     }
                     Some(StreamItem::Restart(reason)) => return Ok(Ended::Restart(reason)),
@@ -298,8 +300,8 @@ impl Owner {
                         // Everything read before the failure is complete: apply it,
                         // then reopen from there.
                         warn!(%error, "the change stream failed; reopening it after the last applied change");
-                        self.flush(guard, progress, lease, &mut batch, &mut tokens, &mut orphans).await?;
-                        match self.reopen(guard, &tokens, &config).await? {
+                        self.flush(guard, progress, lease, &mut pending).await?;
+                        match self.reopen(guard, &pending.tokens, &config).await? {
                             Some(reopened) => reader = reopened,
                             None => return Ok(Ended::Restart("the change stream cannot resume where it failed".into())),
                         }
@@ -310,16 +312,12 @@ impl Owner {
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
             let now = Instant::now();
-            if batch.due(opts.max_wait).is_some_and(|due| now >= due) {
-                self.flush(
-                    guard,
-                    progress,
-                    lease,
-                    &mut batch,
-                    &mut tokens,
-                    &mut orphans,
-                )
-                .await?;
+            if pending
+                .batch
+                .due(opts.max_wait)
+                .is_some_and(|due| now >= due)
+            {
+                self.flush(guard, progress, lease, &mut pending).await?;
             }
             if now >= next_handover_check {
                 next_handover_check = now + opts.poll_every;
@@ -327,16 +325,8 @@ impl Owner {
                     Ok(Some(to)) => {
                         self.status().set_state(FollowState::HandingOver);
                         info!(%to, "another replica asked for the lease: handing it over after the current micro-batch");
-                        self.flush(
-                            guard,
-                            progress,
-                            lease,
-                            &mut batch,
-                            &mut tokens,
-                            &mut orphans,
-                        )
-                        .await?;
-                        tokens.save(guard, lease).await?;
+                        self.flush(guard, progress, lease, &mut pending).await?;
+                        pending.tokens.save(guard, lease).await?;
                         return Ok(Ended::HandOver(to));
                     }
                     Ok(None) => {}
@@ -344,28 +334,13 @@ impl Owner {
                     Err(error) => warn!(%error, "could not look for a handover request"),
                 }
             }
-            if orphans.due().is_some_and(|due| now >= due) {
-                self.flush(
-                    guard,
-                    progress,
-                    lease,
-                    &mut batch,
-                    &mut tokens,
-                    &mut orphans,
-                )
-                .await?;
-                self.repair_orphans(guard, progress, &mut orphans).await?;
+            if pending.orphans.due().is_some_and(|due| now >= due) {
+                self.flush(guard, progress, lease, &mut pending).await?;
+                self.repair_orphans(guard, progress, &mut pending.orphans)
+                    .await?;
             }
             if now >= next_run {
-                self.flush(
-                    guard,
-                    progress,
-                    lease,
-                    &mut batch,
-                    &mut tokens,
-                    &mut orphans,
-                )
-                .await?;
+                self.flush(guard, progress, lease, &mut pending).await?;
                 self.status().set_state(FollowState::Reconciling);
                 info!("periodic reconciliation: changes wait on the server meanwhile");
                 let summary = self.reconcile(guard, progress).await?;
@@ -427,11 +402,9 @@ impl Owner {
         guard: &Guard,
         progress: &Progress,
         lease: &LeaseHandle,
-        batch: &mut MicroBatch,
-        tokens: &mut Tokens,
-        orphans: &mut OrphanChecks,
+        pending: &mut Pending,
     ) -> anyhow::Result<()> {
-        let drained = batch.drain();
+        let drained = pending.batch.drain();
         let work = !drained.changes.is_empty();
         if work {
             let r = &self.reconciler;
@@ -449,13 +422,13 @@ impl Owner {
                 self.status().server_time(now);
             }
             self.status().applied(&applied.by_op, drained.newest);
-            orphans.note(&applied.unresolved);
+            pending.orphans.note(&applied.unresolved);
         }
         if let Some(token) = drained.token {
-            tokens.applied(token);
+            pending.tokens.applied(token);
         }
         if work {
-            tokens.save(guard, lease).await?;
+            pending.tokens.save(guard, lease).await?;
         }
         Ok(())
     }
@@ -493,6 +466,15 @@ impl Owner {
 
 /// The resume tokens: the furthest one up to which everything is applied,
 /// and the one saved in the lease.
+/// What the follow loop has read but not yet applied or saved: the
+/// micro-batch being gathered, the resume tokens, and the id-set
+/// comparisons that deletes without a Meilisearch id asked for.
+struct Pending {
+    batch: MicroBatch,
+    tokens: Tokens,
+    orphans: OrphanChecks,
+}
+
 struct Tokens {
     safe: Option<Document>,
     saved: Option<Document>,
