@@ -604,8 +604,13 @@ pub async fn set_flags_if_unchanged(
     update_each(db, collection, statements, "set flags", guard).await
 }
 
+/// `_id`s per `$in` list: a few round trips more for a micro-batch, and no
+/// list long enough to cost more than it saves (on some servers the cost of
+/// matching an `$in` list grows faster than its length).
+const IDS_PER_QUERY: usize = 100;
+
 /// Which of the given documents carry `_meiliIndex: true` now (their
-/// `_id`s): one query by `_id` list, the flag in the filter. Follow mode
+/// `_id`s): queries by `_id` list, the flag in the filter. Follow mode
 /// asks this just before it sends a micro-batch, to leave out the versions
 /// LibreChat's save hook has indexed meanwhile.
 pub async fn flagged_among(
@@ -613,22 +618,20 @@ pub async fn flagged_among(
     collection: Collection,
     ids: &[Bson],
 ) -> Result<Vec<Bson>, MongoError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
+    let mut flagged = Vec::new();
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        let found: Vec<Document> = collection
+            .handle(db)
+            .find(doc! { "_id": { "$in": chunk }, FLAG: true })
+            .projection(doc! { "_id": 1 })
+            .await
+            .map_err(mongo_err("read flags"))?
+            .try_collect()
+            .await
+            .map_err(mongo_err("read flags"))?;
+        flagged.extend(found.into_iter().filter_map(|mut doc| doc.remove("_id")));
     }
-    let found: Vec<Document> = collection
-        .handle(db)
-        .find(doc! { "_id": { "$in": ids }, FLAG: true })
-        .projection(doc! { "_id": 1 })
-        .await
-        .map_err(mongo_err("read flags"))?
-        .try_collect()
-        .await
-        .map_err(mongo_err("read flags"))?;
-    Ok(found
-        .into_iter()
-        .filter_map(|mut doc| doc.remove("_id"))
-        .collect())
+    Ok(flagged)
 }
 
 /// Clears the flag of the given documents (those that have it set): one
@@ -728,42 +731,88 @@ pub fn id_key(id: &Bson) -> String {
     format!("{id:?}")
 }
 
-/// The documents with `_id` in `[first, last]` whose [`id_key`] is in `wanted`, with
-/// their `_id`, version, primary key, flag and the fields
-/// [`is_indexable`] reads — what an acknowledgement that did not match
-/// everything reads back to learn what happened. Read in `_id` pages;
-/// only the kept documents are held.
-pub async fn read_states_in_range(
+/// How a read-back finds the documents of one run of `_id`s (one BSON type,
+/// ascending).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadBack {
+    /// By `_id` range from the run's first to its last `_id`, keeping the
+    /// wanted ones: for documents a pass read in `_id` order, whose range
+    /// holds little else.
+    #[default]
+    Range,
+    /// By `_id` list (`$in`, [`IDS_PER_QUERY`] at a time): for
+    /// documents scattered over the collection — follow mode's micro-batches
+    /// mix new messages with edits of old ones, and a range from the oldest
+    /// to the newest `_id` could span the whole collection.
+    Ids,
+}
+
+/// The documents of `ids` (one run, see [`ReadBack`]) as they are now, with
+/// their `_id`, version, primary key, flag and the fields [`is_indexable`]
+/// reads — what an acknowledgement that did not match everything reads back
+/// to learn what happened. Only the wanted documents are held.
+pub async fn read_states(
     db: &Database,
     collection: Collection,
-    first: &Bson,
-    last: &Bson,
-    wanted: &std::collections::HashSet<String>,
+    ids: &[Bson],
+    how: ReadBack,
 ) -> Result<Vec<Document>, MongoError> {
     let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, FLAG: 1, collection.primary_key(): 1 };
     for field in INDEXABILITY_FIELDS {
         projection.insert(field, 1);
     }
-    read_kept_in_range(db, collection, first, last, wanted, projection).await
+    read_kept(db, collection, ids, how, projection).await
 }
 
-/// Like [`read_states_in_range`], with the whole read projection (what
-/// Meilisearch gets) besides: what a refused batch, whose NDJSON was dropped
-/// once enqueued, is rebuilt from to isolate the documents Meilisearch
-/// rejects.
-pub async fn read_documents_in_range(
+/// Like [`read_states`], with the whole read projection (what Meilisearch
+/// gets) besides: what a refused batch, whose NDJSON was dropped once
+/// enqueued, is rebuilt from to isolate the documents Meilisearch rejects.
+pub async fn read_documents(
     db: &Database,
     collection: Collection,
-    first: &Bson,
-    last: &Bson,
-    wanted: &std::collections::HashSet<String>,
+    ids: &[Bson],
+    how: ReadBack,
 ) -> Result<Vec<Document>, MongoError> {
     let mut projection = collection.read_projection();
     projection.insert(FLAG, 1);
     for field in INDEXABILITY_FIELDS {
         projection.insert(field, 1);
     }
-    read_kept_in_range(db, collection, first, last, wanted, projection).await
+    read_kept(db, collection, ids, how, projection).await
+}
+
+async fn read_kept(
+    db: &Database,
+    collection: Collection,
+    ids: &[Bson],
+    how: ReadBack,
+    projection: Document,
+) -> Result<Vec<Document>, MongoError> {
+    let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
+        return Ok(Vec::new());
+    };
+    match how {
+        ReadBack::Range => {
+            let wanted: std::collections::HashSet<String> = ids.iter().map(id_key).collect();
+            read_kept_in_range(db, collection, first, last, &wanted, projection).await
+        }
+        ReadBack::Ids => {
+            let mut kept = Vec::with_capacity(ids.len());
+            for chunk in ids.chunks(IDS_PER_QUERY) {
+                let found: Vec<Document> = collection
+                    .handle(db)
+                    .find(doc! { "_id": { "$in": chunk } })
+                    .projection(projection.clone())
+                    .await
+                    .map_err(mongo_err("read back"))?
+                    .try_collect()
+                    .await
+                    .map_err(mongo_err("read back"))?;
+                kept.extend(found);
+            }
+            Ok(kept)
+        }
+    }
 }
 
 async fn read_kept_in_range(

@@ -65,3 +65,64 @@ async fn a_plain_scan_and_the_filtered_read_index_the_same_documents() {
     );
     env.cleanup().await;
 }
+
+/// A read-back (an acknowledgement that did not match everything, a refused
+/// batch) finds the same documents by `_id` list as by `_id` range, for ids
+/// scattered over the collection as follow mode's micro-batches are (a new
+/// message beside edits of old ones) — including ids no longer there — and
+/// holds nothing but the wanted documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_back_by_id_list_finds_what_a_range_read_finds() {
+    use meili_reconciler::mongo::{read_states, ReadBack};
+    use mongodb::bson::{oid::ObjectId, Bson};
+
+    let env = Env::new("read_back_ids").await;
+    seed(&env, 600, 10).await;
+    let messages = env.db.collection::<Document>("messages");
+    let mut all: Vec<Bson> = Vec::new();
+    let mut cursor = messages
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .projection(doc! { "_id": 1 })
+        .await
+        .unwrap();
+    use futures::TryStreamExt;
+    while let Some(d) = cursor.try_next().await.unwrap() {
+        all.push(d.get("_id").unwrap().clone());
+    }
+    // Every other document, from the first to the last (300 ids: more than
+    // one `$in` list), and one id that is not there (deleted meanwhile).
+    let mut wanted: Vec<Bson> = all.iter().step_by(2).cloned().collect();
+    wanted.push(Bson::ObjectId(ObjectId::new()));
+    wanted.sort_by_key(|id| id.as_object_id().map(|o| o.bytes()));
+    assert!(wanted.len() > 200, "several `$in` lists: {}", wanted.len());
+
+    let m = Collection::Messages;
+    let by_ids = read_states(&env.db, m, &wanted, ReadBack::Ids)
+        .await
+        .unwrap();
+    let by_range = read_states(&env.db, m, &wanted, ReadBack::Range)
+        .await
+        .unwrap();
+    let ids = |docs: &[Document]| {
+        let mut ids: Vec<String> = docs
+            .iter()
+            .map(|d| d.get_object_id("_id").unwrap().to_hex())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        by_ids.len(),
+        wanted.len() - 1,
+        "every wanted document that exists"
+    );
+    assert_eq!(ids(&by_ids), ids(&by_range));
+    let versions = |docs: &[Document]| {
+        let mut v: Vec<String> = docs.iter().map(|d| format!("{d}")).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(versions(&by_ids), versions(&by_range), "the same fields");
+    env.cleanup().await;
+}

@@ -147,7 +147,9 @@ pub(crate) async fn apply(
         if unresolved {
             applied.unresolved.push(collection);
         }
+        let checked = std::time::Instant::now();
         let send = leave_out_flagged(target.db, collection, send, &mut applied).await?;
+        let check_ms = checked.elapsed().as_millis() as u64;
         if send.is_empty() && remove.is_empty() && clear.is_empty() {
             continue;
         }
@@ -159,12 +161,15 @@ pub(crate) async fn apply(
             target.progress,
             collection,
             target.sync.index_uid(collection),
-        );
+        )
+        .with_scattered_ids();
         let (settled, deleted) = tokio::try_join!(
             reconcile::apply::index_documents(&ctx, send),
             ctx.delete_documents(&remove)
         )?;
+        let sent_ms = checked.elapsed().as_millis() as u64 - check_ms;
         mongo::clear_flags(target.db, collection, &clear, target.guard).await?;
+        tracing::debug!(index = %ctx.uid, check_ms, sent_ms, "micro-batch of one collection applied");
         for rejected in &settled.rejected {
             tracing::warn!(index = %ctx.uid, id = ?rejected.id, code = %rejected.code, message = %rejected.message,
                 "Meilisearch refused a changed document; it stays unindexed (the next reconciliation reports it)");

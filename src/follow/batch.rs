@@ -75,6 +75,10 @@ impl MicroBatch {
         self.changes.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
     /// When the batch must be applied at the latest (`None`: nothing waits).
     pub fn due(&self, max_wait: Duration) -> Option<Instant> {
         self.opened.map(|opened| opened + max_wait)

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mongodb::bson::Document;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::apply::{self, Target};
 use super::batch::MicroBatch;
@@ -284,6 +284,13 @@ impl Owner {
                             self.flush(guard, progress, lease, &mut pending).await?;
                         }
                     }
+                    // The server had nothing more when the reader asked, but
+                    // the reader has read on since (changes came while the
+                    // last micro-batch was applied): not the end of a backlog.
+                    // Keep gathering, so that a backlog is applied in a few
+                    // large micro-batches rather than one per `getMore` (each
+                    // costs a fixed handful of round trips).
+                    Some(StreamItem::CaughtUp(_)) if reader.has_queued() && !pending.batch.is_empty() => {}
                     Some(StreamItem::CaughtUp(token)) => {
                         self.flush(guard, progress, lease, &mut pending).await?;
                         if let Some(token) = token {
@@ -406,6 +413,8 @@ impl Owner {
     ) -> anyhow::Result<()> {
         let drained = pending.batch.drain();
         let work = !drained.changes.is_empty();
+        let docs = drained.changes.len();
+        let started = Instant::now();
         if work {
             let r = &self.reconciler;
             let target = Target {
@@ -428,7 +437,14 @@ impl Owner {
             pending.tokens.applied(token);
         }
         if work {
+            let applied_in = started.elapsed();
             pending.tokens.save(guard, lease).await?;
+            debug!(
+                docs,
+                apply_ms = applied_in.as_millis() as u64,
+                token_ms = (started.elapsed() - applied_in).as_millis() as u64,
+                "micro-batch applied"
+            );
         }
         Ok(())
     }

@@ -337,6 +337,12 @@ impl Reader {
     pub async fn recv(&mut self) -> Option<StreamItem> {
         self.rx.recv().await
     }
+
+    /// Whether more items are already waiting: the reader has read past
+    /// the point its last item described.
+    pub fn has_queued(&self) -> bool {
+        !self.rx.is_empty()
+    }
 }
 
 async fn read(mut stream: ChangeStream<ChangeStreamEvent<Document>>, tx: mpsc::Sender<StreamItem>) {

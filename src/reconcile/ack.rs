@@ -9,8 +9,9 @@
 //! Meilisearch now holds, so application clocks cannot make it flag another.
 //!
 //! The reply says how many statements matched. When a chunk's statements did
-//! not all match, its documents are read back by `_id` range (never a long
-//! `$in` list) and each sent document is classified:
+//! not all match, its documents are read back — by `_id` range when they
+//! came from a pass in `_id` order, by `_id` list when they are scattered
+//! (follow mode; `Ctx::read_back`) — and each sent document is classified:
 //! - gone, or no longer indexable → deleted from Meilisearch (by its
 //!   Meilisearch id, the task awaited) and its flag cleared: the version we
 //!   just added must not stay searchable;
@@ -19,7 +20,7 @@
 //!   our older batch landed on top of it), so indexing sends it again;
 //! - same version and indexable → it matched; nothing to do.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use mongodb::bson::{Bson, DateTime, Document};
 
@@ -97,10 +98,8 @@ async fn handle_changed(
 ) -> Result<Acked, ReconcileError> {
     let mut states: HashMap<String, Document> = HashMap::new();
     for run in same_type_runs(chunk) {
-        let wanted: HashSet<String> = run.iter().map(|d| id_key(&d.mongo_id())).collect();
-        let (first, last) = (run[0].mongo_id(), run[run.len() - 1].mongo_id());
-        let found =
-            mongo::read_states_in_range(ctx.db, ctx.collection, &first, &last, &wanted).await?;
+        let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
+        let found = mongo::read_states(ctx.db, ctx.collection, &ids, ctx.read_back).await?;
         for state in found {
             let key = id_key(state.get("_id").unwrap_or(&Bson::Null));
             states.insert(key, state);

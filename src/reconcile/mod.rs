@@ -296,6 +296,9 @@ pub(crate) struct Ctx<'a> {
     pub uid: String,
     /// Where the run's indexing time goes; shared by every context of a run.
     pub phases: Arc<phases::PhaseClock>,
+    /// How sent documents are read back (a refused batch, an acknowledgement
+    /// that did not match everything).
+    pub read_back: crate::mongo::ReadBack,
     last_log: Mutex<Instant>,
 }
 
@@ -319,8 +322,16 @@ impl<'a> Ctx<'a> {
             collection,
             uid,
             phases: Arc::default(),
+            read_back: crate::mongo::ReadBack::default(),
             last_log: Mutex::new(Instant::now()),
         }
+    }
+
+    /// The same context for documents scattered over the collection (not
+    /// read in `_id` order): they are read back by `_id` list.
+    pub fn with_scattered_ids(mut self) -> Ctx<'a> {
+        self.read_back = crate::mongo::ReadBack::Ids;
+        self
     }
 
     /// The same context counting its phases on `phases` (the run's clock).

@@ -526,7 +526,7 @@ async fn acknowledge_queue(
 }
 
 /// The documents of a refused batch as they are now, with their NDJSON:
-/// read back by `_id` range (per run of one `_id` type), keeping those of
+/// read back per run of one `_id` type (by range or list, `Ctx::read_back`), keeping those of
 /// the batch that are still indexable ([`mongo::is_indexable`] at MongoDB's
 /// clock; whatever their flag, as every feed sends: a reindex's build and the
 /// exact comparison's repairs send flagged documents too). A document deleted
@@ -537,10 +537,8 @@ async fn reread(ctx: &Ctx<'_>, refused: &Batch) -> Result<Batch, ReconcileError>
     let refs: Vec<&BatchDoc> = refused.docs.iter().collect();
     let mut batch = Batch::new();
     for run in ack::same_type_runs(&refs) {
-        let wanted: HashSet<String> = run.iter().map(|d| id_key(&d.mongo_id())).collect();
-        let (first, last) = (run[0].mongo_id(), run[run.len() - 1].mongo_id());
-        let docs =
-            mongo::read_documents_in_range(ctx.db, ctx.collection, &first, &last, &wanted).await?;
+        let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
+        let docs = mongo::read_documents(ctx.db, ctx.collection, &ids, ctx.read_back).await?;
         for doc in docs
             .iter()
             .filter(|d| mongo::is_indexable(ctx.collection, d, now))
