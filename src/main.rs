@@ -200,9 +200,14 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    runtime
-        .block_on(dispatch(cli.command, settings, replica))
-        .into()
+    let exit = runtime.block_on(dispatch(cli.command, settings, replica));
+    // Leave without tearing the runtime down: the MongoDB driver's
+    // background tasks may still be running (an error can end a command
+    // while its client is connecting), and dropping them mid-flight can make
+    // one panic on a closed channel and print that after our one-line
+    // error. Everything worth writing is written; the process ends here.
+    std::mem::forget(runtime);
+    exit.into()
 }
 
 /// This replica's owner id in the lease and in every log line.
