@@ -210,6 +210,16 @@ fn main() -> ExitCode {
     exit.into()
 }
 
+/// The exit code of an interactive command that failed with `error`.
+fn exit_for(error: &ReconcileError) -> Exit {
+    match error {
+        ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
+            Exit::Unreachable
+        }
+        _ => Exit::Failed,
+    }
+}
+
 /// This replica's owner id in the lease and in every log line.
 fn replica_id(settings: &Settings) -> String {
     if settings.lease.owner.is_empty() {
@@ -413,12 +423,7 @@ async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
         }
         Err(error) => {
             eprintln!("meili-reconciler: {error}");
-            match error {
-                ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
-                    Exit::Unreachable
-                }
-                _ => Exit::Failed,
-            }
+            exit_for(&error)
         }
     }
 }
@@ -456,12 +461,7 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
         }
         Err(error) => {
             eprintln!("meili-reconciler: {error}");
-            match error {
-                ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
-                    Exit::Unreachable
-                }
-                _ => Exit::Failed,
-            }
+            exit_for(&error)
         }
     }
 }

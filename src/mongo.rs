@@ -618,20 +618,47 @@ pub async fn flagged_among(
     collection: Collection,
     ids: &[Bson],
 ) -> Result<Vec<Bson>, MongoError> {
-    let mut flagged = Vec::new();
+    let found = find_by_id_lists(
+        db,
+        collection,
+        ids,
+        doc! { FLAG: true },
+        doc! { "_id": 1 },
+        "read flags",
+    )
+    .await?;
+    Ok(found
+        .into_iter()
+        .filter_map(|mut doc| doc.remove("_id"))
+        .collect())
+}
+
+/// The documents of `ids` that also match `filter`, by `_id` lists of at
+/// most [`IDS_PER_QUERY`].
+async fn find_by_id_lists(
+    db: &Database,
+    collection: Collection,
+    ids: &[Bson],
+    filter: Document,
+    projection: Document,
+    what: &'static str,
+) -> Result<Vec<Document>, MongoError> {
+    let mut found = Vec::new();
     for chunk in ids.chunks(IDS_PER_QUERY) {
-        let found: Vec<Document> = collection
+        let mut query = doc! { "_id": { "$in": chunk } };
+        query.extend(filter.clone());
+        let page: Vec<Document> = collection
             .handle(db)
-            .find(doc! { "_id": { "$in": chunk }, FLAG: true })
-            .projection(doc! { "_id": 1 })
+            .find(query)
+            .projection(projection.clone())
             .await
-            .map_err(mongo_err("read flags"))?
+            .map_err(mongo_err(what))?
             .try_collect()
             .await
-            .map_err(mongo_err("read flags"))?;
-        flagged.extend(found.into_iter().filter_map(|mut doc| doc.remove("_id")));
+            .map_err(mongo_err(what))?;
+        found.extend(page);
     }
-    Ok(flagged)
+    Ok(found)
 }
 
 /// Clears the flag of the given documents (those that have it set): one
@@ -797,20 +824,7 @@ async fn read_kept(
             read_kept_in_range(db, collection, first, last, &wanted, projection).await
         }
         ReadBack::Ids => {
-            let mut kept = Vec::with_capacity(ids.len());
-            for chunk in ids.chunks(IDS_PER_QUERY) {
-                let found: Vec<Document> = collection
-                    .handle(db)
-                    .find(doc! { "_id": { "$in": chunk } })
-                    .projection(projection.clone())
-                    .await
-                    .map_err(mongo_err("read back"))?
-                    .try_collect()
-                    .await
-                    .map_err(mongo_err("read back"))?;
-                kept.extend(found);
-            }
-            Ok(kept)
+            find_by_id_lists(db, collection, ids, doc! {}, projection, "read back").await
         }
     }
 }
