@@ -18,6 +18,8 @@
 //! needs 8.0). Per-document filters never use `$or`: some servers then scan
 //! the collection for every statement.
 
+use std::collections::HashSet;
+
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::error::ErrorKind;
@@ -536,6 +538,61 @@ pub async fn indexable_ids_page(
         after,
         last,
     })
+}
+
+/// The collection's document count from its metadata (cheap; may be off
+/// by a little): what a comparison uses to size its memory.
+pub async fn estimated_count(db: &Database, collection: Collection) -> Result<u64, MongoError> {
+    collection
+        .handle(db)
+        .estimated_document_count()
+        .await
+        .map_err(mongo_err("estimate the document count"))
+}
+
+/// Of the given Meilisearch ids, those that an indexable document of the
+/// collection has now (server time `now`), found by primary key. A
+/// conversation's Meilisearch id has `--` where its `conversationId` may
+/// have `|`, so both spellings are looked up.
+pub async fn indexable_meili_ids_among(
+    db: &Database,
+    collection: Collection,
+    meili_ids: &[String],
+    now: DateTime,
+) -> Result<HashSet<String>, MongoError> {
+    let pk = collection.primary_key();
+    let mut projection = doc! { pk: 1 };
+    for field in INDEXABILITY_FIELDS {
+        projection.insert(field, 1);
+    }
+    let mut claimed = HashSet::new();
+    for chunk in meili_ids.chunks(IDS_PER_QUERY) {
+        let mut values: Vec<Bson> = chunk.iter().map(|id| Bson::String(id.clone())).collect();
+        if collection == Collection::Conversations {
+            values.extend(
+                chunk
+                    .iter()
+                    .filter(|id| id.contains("--"))
+                    .map(|id| Bson::String(id.replace("--", "|"))),
+            );
+        }
+        let found: Vec<Document> = collection
+            .handle(db)
+            .find(doc! { pk: { "$in": values } })
+            .projection(projection.clone())
+            .await
+            .map_err(mongo_err("read by primary key"))?
+            .try_collect()
+            .await
+            .map_err(mongo_err("read by primary key"))?;
+        claimed.extend(
+            found
+                .iter()
+                .filter(|d| is_indexable(collection, d, now))
+                .filter_map(|d| meili_id(collection, d)),
+        );
+    }
+    Ok(claimed)
 }
 
 /// One version of one document: its `_id` and the exact `updatedAt` value

@@ -1,0 +1,129 @@
+//! The drift repair reads MongoDB's ids first and Meilisearch's once after
+//! (docs/design.md §3.5): a message LibreChat saves and indexes in between
+//! is in Meilisearch but not among the ids read, and must not be taken for
+//! an orphan. The pause between the two reads is deterministic
+//! (`RECONCILER_TEST_PAUSE_AFTER=drift-mongo-ids`, resumed by a file).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use meili_reconciler::mongo::Collection;
+use mongodb::bson::doc;
+use serde_json::json;
+use support::chat_data::{expected, message, seed, server_now, Env};
+use support::cli::{output_of, wait_exit, Target};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_saved_and_indexed_during_the_id_comparison_is_not_deleted_as_an_orphan() {
+    let target = Target::new("drift_race");
+    let env = Env::for_target(&target).await;
+    seed(&env, 300, 30).await;
+    let out = target.run("first", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    let resume = tempfile::tempdir().unwrap();
+    let resume_file = resume.path().join("resume");
+    let mut forced = target.spawn_with(
+        "forced",
+        &["once", "--force"],
+        &[
+            ("RECONCILER_TEST_PAUSE_AFTER", "drift-mongo-ids"),
+            ("RECONCILER_TEST_RESUME_FILE", resume_file.to_str().unwrap()),
+        ],
+    );
+    let waited = Instant::now();
+    while !forced
+        .stderr_so_far()
+        .contains("test hook: paused after drift-mongo-ids")
+    {
+        if let Some(status) = forced.child.try_wait().unwrap() {
+            panic!(
+                "once exited ({status}) before pausing: {}",
+                forced.stderr_so_far()
+            );
+        }
+        assert!(waited.elapsed() < Duration::from_secs(60), "no pause");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // LibreChat saves a message and its save hook indexes it and sets the
+    // flag — after the repair read MongoDB's ids, before it reads Meilisearch's.
+    let now = server_now(&env.db).await;
+    let mut late = message(10_001, now);
+    late.insert("messageId", "msg-late");
+    late.insert("_meiliIndex", true);
+    env.insert(Collection::Messages, vec![late.clone()]).await;
+    let (_, projection) = expected(Collection::Messages, &late, now).expect("indexable");
+    let uid = env.uid(Collection::Messages);
+    // And a real orphan appears (its MongoDB document is gone).
+    let ghost = json!({"messageId": "ghost-late", "user": "user-1", "text": "gone"});
+    env.put_docs(&uid, &[projection, ghost]).await;
+    std::fs::write(&resume_file, b"").unwrap();
+
+    let status = wait_exit(&mut forced, Duration::from_secs(120));
+    let (stdout, stderr) = output_of(forced);
+    assert!(status.success(), "{status}: {stdout}{stderr}");
+    let in_meili = env.meili_docs(Collection::Messages).await;
+    assert!(
+        in_meili.contains_key("msg-late"),
+        "the message saved during the comparison was deleted as an orphan: {stderr}"
+    );
+    assert!(!in_meili.contains_key("ghost-late"), "the orphan stays");
+    let flagged = env
+        .db
+        .collection::<mongodb::bson::Document>("messages")
+        .count_documents(doc! { "messageId": "msg-late", "_meiliIndex": true })
+        .await
+        .unwrap();
+    assert_eq!(flagged, 1, "its flag is left as the save hook set it");
+    env.assert_in_step(server_now(&env.db).await, &[]).await;
+    env.cleanup().await;
+}
+
+/// With a memory budget too small for every id, the comparison runs in
+/// hash partitions and repairs exactly what one pass repairs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_repaired_alike_when_the_ids_are_compared_in_partitions() {
+    use meili_reconciler::lease::Guard;
+    let env = Env::new("drift_parts").await;
+    seed(&env, 400, 40).await;
+    env.run().await.expect("first run");
+    let uid = env.uid(Collection::Messages);
+    let ghosts: Vec<_> = (0..30)
+        .map(|i| json!({"messageId": format!("ghost-{i}"), "user": "user-1", "text": "gone"}))
+        .collect();
+    env.put_docs(&uid, &ghosts).await;
+    // Twenty flagged messages vanish from Meilisearch.
+    let lost: Vec<String> = env
+        .meili_docs(Collection::Messages)
+        .await
+        .into_keys()
+        .filter(|id| id.starts_with("msg-"))
+        .take(20)
+        .collect();
+    let guard = Guard::unfenced();
+    let task = env
+        .meili
+        .delete_documents(&uid, &lost, &guard)
+        .await
+        .unwrap();
+    env.meili.wait_ok(task, "delete", &guard).await.unwrap();
+
+    // 9 bytes an id: 900 bytes hold 100 ids, so ~400 ids take 4+ partitions.
+    let opts = meili_reconciler::reconcile::SyncOptions {
+        force: true,
+        max_bytes_in_flight: 900,
+        ..env.opts.clone()
+    };
+    let summary = env.run_with(&opts).await.expect("forced run");
+    let m = &summary.collections[0];
+    assert_eq!(m.deleted, 30, "every ghost deleted once: {summary}");
+    assert_eq!(
+        m.flags_cleared, 20,
+        "every lost message unflagged once: {summary}"
+    );
+    assert_eq!(m.indexed, 20, "and sent again: {summary}");
+    env.assert_in_step(server_now(&env.db).await, &[]).await;
+    env.cleanup().await;
+}
