@@ -1,9 +1,13 @@
 //! Progress of a reconciliation, shared between the job that advances it and
 //! everyone who reports it: the log, the lease document (written with each
 //! renewal), `/status` and the terminal progress bar.
+//!
+//! Work that runs concurrently (both collections of a reconciliation) reports
+//! through its own [`Lane`]; while lanes are open a snapshot sums them
+//! (phases joined by ` · `), so one reader sees the whole run.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,29 +27,68 @@ pub struct ProgressSnapshot {
     pub eta_secs: Option<u64>,
 }
 
+/// One line of work's current phase.
 #[derive(Debug)]
-struct Inner {
+struct Track {
     phase: String,
     done: u64,
     total: u64,
     phase_started: Instant,
 }
 
+impl Track {
+    fn new(phase: &str) -> Track {
+        Track {
+            phase: phase.to_string(),
+            done: 0,
+            total: 0,
+            phase_started: Instant::now(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Track 0 is the job's own; the others belong to open lanes (`None`
+    /// once closed).
+    tracks: Vec<Option<Track>>,
+    last_logged: Instant,
+}
+
 /// Cheap to clone; all clones share one state.
 #[derive(Clone, Debug)]
 pub struct Progress {
     inner: Arc<Mutex<Inner>>,
+    track: usize,
 }
 
 impl Default for Progress {
     fn default() -> Self {
         Progress {
             inner: Arc::new(Mutex::new(Inner {
-                phase: "starting".into(),
-                done: 0,
-                total: 0,
-                phase_started: Instant::now(),
+                tracks: vec![Some(Track::new("starting"))],
+                last_logged: Instant::now(),
             })),
+            track: 0,
+        }
+    }
+}
+
+/// The progress of one concurrent line of work; closed when dropped.
+#[derive(Debug)]
+pub struct Lane(Progress);
+
+impl std::ops::Deref for Lane {
+    type Target = Progress;
+    fn deref(&self) -> &Progress {
+        &self.0
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        if let Ok(mut inner) = self.0.inner.lock() {
+            inner.tracks[self.0.track] = None;
         }
     }
 }
@@ -55,41 +98,125 @@ impl Progress {
         Self::default()
     }
 
+    /// Opens a lane for work running beside others.
+    pub fn lane(&self) -> Lane {
+        let mut inner = self.inner.lock().expect("progress poisoned");
+        inner.tracks.push(Some(Track::new("starting")));
+        Lane(Progress {
+            inner: Arc::clone(&self.inner),
+            track: inner.tracks.len() - 1,
+        })
+    }
+
+    fn with_track(&self, f: impl FnOnce(&mut Track)) {
+        let mut inner = self.inner.lock().expect("progress poisoned");
+        if let Some(track) = inner.tracks[self.track].as_mut() {
+            f(track);
+        }
+    }
+
     /// Starts a new phase with an expected total (0 if unknown).
     pub fn phase(&self, phase: &str, total: u64) {
-        let mut inner = self.inner.lock().expect("progress poisoned");
-        inner.phase = phase.to_string();
-        inner.done = 0;
-        inner.total = total;
-        inner.phase_started = Instant::now();
+        self.with_track(|t| {
+            *t = Track::new(phase);
+            t.total = total;
+        });
     }
 
     /// Adds `n` to the documents done in the current phase.
     pub fn advance(&self, n: u64) {
-        self.inner.lock().expect("progress poisoned").done += n;
+        self.with_track(|t| t.done += n);
     }
 
     /// Raises the expected total (more work found during the phase).
     pub fn set_total(&self, total: u64) {
-        self.inner.lock().expect("progress poisoned").total = total;
+        self.with_track(|t| t.total = total);
     }
 
+    /// Whether `every` has passed since the last time this returned true
+    /// (for any clone or lane): one progress log line per period for the
+    /// whole job.
+    pub fn due_for_log(&self, every: Duration) -> bool {
+        let mut inner = self.inner.lock().expect("progress poisoned");
+        let due = inner.last_logged.elapsed() >= every;
+        if due {
+            inner.last_logged = Instant::now();
+        }
+        due
+    }
+
+    /// The job's progress: its own track, or the sum of its open lanes.
     pub fn snapshot(&self) -> ProgressSnapshot {
         let inner = self.inner.lock().expect("progress poisoned");
-        let secs = inner.phase_started.elapsed().as_secs_f64();
-        let docs_per_sec = if secs > 0.0 {
-            inner.done as f64 / secs
-        } else {
-            0.0
+        let lanes: Vec<&Track> = inner.tracks[1..].iter().flatten().collect();
+        let (phase, done, total, started) = match lanes.as_slice() {
+            [] => {
+                let own = inner.tracks[0]
+                    .as_ref()
+                    .expect("the job's track stays open");
+                (own.phase.clone(), own.done, own.total, own.phase_started)
+            }
+            lanes => (
+                lanes
+                    .iter()
+                    .map(|t| t.phase.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" · "),
+                lanes.iter().map(|t| t.done).sum(),
+                lanes.iter().map(|t| t.total).sum(),
+                lanes.iter().map(|t| t.phase_started).min().expect("a lane"),
+            ),
         };
-        let eta_secs = (docs_per_sec > 0.0 && inner.total >= inner.done)
-            .then(|| ((inner.total - inner.done) as f64 / docs_per_sec).ceil() as u64);
+        let secs = started.elapsed().as_secs_f64();
+        let docs_per_sec = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+        let eta_secs = (docs_per_sec > 0.0 && total >= done)
+            .then(|| ((total - done) as f64 / docs_per_sec).ceil() as u64);
         ProgressSnapshot {
-            phase: inner.phase.clone(),
-            done: inner.done,
-            total: inner.total,
+            phase,
+            done,
+            total,
             docs_per_sec,
             eta_secs,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_lanes_are_summed_and_closed_lanes_leave_the_job_track() {
+        let progress = Progress::new();
+        progress.phase("plan", 0);
+        {
+            let a = progress.lane();
+            let b = progress.lane();
+            a.phase("index messages", 100);
+            b.phase("index conversations", 10);
+            a.advance(40);
+            b.advance(10);
+            let s = progress.snapshot();
+            assert_eq!(s.phase, "index messages · index conversations");
+            assert_eq!((s.done, s.total), (50, 110));
+            drop(b);
+            let s = progress.snapshot();
+            assert_eq!(
+                (s.phase.as_str(), s.done, s.total),
+                ("index messages", 40, 100)
+            );
+        }
+        assert_eq!(progress.snapshot().phase, "plan");
+        progress.phase("done", 0);
+        assert_eq!(progress.snapshot().phase, "done");
+    }
+
+    #[test]
+    fn one_log_line_per_period_for_every_lane() {
+        let progress = Progress::new();
+        let lane = progress.lane();
+        assert!(lane.due_for_log(Duration::ZERO));
+        assert!(!progress.due_for_log(Duration::from_secs(60)));
+        assert!(!lane.due_for_log(Duration::from_secs(60)));
     }
 }

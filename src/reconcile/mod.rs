@@ -1,8 +1,9 @@
 //! The reconciliation engine (DESIGN.md §3): bring both Meilisearch indexes
 //! in step with the chat collections, in a safe order — settings and index
-//! structure first, then flag resets, the exact comparison a reindex left
-//! pending (or `--deep` asked for) or the id-set drift repair, and finally
-//! indexing, acknowledged version-exactly.
+//! structure of both indexes first, then — both collections side by side —
+//! flag resets, the exact comparison a reindex left pending (or `--deep`
+//! asked for) or the id-set drift repair, and finally indexing, acknowledged
+//! version-exactly.
 //!
 //! [`plan`](plan::plan) and [`verify`](verify::verify) are read-only;
 //! [`reconcile`], [`reindex`] and [`verify::repair`] do the work under a
@@ -25,7 +26,7 @@ pub mod verify;
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongodb::Database;
@@ -34,7 +35,7 @@ use serde::Serialize;
 use crate::lease::{Guard, LeaseLost};
 use crate::meili::{Meili, MeiliError};
 use crate::mongo::{self, Collection, MongoError};
-use crate::progress::Progress;
+use crate::progress::{Lane, Progress};
 
 pub use plan::{plan, IndexPlan, Plan, RebuildReason};
 pub use reindex::{reindex, ReindexOptions};
@@ -299,7 +300,6 @@ pub(crate) struct Ctx<'a> {
     /// How sent documents are read back (a refused batch, an acknowledgement
     /// that did not match everything).
     pub read_back: crate::mongo::ReadBack,
-    last_log: Mutex<Instant>,
 }
 
 impl<'a> Ctx<'a> {
@@ -323,7 +323,6 @@ impl<'a> Ctx<'a> {
             uid,
             phases: Arc::default(),
             read_back: crate::mongo::ReadBack::default(),
-            last_log: Mutex::new(Instant::now()),
         }
     }
 
@@ -357,9 +356,7 @@ impl<'a> Ctx<'a> {
     /// Counts `n` documents done and logs the progress every few seconds.
     pub fn advance(&self, n: u64) {
         self.progress.advance(n);
-        let mut last = self.last_log.lock().expect("progress log poisoned");
-        if last.elapsed() >= Duration::from_secs(5) {
-            *last = Instant::now();
+        if self.progress.due_for_log(Duration::from_secs(5)) {
             let s = self.progress.snapshot();
             tracing::info!(
                 phase = %s.phase,
@@ -413,8 +410,11 @@ impl<'a> Ctx<'a> {
 
 /// One reconciliation of both collections (DESIGN.md §3), as lease owner:
 /// settings and index structure first (waiting for their tasks before any
-/// document write), then per collection the flag reset of a rebuild, drift
-/// repair, and indexing of unindexed documents.
+/// document write), then both collections concurrently, each in order: the
+/// flag reset of a rebuild, drift repair, and indexing of unindexed
+/// documents. The first error ends the run (the other collection's work is
+/// dropped where it stands, as a crash would leave it: every step is
+/// resumable).
 pub async fn reconcile(
     mongo_db: &Database,
     meili: &Meili,
@@ -439,20 +439,30 @@ pub async fn reconcile(
         summaries.push(summary);
     }
 
+    // Then the collections side by side: while one waits for Meilisearch
+    // or MongoDB the other progresses (each reports through its own lane).
     let phases = Arc::default();
-    for (index, summary) in plan.indexes.iter().zip(summaries.iter_mut()) {
-        let ctx = Ctx::new(
-            mongo_db,
-            meili,
-            opts,
-            guard,
-            progress,
-            index.collection,
-            index.index_uid.clone(),
-        )
-        .with_phases(&phases);
-        reconcile_collection(&ctx, index, summary).await?;
-    }
+    let lanes: Vec<Lane> = plan.indexes.iter().map(|_| progress.lane()).collect();
+    let work = plan
+        .indexes
+        .iter()
+        .zip(summaries.iter_mut())
+        .zip(&lanes)
+        .map(|((index, summary), lane)| {
+            let ctx = Ctx::new(
+                mongo_db,
+                meili,
+                opts,
+                guard,
+                lane,
+                index.collection,
+                index.index_uid.clone(),
+            )
+            .with_phases(&phases);
+            async move { reconcile_collection(&ctx, index, summary).await }
+        });
+    futures::future::try_join_all(work).await?;
+    drop(lanes);
 
     Ok(finish(summaries, started, &phases, progress))
 }

@@ -172,10 +172,14 @@ enum Cmd {
         #[command(flatten)]
         cpu: CpuArgs,
     },
-    /// Clear the flag of every `--every`-th flagged document of each collection.
+    /// Unindex every `--every`-th indexed document of each collection (flag
+    /// cleared, deleted from the index).
     Unindex {
         #[arg(long)]
         database: String,
+        /// Prefix of the indexes the documents are deleted from.
+        #[arg(long)]
+        index_prefix: String,
         #[arg(long, default_value_t = 100)]
         every: usize,
     },
@@ -286,7 +290,11 @@ async fn main() -> anyhow::Result<()> {
             let budget = Duration::from_secs(max_secs);
             ack_writes(&client.database(&database), budget, &cpu).await?
         }
-        Cmd::Unindex { database, every } => unindex(&client.database(&database), every).await?,
+        Cmd::Unindex {
+            database,
+            index_prefix,
+            every,
+        } => unindex(&client.database(&database), &meili, &index_prefix, every).await?,
         Cmd::Verify {
             database,
             index_prefix,
@@ -888,19 +896,29 @@ async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::R
 
 // --- incremental case -------------------------------------------------------------
 
-/// Clears the flag of every `every`-th flagged document (by `_id`, starting
-/// half-way into the first stride), one `_id` update each: the incremental
-/// case's unindexed documents, spread over the collection.
-async fn unindex(db: &Database, every: usize) -> anyhow::Result<Value> {
+/// Makes every `every`-th flagged document (by `_id`, starting half-way into
+/// the first stride) unindexed: its flag cleared (one `_id` update each) and
+/// its entry deleted from the index `prefix` names — documents LibreChat's
+/// save hook never indexed (a fleet with `MEILI_NO_SYNC`, a hook that
+/// failed), spread over the collection. Meilisearch's count then still
+/// equals the flagged count, as after any such backlog, so `once` has no
+/// drift to compare ids for.
+async fn unindex(
+    db: &Database,
+    meili: &Meili,
+    prefix: &str,
+    every: usize,
+) -> anyhow::Result<Value> {
     ensure!(every >= 1, "--every must be at least 1");
     let started = Instant::now();
+    let guard = Guard::unfenced();
     let mut per_collection = Vec::new();
     for collection in Collection::ALL {
         let handle = db.collection::<Document>(collection.name());
         let mut cursor = handle
             .find(doc! { FLAG: true })
             .sort(doc! { "_id": 1 })
-            .projection(doc! { "_id": 1 })
+            .projection(doc! { "_id": 1, collection.primary_key(): 1 })
             .batch_size(10_000)
             .await
             .context("reading flagged ids")?;
@@ -908,18 +926,26 @@ async fn unindex(db: &Database, every: usize) -> anyhow::Result<Value> {
         let mut position = 0usize;
         while let Some(doc) = cursor.try_next().await.context("reading flagged ids")? {
             if position % every == every / 2 {
-                chosen.push(doc.get("_id").cloned().context("a document without _id")?);
+                chosen.push(doc);
             }
             position += 1;
         }
-        for id in &chosen {
+        let mut meili_ids = Vec::new();
+        for doc in &chosen {
+            let id = doc.get("_id").cloned().context("a document without _id")?;
             handle
-                .update_one(doc! { "_id": id.clone() }, doc! { "$set": { FLAG: false } })
+                .update_one(doc! { "_id": id }, doc! { "$set": { FLAG: false } })
                 .await
                 .context("clearing a flag")?;
+            meili_ids.extend(mongo::meili_id(collection, doc));
+        }
+        let uid = format!("{prefix}{}", collection.index_name());
+        for ids in meili_ids.chunks(10_000) {
+            let task = meili.delete_documents(&uid, ids, &guard).await?;
+            meili.wait_ok(task, "delete documents", &guard).await?;
         }
         eprintln!(
-            "meili-bench: cleared the flag of {} of {position} flagged {}",
+            "meili-bench: unindexed {} of {position} indexed {} (flag cleared, deleted from {uid})",
             chosen.len(),
             collection.name()
         );
