@@ -29,7 +29,7 @@ use super::{Ctx, ReconcileError};
 use crate::mongo::{self, DocVersion};
 
 /// What acknowledging some documents did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Acked {
     /// Flags set (or found set) for the exact version sent.
     pub flagged: u64,
@@ -38,6 +38,9 @@ pub(crate) struct Acked {
     pub deleted: u64,
     /// Flags cleared: the document changed (or became unindexable) while in flight.
     pub flags_cleared: u64,
+    /// The `_id`s of the documents that changed while in flight (still
+    /// indexable, another version): to be sent again.
+    pub changed: Vec<Bson>,
 }
 
 /// Flags `docs` (sent and accepted by Meilisearch, in ascending `_id`
@@ -61,6 +64,7 @@ pub(crate) async fn acknowledge(
             let changed = handle_changed(ctx, chunk, now).await?;
             acked.deleted += changed.deleted;
             acked.flags_cleared += changed.flags_cleared;
+            acked.changed.extend(changed.changed);
         }
     }
     Ok(acked)
@@ -107,6 +111,7 @@ async fn handle_changed(
     }
     let mut to_delete = Vec::new();
     let mut to_clear = Vec::new();
+    let mut changed = Vec::new();
     let mut counts: HashMap<&str, u64> = HashMap::new();
     for doc in chunk {
         let state = states.get(&id_key(&doc.mongo_id()));
@@ -123,6 +128,7 @@ async fn handle_changed(
             Fate::Changed => {
                 *counts.entry("changed").or_default() += 1;
                 to_clear.push(doc.mongo_id());
+                changed.push(doc.mongo_id());
             }
             Fate::Unchanged => {}
         }
@@ -140,6 +146,7 @@ async fn handle_changed(
         flagged: 0,
         deleted,
         flags_cleared,
+        changed,
     })
 }
 

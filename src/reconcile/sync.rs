@@ -14,10 +14,10 @@
 //! flag is set only if it still has the very `updatedAt` value that was read
 //! and sent, and documents deleted, made unindexable or changed while their
 //! batch was in flight are found and handled in the same run. A document
-//! edited in between stays (or becomes) unindexed; the next pass re-reads
-//! and re-sends it, and Meilisearch's task order leaves the latest version.
-//! Passes repeat until one finds nothing to send (bounded). Memory is
-//! bounded by the settings (the formula is in the design document).
+//! edited in between stays (or becomes) unindexed; it is read again by `_id`
+//! and sent again in the same run, and Meilisearch's task order leaves the
+//! latest version. Memory is bounded by the settings (the formula is in the
+//! design document).
 //!
 //! The same sender serves a forced reindex's build ([`Feed::Indexable`]:
 //! every indexable document into the index `ctx.uid` names, with no
@@ -40,8 +40,9 @@ use super::rejects::{self, Rejected};
 use super::{Ctx, ReconcileError};
 use crate::mongo::{self, DocVersion};
 
-/// Passes over the unindexed documents in one run; later passes only find
-/// documents edited while the earlier ones ran.
+/// Passes of one run: the read of the unindexed documents, then re-sends of
+/// the documents that changed while in flight, until none did (bounded: a
+/// document edited faster than it can be indexed is left to the next run).
 const MAX_PASSES: usize = 5;
 
 /// Which documents a pass reads, and whether it acknowledges them.
@@ -90,6 +91,9 @@ pub(crate) struct Settled {
     pub deleted: u64,
     pub flags_cleared: u64,
     pub rejected: Vec<Rejected>,
+    /// The `_id`s of documents that changed while in flight: their flags
+    /// are cleared, and they are to be sent again.
+    pub changed: Vec<Bson>,
 }
 
 /// One document of a batch: what its acknowledgement needs, kept small
@@ -267,6 +271,15 @@ pub(crate) const PLAIN_SCAN_ABOVE_PAGES: u64 = 2;
 /// Indexes every unindexed indexable document of the collection (about
 /// `expected` of them), leaving out the documents whose `_id` key is in
 /// `already_rejected` (refused earlier in the same run, and reported there).
+///
+/// One read of the collection ([`run_pass`]); then the documents whose
+/// acknowledgement found them changed while in flight are read again by
+/// `_id` and sent again (acknowledged alike), until none changed. No second
+/// read of the collection: on DocumentDB-based servers the unindexed filter
+/// sorted by `_id` costs seconds a page at 1M documents, and what it would
+/// find beyond those — documents others wrote behind the reader — is the
+/// next run's (or follow mode's) to index; LibreChat's save hook normally
+/// indexes them itself.
 pub(crate) async fn index_unindexed(
     ctx: &Ctx<'_>,
     expected: u64,
@@ -276,28 +289,56 @@ pub(crate) async fn index_unindexed(
     let mut outcome = SyncOutcome::default();
     let mut rejected_ids = already_rejected.clone();
     let page_size = ctx.opts.batch_docs.max(1) as u64;
-    for pass in 1..=MAX_PASSES {
-        // Later passes only find what was edited meanwhile: few documents.
-        let read = if pass == 1 && expected > PLAIN_SCAN_ABOVE_PAGES * page_size {
-            Read::Plain
-        } else {
-            Read::Filtered
-        };
-        let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
-        let settled = done.settled;
-        tracing::debug!(index = %ctx.uid, pass, ?read, sent = done.sent, indexed = settled.indexed, "indexing pass done");
-        outcome.indexed += settled.indexed;
-        outcome.deleted += settled.deleted;
-        outcome.flags_cleared += settled.flags_cleared;
-        for r in settled.rejected {
-            rejected_ids.insert(r.mongo_id_key.clone());
-            outcome.rejected.push(r);
-        }
-        if done.sent == 0 {
+    let read = if expected > PLAIN_SCAN_ABOVE_PAGES * page_size {
+        Read::Plain
+    } else {
+        Read::Filtered
+    };
+    let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
+    tracing::debug!(index = %ctx.uid, pass = 1, ?read, sent = done.sent, indexed = done.settled.indexed, "indexing pass done");
+    let mut changed = outcome.absorb(done.settled, &mut rejected_ids);
+    // The changed documents are scattered over the collection: read back by
+    // `_id` list, never by a range that could span it.
+    let scattered = ctx.on_index(ctx.uid.clone()).with_scattered_ids();
+    for pass in 2..=MAX_PASSES {
+        if changed.is_empty() {
             break;
         }
+        let now = mongo::server_time(ctx.db).await?;
+        let docs: Vec<Document> =
+            mongo::read_documents(ctx.db, ctx.collection, &changed, mongo::ReadBack::Ids)
+                .await?
+                .into_iter()
+                .filter(|d| {
+                    let id = d.get("_id").unwrap_or(&Bson::Null);
+                    mongo::is_unindexed(ctx.collection, d, now)
+                        && !rejected_ids.contains(&id_key(id))
+                })
+                .collect();
+        tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
+            "sending again the documents that changed while in flight");
+        let settled = super::apply::index_documents(&scattered, docs).await?;
+        changed = outcome.absorb(settled, &mut rejected_ids);
+    }
+    if !changed.is_empty() {
+        tracing::info!(index = %ctx.uid, docs = changed.len(),
+            "documents kept changing while in flight: left unindexed for the next run");
     }
     Ok(outcome)
+}
+
+impl SyncOutcome {
+    /// Adds what a pass's sender did; returns the `_id`s to send again.
+    fn absorb(&mut self, settled: Settled, rejected_ids: &mut HashSet<String>) -> Vec<Bson> {
+        self.indexed += settled.indexed;
+        self.deleted += settled.deleted;
+        self.flags_cleared += settled.flags_cleared;
+        for r in settled.rejected {
+            rejected_ids.insert(r.mongo_id_key.clone());
+            self.rejected.push(r);
+        }
+        settled.changed
+    }
 }
 
 /// How a pass reads its documents from MongoDB.
@@ -443,6 +484,7 @@ pub(crate) async fn send_batches(
     )?;
     settled.deleted += acked.deleted;
     settled.flags_cleared += acked.flags_cleared;
+    settled.changed = acked.changed;
     Ok(settled)
 }
 
@@ -520,6 +562,7 @@ async fn acknowledge_queue(
         total.flagged += acked.flagged;
         total.deleted += acked.deleted;
         total.flags_cleared += acked.flags_cleared;
+        total.changed.extend(acked.changed);
         ctx.advance(docs.len() as u64);
     }
     Ok(total)
