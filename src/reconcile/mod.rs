@@ -563,6 +563,8 @@ pub(crate) async fn reconcile_collection(
         let counts = mongo::counts(ctx.db, ctx.collection, now).await?;
         let in_meili = ctx.meili.document_count(&ctx.uid).await?;
         if ctx.opts.force || in_meili != counts.indexed {
+            tracing::info!(index = %ctx.uid, in_meili, flagged_indexable = counts.indexed,
+                forced = ctx.opts.force, "comparing id sets (the index's count differs from MongoDB's, or forced)");
             summary.compared_ids = true;
             let outcome = orphans::repair(ctx).await?;
             summary.deleted += outcome.deleted;

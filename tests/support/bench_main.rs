@@ -172,16 +172,19 @@ enum Cmd {
         #[command(flatten)]
         cpu: CpuArgs,
     },
-    /// Unindex every `--every`-th indexed document of each collection (flag
-    /// cleared, deleted from the index).
+    /// Clear the flag of every `--every`-th flagged document of each collection.
     Unindex {
         #[arg(long)]
         database: String,
-        /// Prefix of the indexes the documents are deleted from.
-        #[arg(long)]
-        index_prefix: String,
         #[arg(long, default_value_t = 100)]
         every: usize,
+    },
+    /// Delete every unflagged document from the indexes `--index-prefix` names.
+    Forget {
+        #[arg(long)]
+        database: String,
+        #[arg(long)]
+        index_prefix: String,
     },
     /// Print the busy-time counters now (ticks), for timing another process.
     Cpu {
@@ -290,11 +293,11 @@ async fn main() -> anyhow::Result<()> {
             let budget = Duration::from_secs(max_secs);
             ack_writes(&client.database(&database), budget, &cpu).await?
         }
-        Cmd::Unindex {
+        Cmd::Unindex { database, every } => unindex(&client.database(&database), every).await?,
+        Cmd::Forget {
             database,
             index_prefix,
-            every,
-        } => unindex(&client.database(&database), &meili, &index_prefix, every).await?,
+        } => forget(&client.database(&database), &meili, &index_prefix).await?,
         Cmd::Verify {
             database,
             index_prefix,
@@ -896,29 +899,19 @@ async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::R
 
 // --- incremental case -------------------------------------------------------------
 
-/// Makes every `every`-th flagged document (by `_id`, starting half-way into
-/// the first stride) unindexed: its flag cleared (one `_id` update each) and
-/// its entry deleted from the index `prefix` names — documents LibreChat's
-/// save hook never indexed (a fleet with `MEILI_NO_SYNC`, a hook that
-/// failed), spread over the collection. Meilisearch's count then still
-/// equals the flagged count, as after any such backlog, so `once` has no
-/// drift to compare ids for.
-async fn unindex(
-    db: &Database,
-    meili: &Meili,
-    prefix: &str,
-    every: usize,
-) -> anyhow::Result<Value> {
+/// Clears the flag of every `every`-th flagged document (by `_id`, starting
+/// half-way into the first stride), one `_id` update each: the incremental
+/// case's unindexed documents, spread over the collection.
+async fn unindex(db: &Database, every: usize) -> anyhow::Result<Value> {
     ensure!(every >= 1, "--every must be at least 1");
     let started = Instant::now();
-    let guard = Guard::unfenced();
     let mut per_collection = Vec::new();
     for collection in Collection::ALL {
         let handle = db.collection::<Document>(collection.name());
         let mut cursor = handle
             .find(doc! { FLAG: true })
             .sort(doc! { "_id": 1 })
-            .projection(doc! { "_id": 1, collection.primary_key(): 1 })
+            .projection(doc! { "_id": 1 })
             .batch_size(10_000)
             .await
             .context("reading flagged ids")?;
@@ -926,26 +919,18 @@ async fn unindex(
         let mut position = 0usize;
         while let Some(doc) = cursor.try_next().await.context("reading flagged ids")? {
             if position % every == every / 2 {
-                chosen.push(doc);
+                chosen.push(doc.get("_id").cloned().context("a document without _id")?);
             }
             position += 1;
         }
-        let mut meili_ids = Vec::new();
-        for doc in &chosen {
-            let id = doc.get("_id").cloned().context("a document without _id")?;
+        for id in &chosen {
             handle
-                .update_one(doc! { "_id": id }, doc! { "$set": { FLAG: false } })
+                .update_one(doc! { "_id": id.clone() }, doc! { "$set": { FLAG: false } })
                 .await
                 .context("clearing a flag")?;
-            meili_ids.extend(mongo::meili_id(collection, doc));
-        }
-        let uid = format!("{prefix}{}", collection.index_name());
-        for ids in meili_ids.chunks(10_000) {
-            let task = meili.delete_documents(&uid, ids, &guard).await?;
-            meili.wait_ok(task, "delete documents", &guard).await?;
         }
         eprintln!(
-            "meili-bench: unindexed {} of {position} indexed {} (flag cleared, deleted from {uid})",
+            "meili-bench: cleared the flag of {} of {position} flagged {}",
             chosen.len(),
             collection.name()
         );
@@ -953,6 +938,42 @@ async fn unindex(
             "flagged": position, "unindexed": chosen.len() }));
     }
     Ok(json!({ "secs": started.elapsed().as_secs_f64(), "collections": per_collection }))
+}
+
+/// Deletes every unflagged document of each collection from the index
+/// `prefix` names: after `unindex` (and the limit terms, whose ingest puts
+/// them back), the incremental case's documents are then what LibreChat's
+/// save hook never indexed (a fleet with `MEILI_NO_SYNC`, a hook that
+/// failed) — absent from Meilisearch and unflagged, so the index's count
+/// equals the flagged count and `once` has no drift to compare ids for.
+async fn forget(db: &Database, meili: &Meili, prefix: &str) -> anyhow::Result<Value> {
+    let guard = Guard::unfenced();
+    let mut per_collection = Vec::new();
+    for collection in Collection::ALL {
+        let mut cursor = db
+            .collection::<Document>(collection.name())
+            .find(doc! { FLAG: { "$ne": true } })
+            .projection(doc! { "_id": 1, collection.primary_key(): 1 })
+            .batch_size(10_000)
+            .await
+            .context("reading unflagged ids")?;
+        let mut ids = Vec::new();
+        while let Some(doc) = cursor.try_next().await.context("reading unflagged ids")? {
+            ids.extend(mongo::meili_id(collection, &doc));
+        }
+        let uid = format!("{prefix}{}", collection.index_name());
+        for chunk in ids.chunks(10_000) {
+            let task = meili.delete_documents(&uid, chunk, &guard).await?;
+            meili.wait_ok(task, "delete documents", &guard).await?;
+        }
+        eprintln!(
+            "meili-bench: deleted the {} unflagged {} from {uid}",
+            ids.len(),
+            collection.name()
+        );
+        per_collection.push(json!({ "collection": collection.name(), "deleted": ids.len() }));
+    }
+    Ok(json!({ "collections": per_collection }))
 }
 
 // --- checks ---------------------------------------------------------------------
