@@ -15,6 +15,12 @@
 //!    (gone or no longer indexable in MongoDB). Documents added to the index
 //!    since pass 1 are not in the vector and are left alone.
 //!
+//! When more documents are expected than `sync.max_bytes_in_flight / 17`
+//! (3.9 million at the default), the ids are split by hash into partitions
+//! ([`Partitions`]) and the three passes run per partition, each keeping only
+//! its partition's digests: memory is bounded by the setting, not by the
+//! index.
+//!
 //! Before pass 1 it waits for the tasks already enqueued on the index (and
 //! any pending index swap), so what it reads is settled.
 //!
@@ -36,7 +42,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::ack;
-use super::orphans::id_hash;
+use super::orphans::{id_hash, Partitions};
 use super::rejects::Rejected;
 use super::sync::{self, id_key, Batch, BatchDoc};
 use super::{Ctx, ReconcileError};
@@ -155,41 +161,68 @@ pub(crate) async fn compare(
     let mut comparison = Comparison::default();
     let mut repairs = Repairs::default();
 
-    let mut meili = read_meili_digests(ctx).await?;
-    comparison.meili_documents = meili.len() as u64;
+    let in_meili = match ctx.meili.index(&ctx.uid).await? {
+        Some(_) => ctx.meili.document_count(&ctx.uid).await?,
+        None => 0,
+    };
+    let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
+    let partitions = Partitions::for_ids(
+        in_meili.max(in_mongo),
+        ctx.opts.max_bytes_in_flight,
+        BYTES_PER_DOCUMENT,
+    );
+    if partitions.0 > 1 {
+        tracing::info!(index = %ctx.uid, partitions = partitions.0,
+            "comparing documents in partitions to stay within sync.max_bytes_in_flight");
+    }
+    let indexable = mongo::counts(ctx.db, ctx.collection, mongo::server_time(ctx.db).await?)
+        .await?
+        .indexable;
+    let mut now = mongo::server_time(ctx.db).await?;
+    for part in 0..partitions.0 {
+        let part = Part {
+            partitions,
+            index: part,
+        };
+        let mut meili = read_meili_digests(ctx, part).await?;
+        comparison.meili_documents += meili.len() as u64;
 
-    let now = mongo::server_time(ctx.db).await?;
-    match &mode {
-        Mode::Report => {
-            compare_mongo(ctx, now, &mut meili, &mut comparison, None).await?;
+        now = mongo::server_time(ctx.db).await?;
+        ctx.phase("compare: read mongodb", indexable);
+        match &mode {
+            Mode::Report => {
+                compare_mongo(ctx, now, part, &mut meili, &mut comparison, None).await?;
+            }
+            Mode::Repair { skip } => {
+                let (tx, rx) = mpsc::channel::<Batch>(1);
+                let repair = Repair {
+                    skip,
+                    tx,
+                    to_clear: Vec::new(),
+                    to_flag: Vec::new(),
+                    batch: Batch::new(),
+                    acked: ack::Acked::default(),
+                    flags_cleared: 0,
+                };
+                let (tally, settled) = tokio::try_join!(
+                    compare_mongo(ctx, now, part, &mut meili, &mut comparison, Some(repair)),
+                    sync::send_batches(ctx, true, rx)
+                )?;
+                repairs.flags_set += tally.acked.flagged;
+                repairs.deleted += tally.acked.deleted + settled.deleted;
+                repairs.flags_cleared +=
+                    tally.flags_cleared + tally.acked.flags_cleared + settled.flags_cleared;
+                repairs.indexed += settled.indexed;
+                repairs.rejected.extend(settled.rejected);
+            }
         }
-        Mode::Repair { skip } => {
-            let (tx, rx) = mpsc::channel::<Batch>(1);
-            let repair = Repair {
-                skip,
-                tx,
-                to_clear: Vec::new(),
-                to_flag: Vec::new(),
-                batch: Batch::new(),
-                acked: ack::Acked::default(),
-                flags_cleared: 0,
-            };
-            let (tally, settled) = tokio::try_join!(
-                compare_mongo(ctx, now, &mut meili, &mut comparison, Some(repair)),
-                sync::send_batches(ctx, true, rx)
-            )?;
-            repairs.flags_set += tally.acked.flagged;
-            repairs.deleted += tally.acked.deleted + settled.deleted;
-            repairs.flags_cleared +=
-                tally.flags_cleared + tally.acked.flags_cleared + settled.flags_cleared;
-            repairs.indexed += settled.indexed;
-            repairs.rejected = settled.rejected;
+
+        let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
+        if let Mode::Repair { .. } = mode {
+            repairs.deleted += ctx.delete_documents(&unexpected).await?;
         }
     }
-
-    let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
     if let Mode::Repair { .. } = mode {
-        repairs.deleted += ctx.delete_documents(&unexpected).await?;
         repairs.flags_cleared +=
             mongo::clear_flags_of_unindexable(ctx.db, ctx.collection, now, ctx.guard).await?;
     }
@@ -204,6 +237,28 @@ pub(crate) async fn compare(
         "exact comparison"
     );
     Ok((comparison, repairs))
+}
+
+/// Bytes one Meilisearch document takes in [`Digests`] (two hashes and a
+/// bit, rounded up).
+const BYTES_PER_DOCUMENT: usize = 17;
+
+/// The partition a comparison pass covers.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    partitions: Partitions,
+    index: u64,
+}
+
+impl Part {
+    /// Whether the document with Meilisearch id `id` belongs to this
+    /// partition; a MongoDB document without one is handled with the first.
+    fn holds(self, id: Option<&str>) -> bool {
+        match id {
+            Some(id) => self.partitions.of(id_hash(id)) == self.index,
+            None => self.index == 0,
+        }
+    }
 }
 
 /// Waits for the tasks already enqueued on the index and for pending index
@@ -231,8 +286,9 @@ async fn wait_for_pending_tasks(ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
     Ok(())
 }
 
-/// Pass 1: the sorted `(id hash, digest)` of every Meilisearch document.
-async fn read_meili_digests(ctx: &Ctx<'_>) -> Result<Digests, ReconcileError> {
+/// Pass 1: the sorted `(id hash, digest)` of every Meilisearch document of
+/// the partition.
+async fn read_meili_digests(ctx: &Ctx<'_>, part: Part) -> Result<Digests, ReconcileError> {
     let pk = ctx.collection.primary_key();
     let fields = ctx.collection.fields();
     if ctx.meili.index(&ctx.uid).await?.is_none() {
@@ -240,7 +296,7 @@ async fn read_meili_digests(ctx: &Ctx<'_>) -> Result<Digests, ReconcileError> {
     }
     let total = ctx.meili.document_count(&ctx.uid).await?;
     ctx.phase("compare: read meilisearch", total);
-    let mut entries = Vec::with_capacity(total as usize);
+    let mut entries = Vec::with_capacity((total / part.partitions.0) as usize);
     let mut offset = 0;
     loop {
         let page = ctx
@@ -256,7 +312,9 @@ async fn read_meili_digests(ctx: &Ctx<'_>) -> Result<Digests, ReconcileError> {
             let Some(id) = meili::id_string(&doc[pk]) else {
                 continue;
             };
-            entries.push((id_hash(&id), digest(&meili_shape(ctx.collection, doc))));
+            if part.holds(Some(&id)) {
+                entries.push((id_hash(&id), digest(&meili_shape(ctx.collection, doc))));
+            }
         }
     }
     Ok(Digests::new(entries))
@@ -337,12 +395,11 @@ impl Repair<'_> {
 async fn compare_mongo(
     ctx: &Ctx<'_>,
     now: mongodb::bson::DateTime,
+    part: Part,
     meili: &mut Digests,
     comparison: &mut Comparison,
     mut repair: Option<Repair<'_>>,
 ) -> Result<Tally, ReconcileError> {
-    let indexable = mongo::counts(ctx.db, ctx.collection, now).await?.indexable;
-    ctx.phase("compare: read mongodb", indexable);
     let page_size = ctx.opts.batch_docs.max(1);
     let mut after: Option<Bson> = None;
     loop {
@@ -352,9 +409,12 @@ async fn compare_mongo(
         let full = page.len() == page_size;
         after = page.last().and_then(|d| d.get("_id").cloned());
         for doc in &page {
+            let meili_id = mongo::meili_id(ctx.collection, doc);
+            if !part.holds(meili_id.as_deref()) {
+                continue;
+            }
             comparison.mongo_indexable += 1;
             let flagged = doc.get_bool(FLAG).unwrap_or(false);
-            let meili_id = mongo::meili_id(ctx.collection, doc);
             let found = meili_id.as_deref().and_then(|id| meili.find(id));
             let same =
                 found.is_some_and(|(_, d)| d == digest(&mongo::to_meili(ctx.collection, doc)));

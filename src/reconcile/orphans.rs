@@ -54,19 +54,24 @@ pub(crate) fn id_hash(id: &str) -> u64 {
     hasher.finish()
 }
 
-/// How ids are split when they do not all fit the memory budget.
+/// How ids are split when they do not all fit a memory budget: the drift
+/// check's and the exact comparison's per-document state is bounded by
+/// `sync.max_bytes_in_flight`, and each partition is compared by its own
+/// passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Partitions(u64);
+pub(crate) struct Partitions(pub u64);
 
 impl Partitions {
-    /// As many partitions as `expected_ids` need at `budget_bytes` each.
-    fn for_ids(expected_ids: u64, budget_bytes: usize) -> Partitions {
-        let per_partition = (budget_bytes / BYTES_PER_ID).max(1) as u64;
+    /// As many partitions as `expected_ids` need at `budget_bytes` each, when
+    /// one id takes `bytes_per_id`.
+    pub fn for_ids(expected_ids: u64, budget_bytes: usize, bytes_per_id: usize) -> Partitions {
+        let per_partition = (budget_bytes / bytes_per_id.max(1)).max(1) as u64;
         Partitions(expected_ids.div_ceil(per_partition).max(1))
     }
 
-    /// The partition an id's hash falls in (the flag bit is not part of it).
-    fn of(self, hash: u64) -> u64 {
+    /// The partition an id's hash falls in (its lowest bit is not part of
+    /// it: [`MongoIds`] keeps the flag there).
+    pub fn of(self, hash: u64) -> u64 {
         (hash >> 1) % self.0
     }
 }
@@ -125,7 +130,11 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
     let mut outcome = OrphanOutcome::default();
     let in_meili = ctx.meili.document_count(&ctx.uid).await?;
     let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
-    let partitions = Partitions::for_ids(in_meili.max(in_mongo), ctx.opts.max_bytes_in_flight);
+    let partitions = Partitions::for_ids(
+        in_meili.max(in_mongo),
+        ctx.opts.max_bytes_in_flight,
+        BYTES_PER_ID,
+    );
     if partitions.0 > 1 {
         tracing::info!(index = %ctx.uid, partitions = partitions.0,
             "comparing ids in partitions to stay within sync.max_bytes_in_flight");
@@ -316,12 +325,13 @@ mod tests {
 
     #[test]
     fn partitions_follow_the_budget_and_cover_every_hash_once() {
-        assert_eq!(Partitions::for_ids(0, 64 << 20), Partitions(1));
-        assert_eq!(Partitions::for_ids(1_000_000, 64 << 20), Partitions(1));
+        let parts = |ids, budget| Partitions::for_ids(ids, budget, BYTES_PER_ID);
+        assert_eq!(parts(0, 64 << 20), Partitions(1));
+        assert_eq!(parts(1_000_000, 64 << 20), Partitions(1));
         // 9 bytes an id: 90 bytes hold 10 ids.
-        assert_eq!(Partitions::for_ids(10, 90), Partitions(1));
-        assert_eq!(Partitions::for_ids(11, 90), Partitions(2));
-        assert_eq!(Partitions::for_ids(100, 90), Partitions(10));
+        assert_eq!(parts(10, 90), Partitions(1));
+        assert_eq!(parts(11, 90), Partitions(2));
+        assert_eq!(parts(100, 90), Partitions(10));
         let parts = Partitions(3);
         for id in ["a", "b", "c", "m-1", "m-2"] {
             let hash = id_hash(id);
