@@ -95,6 +95,8 @@ async fn a_token_the_oplog_no_longer_holds_means_a_full_reconciliation_then_foll
         SOON,
     )
     .await;
+    // Searchable first, flagged just after: the acknowledgement follows the task.
+    await_in_step(&env, SOON).await;
     env.assert_in_step(server_now(&env.db).await, &[]).await;
 
     terminate(&b);
