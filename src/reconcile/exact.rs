@@ -165,16 +165,7 @@ pub(crate) async fn compare(
         Some(_) => ctx.meili.document_count(&ctx.uid).await?,
         None => 0,
     };
-    let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
-    let partitions = Partitions::for_ids(
-        in_meili.max(in_mongo),
-        ctx.opts.max_bytes_in_flight,
-        BYTES_PER_DOCUMENT,
-    );
-    if partitions.0 > 1 {
-        tracing::info!(index = %ctx.uid, partitions = partitions.0,
-            "comparing documents in partitions to stay within sync.max_bytes_in_flight");
-    }
+    let partitions = Partitions::for_comparison(ctx, in_meili, BYTES_PER_DOCUMENT).await?;
     let indexable = mongo::counts(ctx.db, ctx.collection, mongo::server_time(ctx.db).await?)
         .await?
         .indexable;

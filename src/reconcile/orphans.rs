@@ -74,6 +74,27 @@ impl Partitions {
     pub fn of(self, hash: u64) -> u64 {
         (hash >> 1) % self.0
     }
+
+    /// The partitions comparing `ctx.uid` (holding `in_meili` documents)
+    /// with its collection needs at `bytes_per_id`: sized for the larger of
+    /// the two sides (MongoDB's estimated count), logged when more than one.
+    pub async fn for_comparison(
+        ctx: &Ctx<'_>,
+        in_meili: u64,
+        bytes_per_id: usize,
+    ) -> Result<Partitions, ReconcileError> {
+        let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
+        let partitions = Partitions::for_ids(
+            in_meili.max(in_mongo),
+            ctx.opts.max_bytes_in_flight,
+            bytes_per_id,
+        );
+        if partitions.0 > 1 {
+            tracing::info!(index = %ctx.uid, partitions = partitions.0,
+                "comparing in hash partitions to stay within sync.max_bytes_in_flight");
+        }
+        Ok(partitions)
+    }
 }
 
 /// The indexable MongoDB documents of one partition, as sorted keys (the id
@@ -129,16 +150,7 @@ impl MongoIds {
 pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileError> {
     let mut outcome = OrphanOutcome::default();
     let in_meili = ctx.meili.document_count(&ctx.uid).await?;
-    let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
-    let partitions = Partitions::for_ids(
-        in_meili.max(in_mongo),
-        ctx.opts.max_bytes_in_flight,
-        BYTES_PER_ID,
-    );
-    if partitions.0 > 1 {
-        tracing::info!(index = %ctx.uid, partitions = partitions.0,
-            "comparing ids in partitions to stay within sync.max_bytes_in_flight");
-    }
+    let partitions = Partitions::for_comparison(ctx, in_meili, BYTES_PER_ID).await?;
     ctx.phase("compare ids", in_meili * partitions.0);
     let now = mongo::server_time(ctx.db).await?;
     for part in 0..partitions.0 {
