@@ -41,6 +41,9 @@ pub(crate) struct Acked {
     /// The `_id`s of the documents that changed while in flight (still
     /// indexable, another version): to be sent again.
     pub changed: Vec<Bson>,
+    /// More changed documents than are worth keeping `_id`s of (see
+    /// `sync::index_unindexed`): some are not in `changed`.
+    pub changed_overflowed: bool,
 }
 
 /// Flags `docs` (sent and accepted by Meilisearch, in ascending `_id`
@@ -147,6 +150,7 @@ async fn handle_changed(
         deleted,
         flags_cleared,
         changed,
+        changed_overflowed: false,
     })
 }
 

@@ -94,6 +94,9 @@ pub(crate) struct Settled {
     /// The `_id`s of documents that changed while in flight: their flags
     /// are cleared, and they are to be sent again.
     pub changed: Vec<Bson>,
+    /// More documents changed than [`max_changed_ids`] allows keeping: not
+    /// all are in `changed`, and only a read of the collection finds them.
+    pub changed_overflowed: bool,
 }
 
 /// One document of a batch: what its acknowledgement needs, kept small
@@ -296,11 +299,20 @@ pub(crate) async fn index_unindexed(
     };
     let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
     tracing::debug!(index = %ctx.uid, pass = 1, ?read, sent = done.sent, indexed = done.settled.indexed, "indexing pass done");
-    let mut changed = outcome.absorb(done.settled, &mut rejected_ids);
+    let (mut changed, mut overflowed) = outcome.absorb(done.settled, &mut rejected_ids);
     // The changed documents are scattered over the collection: read back by
     // `_id` list, never by a range that could span it.
     let scattered = ctx.on_index(ctx.uid.clone()).with_scattered_ids();
     for pass in 2..=MAX_PASSES {
+        if overflowed {
+            // Too many changed to keep their `_id`s: one filtered read of
+            // the collection finds them (they are unflagged).
+            tracing::info!(index = %ctx.uid, pass, kept_at_most = max_changed_ids(ctx.opts),
+                "many documents changed while in flight: reading the unindexed ones again");
+            let done = run_pass(ctx, Feed::Unindexed, Read::Filtered, &rejected_ids).await?;
+            (changed, overflowed) = outcome.absorb(done.settled, &mut rejected_ids);
+            continue;
+        }
         if changed.is_empty() {
             break;
         }
@@ -318,18 +330,31 @@ pub(crate) async fn index_unindexed(
         tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
             "sending again the documents that changed while in flight");
         let settled = super::apply::index_documents(&scattered, docs).await?;
-        changed = outcome.absorb(settled, &mut rejected_ids);
+        (changed, overflowed) = outcome.absorb(settled, &mut rejected_ids);
     }
-    if !changed.is_empty() {
-        tracing::info!(index = %ctx.uid, docs = changed.len(),
+    if !changed.is_empty() || overflowed {
+        tracing::info!(index = %ctx.uid, docs = changed.len(), overflowed,
             "documents kept changing while in flight: left unindexed for the next run");
     }
     Ok(outcome)
 }
 
+/// Most `_id`s of documents changed while in flight a pass keeps to send
+/// again (five batches' worth): beyond that the next pass reads the
+/// collection instead, so memory stays bounded by the settings whatever
+/// others edit during a run.
+pub(crate) fn max_changed_ids(opts: &super::SyncOptions) -> usize {
+    5 * opts.batch_docs.max(1)
+}
+
 impl SyncOutcome {
-    /// Adds what a pass's sender did; returns the `_id`s to send again.
-    fn absorb(&mut self, settled: Settled, rejected_ids: &mut HashSet<String>) -> Vec<Bson> {
+    /// Adds what a pass's sender did; returns the `_id`s to send again and
+    /// whether more changed than were kept.
+    fn absorb(
+        &mut self,
+        settled: Settled,
+        rejected_ids: &mut HashSet<String>,
+    ) -> (Vec<Bson>, bool) {
         self.indexed += settled.indexed;
         self.deleted += settled.deleted;
         self.flags_cleared += settled.flags_cleared;
@@ -337,7 +362,7 @@ impl SyncOutcome {
             rejected_ids.insert(r.mongo_id_key.clone());
             self.rejected.push(r);
         }
-        settled.changed
+        (settled.changed, settled.changed_overflowed)
     }
 }
 
@@ -485,6 +510,7 @@ pub(crate) async fn send_batches(
     settled.deleted += acked.deleted;
     settled.flags_cleared += acked.flags_cleared;
     settled.changed = acked.changed;
+    settled.changed_overflowed = acked.changed_overflowed;
     Ok(settled)
 }
 
@@ -562,7 +588,11 @@ async fn acknowledge_queue(
         total.flagged += acked.flagged;
         total.deleted += acked.deleted;
         total.flags_cleared += acked.flags_cleared;
-        total.changed.extend(acked.changed);
+        if total.changed.len() + acked.changed.len() > max_changed_ids(ctx.opts) {
+            total.changed_overflowed = true;
+        } else {
+            total.changed.extend(acked.changed);
+        }
         ctx.advance(docs.len() as u64);
     }
     Ok(total)
