@@ -2,6 +2,11 @@
 //! transport: index lookup and (re)creation, settings, document writes and
 //! id paging, tasks, swaps.
 //!
+//! Document batches go over reqwest directly ([`Meili::add_documents_ndjson`]):
+//! the SDK streams a body through an 8 MiB buffer it allocates and zeroes per
+//! request, a second copy of every batch; our request hands hyper the
+//! batch's own bytes.
+//!
 //! Every call goes through one place ([`Meili::call`]) that retries transient
 //! failures (connection refused, timeouts, 5xx, 429) with exponential backoff
 //! for a bounded total time, turns 4xx answers into errors naming Meilisearch's
@@ -11,14 +16,13 @@
 //! lives only in the SDK client's default headers: it never appears in an
 //! error or a log line.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use futures::io::Cursor;
+use bytes::Bytes;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorType};
 use meilisearch_sdk::request::{HttpClient, Method};
-use meilisearch_sdk::reqwest::ReqwestClient;
+use meilisearch_sdk::reqwest::{qualified_version, ReqwestClient};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -119,6 +123,8 @@ enum Verb {
 #[derive(Clone, Debug)]
 pub struct Meili {
     http: ReqwestClient,
+    /// For document batches: the same headers as `http`'s.
+    ndjson_http: reqwest::Client,
     host: String,
     /// `host` with any `user:password@` hidden: the only form errors show.
     shown_host: String,
@@ -134,15 +140,17 @@ impl Meili {
     /// A client for `host` (e.g. `http://127.0.0.1:7700`) using `key` as the
     /// bearer token.
     pub fn new(host: &str, key: Option<&str>) -> Result<Meili, MeiliError> {
-        let http = ReqwestClient::new(key.filter(|k| !k.is_empty())).map_err(|_| {
-            MeiliError::Unexpected {
-                what: "client setup".into(),
-                detail: "the master key is not a valid HTTP header value".into(),
-            }
-        })?;
+        let key = key.filter(|k| !k.is_empty());
+        let bad_key = || MeiliError::Unexpected {
+            what: "client setup".into(),
+            detail: "the master key is not a valid HTTP header value".into(),
+        };
+        let http = ReqwestClient::new(key).map_err(|_| bad_key())?;
+        let ndjson_http = ndjson_client(key).ok_or_else(bad_key)?;
         let host = host.trim_end_matches('/').to_string();
         Ok(Meili {
             http,
+            ndjson_http,
             shown_host: crate::config::redact_uri(&host),
             host,
             retry_for: DEFAULT_RETRY_FOR,
@@ -293,30 +301,34 @@ impl Meili {
     }
 
     /// Enqueues an add-or-replace of already serialized NDJSON documents;
-    /// returns the task uid.
+    /// returns the task uid. `ndjson` is sent as it is, never copied (a
+    /// retry sends the same bytes again).
     pub async fn add_documents_ndjson(
         &self,
         uid: &str,
-        ndjson: Arc<[u8]>,
+        ndjson: Bytes,
         guard: &Guard,
     ) -> Result<u64, MeiliError> {
         let url = format!("{}/indexes/{uid}/documents", self.host);
         let what = "add documents";
         let attempt = || {
             let url = url.clone();
-            let body = Cursor::new(ndjson.clone());
+            let request = self
+                .ndjson_http
+                .post(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
+                .body(ndjson.clone());
             async move {
                 guard.check()?;
                 self.timed(what, async {
-                    self.http
-                        .stream_request::<(), _, Value>(
-                            &url,
-                            Method::Post { query: (), body },
-                            "application/x-ndjson",
-                            202,
-                        )
-                        .await
-                        .map_err(|e| self.classify(what, e))
+                    let answer = async {
+                        let response = request.send().await?;
+                        let status = response.status().as_u16();
+                        let text = response.text().await?;
+                        let text = if text.is_empty() { "null".into() } else { text };
+                        meilisearch_sdk::request::parse_response::<Value>(status, 202, &text, url)
+                    };
+                    answer.await.map_err(|e| self.classify(what, e))
                 })
                 .await
             }
@@ -628,6 +640,26 @@ impl Meili {
             other => self.unexpected(what, &other.to_string()),
         }
     }
+}
+
+/// A reqwest client sending what the SDK's does (its user agent, the key as
+/// a bearer token); `None` when the key is no valid header value.
+fn ndjson_client(key: Option<&str>) -> Option<reqwest::Client> {
+    use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, USER_AGENT};
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        USER_AGENT,
+        HeaderValue::from_str(&qualified_version()).ok()?,
+    );
+    if let Some(key) = key {
+        let mut bearer = HeaderValue::from_str(&format!("Bearer {key}")).ok()?;
+        bearer.set_sensitive(true);
+        headers.insert(AUTHORIZATION, bearer);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .ok()
 }
 
 /// The SDK maps codes it does not know to `unknown`; recover the ones we act

@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 
 use futures::TryStreamExt;
-use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
 use mongodb::error::ErrorKind;
 use mongodb::{Collection as MongoCollection, Database};
 use serde::Serialize;
@@ -149,6 +149,13 @@ impl Collection {
             projection.insert("content.text", 1);
         }
         projection
+    }
+
+    /// The collection read as raw BSON: a page of 10,000 documents kept
+    /// raw takes about their wire size, parsed into `Document`s several
+    /// times that (an ordered map and a `String` per field).
+    fn raw_handle(self, db: &Database) -> MongoCollection<RawDocumentBuf> {
+        db.collection(self.name())
     }
 
     fn handle(self, db: &Database) -> MongoCollection<Document> {
@@ -316,7 +323,7 @@ pub async fn read_unindexed_page(
     now: DateTime,
     after: Option<&Bson>,
     limit: usize,
-) -> Result<Vec<Document>, MongoError> {
+) -> Result<Vec<RawDocumentBuf>, MongoError> {
     read_page(
         db,
         collection,
@@ -337,7 +344,7 @@ pub async fn read_indexable_page(
     now: DateTime,
     after: Option<&Bson>,
     limit: usize,
-) -> Result<Vec<Document>, MongoError> {
+) -> Result<Vec<RawDocumentBuf>, MongoError> {
     let mut projection = collection.read_projection();
     projection.insert(FLAG, 1);
     read_page(
@@ -366,10 +373,10 @@ pub async fn read_indexable_page(
 /// slow pipeline, the server stepped down) is reopened once per page after
 /// the last `_id` handed out, so nothing is skipped or read twice.
 pub struct Scan {
-    handle: MongoCollection<Document>,
+    handle: MongoCollection<RawDocumentBuf>,
     projection: Document,
     batch_size: u32,
-    cursor: Option<mongodb::Cursor<Document>>,
+    cursor: Option<mongodb::Cursor<RawDocumentBuf>>,
     after: Option<Bson>,
     ended: bool,
 }
@@ -383,7 +390,7 @@ impl Scan {
             projection.insert(field, 1);
         }
         Scan {
-            handle: collection.handle(db),
+            handle: collection.raw_handle(db),
             projection,
             batch_size: u32::try_from(batch_size.max(1)).unwrap_or(u32::MAX),
             cursor: None,
@@ -393,7 +400,7 @@ impl Scan {
     }
 
     /// The next (up to) `limit` documents; fewer only at the end.
-    pub async fn next_page(&mut self, limit: usize) -> Result<Vec<Document>, MongoError> {
+    pub async fn next_page(&mut self, limit: usize) -> Result<Vec<RawDocumentBuf>, MongoError> {
         let mut page = Vec::with_capacity(limit.min(10_000));
         let mut reopened = false;
         while page.len() < limit && !self.ended {
@@ -410,7 +417,7 @@ impl Scan {
             let cursor = self.cursor.as_mut().expect("opened above");
             match cursor.try_next().await {
                 Ok(Some(doc)) => {
-                    self.after = doc.get("_id").cloned();
+                    self.after = raw_id(&doc);
                     page.push(doc);
                 }
                 Ok(None) => {
@@ -432,11 +439,11 @@ impl Scan {
 /// The cursor of a [`Scan`], from just after `after`. (A free function: the
 /// scan's cursor is not `Sync`, so no `&Scan` may be held across an await.)
 async fn open_scan(
-    handle: &MongoCollection<Document>,
+    handle: &MongoCollection<RawDocumentBuf>,
     projection: &Document,
     batch_size: u32,
     after: Option<&Bson>,
-) -> Result<mongodb::Cursor<Document>, MongoError> {
+) -> Result<mongodb::Cursor<RawDocumentBuf>, MongoError> {
     let filter = match after {
         Some(after) => doc! { "_id": { "$gt": after.clone() } },
         None => doc! {},
@@ -448,6 +455,22 @@ async fn open_scan(
         .batch_size(batch_size)
         .await
         .map_err(mongo_err("read"))
+}
+
+/// A document of a raw page, parsed: one at a time, while it is shaped.
+pub fn parse(raw: &RawDocumentBuf) -> Result<Document, MongoError> {
+    raw.to_document().map_err(|e| MongoError::Failed {
+        what: "read".into(),
+        detail: format!("a document MongoDB returned is not valid BSON: {e}"),
+    })
+}
+
+/// The `_id` of a raw document (where the next page starts).
+pub fn raw_id(raw: &RawDocumentBuf) -> Option<Bson> {
+    raw.get("_id")
+        .ok()
+        .flatten()
+        .and_then(|id| Bson::try_from(id).ok())
 }
 
 /// Whether `doc` matches [`unindexed_filter`] at `now`, decided in Rust
@@ -467,12 +490,12 @@ async fn read_page(
     after: Option<&Bson>,
     limit: usize,
     projection: Document,
-) -> Result<Vec<Document>, MongoError> {
+) -> Result<Vec<RawDocumentBuf>, MongoError> {
     if let Some(after) = after {
         filter.insert("_id", doc! { "$gt": after.clone() });
     }
     collection
-        .handle(db)
+        .raw_handle(db)
         .find(filter)
         .sort(doc! { "_id": 1 })
         .limit(limit as i64)
@@ -523,16 +546,18 @@ pub async fn indexable_ids_page(
     }
     let docs = read_page(db, collection, doc! {}, after, limit, projection).await?;
     let last = docs.len() < limit;
-    let after = docs.last().and_then(|d| d.get("_id").cloned());
-    let entries = docs
-        .into_iter()
-        .filter(|d| is_indexable(collection, d, now))
-        .map(|d| IdEntry {
-            mongo_id: d.get("_id").cloned().unwrap_or(Bson::Null),
-            meili_id: meili_id(collection, &d),
-            flagged: d.get_bool(FLAG).unwrap_or(false),
-        })
-        .collect();
+    let after = docs.last().and_then(raw_id);
+    let mut entries = Vec::new();
+    for raw in &docs {
+        let d = parse(raw)?;
+        if is_indexable(collection, &d, now) {
+            entries.push(IdEntry {
+                mongo_id: d.get("_id").cloned().unwrap_or(Bson::Null),
+                meili_id: meili_id(collection, &d),
+                flagged: d.get_bool(FLAG).unwrap_or(false),
+            });
+        }
+    }
     Ok(IdsPage {
         entries,
         after,

@@ -398,8 +398,9 @@ async fn compare_mongo(
             mongo::read_indexable_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
                 .await?;
         let full = page.len() == page_size;
-        after = page.last().and_then(|d| d.get("_id").cloned());
-        for doc in &page {
+        after = page.last().and_then(mongo::raw_id);
+        for raw in &page {
+            let doc = &mongo::parse(raw)?;
             let meili_id = mongo::meili_id(ctx.collection, doc);
             if !part.holds(meili_id.as_deref()) {
                 continue;

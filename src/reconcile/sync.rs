@@ -25,9 +25,9 @@
 //! the exact comparison's repairs ([`super::exact`], which feeds its own
 //! batches to [`send_batches`]).
 
+use bytes::Bytes;
 use std::collections::HashSet;
 use std::ops::Range;
-use std::sync::Arc;
 use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -228,21 +228,27 @@ impl Batch {
             && (self.len() >= opts.batch_docs || self.bytes() + line_len > opts.batch_bytes)
     }
 
-    /// The NDJSON of documents `range`.
-    pub fn payload_of(&self, range: Range<usize>) -> Arc<[u8]> {
-        Arc::from(&self.payload[self.offsets[range.start]..self.offsets[range.end]])
+    /// The NDJSON of documents `range`, copied (bisecting a refused batch).
+    pub fn payload_of(&self, range: Range<usize>) -> Bytes {
+        Bytes::copy_from_slice(&self.payload[self.offsets[range.start]..self.offsets[range.end]])
     }
 
-    /// Frees the NDJSON once enqueued, keeping per document only what the
-    /// acknowledgement needs: while a task waits its turn in Meilisearch the
-    /// batch holds its ids and versions, not its payload. Returns the
-    /// bytes the payload had.
-    fn drop_payload(&mut self) -> usize {
-        let bytes = self.payload.len();
-        self.payload = Vec::new();
+    /// Takes the whole NDJSON out of the batch, without copying it, to be
+    /// enqueued: while a task waits its turn in Meilisearch the batch keeps
+    /// per document only what the acknowledgement needs (ids and versions),
+    /// and the NDJSON is freed as soon as the request that sends it ends.
+    fn take_payload(&mut self) -> Bytes {
+        self.shrink_to_fit();
         self.offsets = Vec::new();
+        Bytes::from(std::mem::take(&mut self.payload))
+    }
+
+    /// Gives back the slack a finished batch's vectors grew (up to as much
+    /// again as they hold), which would otherwise wait in the queues with it.
+    fn shrink_to_fit(&mut self) {
+        self.payload.shrink_to_fit();
+        self.offsets.shrink_to_fit();
         self.docs.shrink_to_fit();
-        bytes
     }
 }
 
@@ -424,9 +430,10 @@ async fn read_batches(
         ctx.phases.add(Phase::Read, started.elapsed());
         tracing::debug!(index = %ctx.uid, docs = page.len(), ms = started.elapsed().as_millis() as u64, "page read");
         let full_page = page.len() == page_size;
-        after = page.last().and_then(|d| d.get("_id").cloned());
+        after = page.last().and_then(mongo::raw_id);
         let mut building = Instant::now();
-        for doc in &page {
+        for raw in &page {
+            let doc = &mongo::parse(raw)?;
             if read == Read::Plain {
                 let wanted = match feed {
                     Feed::Unindexed => mongo::is_unindexed(ctx.collection, doc, now),
@@ -478,7 +485,8 @@ async fn read_batches(
 
 /// Hands a finished batch to the sender, counting the wait as the reader
 /// waiting on the pipeline. `false`: the sender stopped.
-async fn hand_over(ctx: &Ctx<'_>, tx: &mpsc::Sender<Batch>, batch: Batch) -> bool {
+async fn hand_over(ctx: &Ctx<'_>, tx: &mpsc::Sender<Batch>, mut batch: Batch) -> bool {
+    batch.shrink_to_fit();
     let waiting = Instant::now();
     let delivered = tx.send(batch).await.is_ok();
     ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
@@ -553,15 +561,12 @@ async fn enqueue_and_settle(
             batch = rx.recv(), if room => {
                 ctx.phases.add(Phase::PipelineWaited, waiting.elapsed());
                 match batch {
-                    Some(batch) => {
+                    Some(mut batch) => {
                         let sending = Instant::now();
-                        let task = ctx
-                            .meili
-                            .add_documents_ndjson(&ctx.uid, batch.payload_of(0..batch.len()), ctx.guard)
-                            .await?;
+                        let payload = batch.take_payload();
+                        let bytes = payload.len();
+                        let task = ctx.meili.add_documents_ndjson(&ctx.uid, payload, ctx.guard).await?;
                         ctx.phases.add(Phase::Send, sending.elapsed());
-                        let mut batch = batch;
-                        let bytes = batch.drop_payload();
                         bytes_in_flight += bytes;
                         pending.push(settle(ctx, batch, bytes, task, sending));
                     }

@@ -31,8 +31,8 @@
 #[path = "bench_cpu.rs"]
 mod bench_cpu;
 
+use bytes::Bytes;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
@@ -362,7 +362,7 @@ struct Batches {
 struct Prepared {
     collection: Collection,
     uid: String,
-    batches: Vec<(usize, Arc<[u8]>)>,
+    batches: Vec<(usize, Bytes)>,
 }
 
 async fn ingest(
@@ -457,7 +457,7 @@ async fn ndjson_batches(
     db: &Database,
     collection: Collection,
     cut: Batches,
-) -> anyhow::Result<Vec<(usize, Arc<[u8]>)>> {
+) -> anyhow::Result<Vec<(usize, Bytes)>> {
     let now = mongo::server_time(db).await?;
     let mut cursor = db
         .collection::<Document>(collection.name())
@@ -477,14 +477,14 @@ async fn ndjson_batches(
         let mut line = serde_json::to_vec(&mongo::to_meili(collection, &doc))?;
         line.push(b'\n');
         if count > 0 && (count >= cut.docs || payload.len() + line.len() > cut.bytes) {
-            batches.push((count, Arc::from(std::mem::take(&mut payload))));
+            batches.push((count, Bytes::from(std::mem::take(&mut payload))));
             count = 0;
         }
         payload.extend_from_slice(&line);
         count += 1;
     }
     if count > 0 {
-        batches.push((count, Arc::from(payload)));
+        batches.push((count, Bytes::from(payload)));
     }
     Ok(batches)
 }
@@ -765,7 +765,7 @@ async fn once_read(db: &Database, page_docs: usize, cpu: &CpuArgs) -> anyhow::Re
                         .await?;
                 read += page.len() as u64;
                 pages += 1;
-                after = page.last().and_then(|d| d.get("_id").cloned());
+                after = page.last().and_then(mongo::raw_id);
                 if page.len() < page_docs {
                     break;
                 }
