@@ -187,35 +187,45 @@ async fn read_mongo_ids(
     clear_idless: bool,
 ) -> Result<(MongoIds, u64), ReconcileError> {
     let mut ids = MongoIds::default();
+    let cleared = clear_flags_while_reading_ids(ctx, now, |entry| match &entry.meili_id {
+        Some(id) => {
+            let hash = id_hash(id);
+            if in_part(hash) {
+                ids.push(hash, entry.flagged);
+            }
+            None
+        }
+        None => (entry.flagged && clear_idless).then_some(entry.mongo_id),
+    })
+    .await?;
+    ids.seal();
+    Ok((ids, cleared))
+}
+
+/// One pass over MongoDB's indexable ids (plain `_id` range pages), clearing
+/// the flags of the documents `visit` returns the `_id` of (a few thousand
+/// at a time). Returns the flags cleared.
+async fn clear_flags_while_reading_ids(
+    ctx: &Ctx<'_>,
+    now: DateTime,
+    mut visit: impl FnMut(mongo::IdEntry) -> Option<Bson>,
+) -> Result<u64, ReconcileError> {
     let mut to_clear: Vec<Bson> = Vec::new();
     let mut cleared = 0;
     let mut after: Option<Bson> = None;
     loop {
         let page =
             mongo::indexable_ids_page(ctx.db, ctx.collection, now, after.as_ref(), PAGE).await?;
-        after = page.after.clone();
-        for entry in page.entries {
-            match &entry.meili_id {
-                Some(id) => {
-                    let hash = id_hash(id);
-                    if in_part(hash) {
-                        ids.push(hash, entry.flagged);
-                    }
-                }
-                None if entry.flagged && clear_idless => to_clear.push(entry.mongo_id),
-                None => {}
-            }
-        }
+        after = page.after;
+        to_clear.extend(page.entries.into_iter().filter_map(&mut visit));
         if to_clear.len() >= CLEAR_FLUSH || page.last {
             cleared += mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?;
             to_clear.clear();
         }
         if page.last {
-            break;
+            return Ok(cleared);
         }
     }
-    ids.seal();
-    Ok((ids, cleared))
 }
 
 /// Step 2: one pass over the Meilisearch ids of the partition, marking the
@@ -293,36 +303,17 @@ async fn clear_unseen_flags(
     now: DateTime,
     in_part: &impl Fn(u64) -> bool,
 ) -> Result<u64, ReconcileError> {
-    let mut to_clear: Vec<Bson> = Vec::new();
-    let mut cleared = 0;
-    let mut after: Option<Bson> = None;
-    loop {
-        let page =
-            mongo::indexable_ids_page(ctx.db, ctx.collection, now, after.as_ref(), PAGE).await?;
-        after = page.after.clone();
-        for entry in page.entries.into_iter().filter(|e| e.flagged) {
-            let Some(hash) = entry.meili_id.as_deref().map(id_hash) else {
-                continue;
-            };
-            if !in_part(hash) {
-                continue;
-            }
-            // Flagged when step 1 read it, and Meilisearch did not list it.
-            let missing = ids
+    clear_flags_while_reading_ids(ctx, now, |entry| {
+        let hash = entry.meili_id.as_deref().map(id_hash)?;
+        // Flagged when step 1 read it (and now), and Meilisearch did not list it.
+        let missing = entry.flagged
+            && in_part(hash)
+            && ids
                 .position(hash)
                 .is_some_and(|p| ids.is_flagged(p) && !ids.is_seen(p));
-            if missing {
-                to_clear.push(entry.mongo_id);
-            }
-        }
-        if to_clear.len() >= CLEAR_FLUSH || page.last {
-            cleared += mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?;
-            to_clear.clear();
-        }
-        if page.last {
-            return Ok(cleared);
-        }
-    }
+        missing.then_some(entry.mongo_id)
+    })
+    .await
 }
 
 #[cfg(test)]
