@@ -1,7 +1,8 @@
 //! Logging and progress reporting.
 //!
 //! `tracing` with a human format on a terminal and JSON lines otherwise
-//! (overridable by `log.format`), level from `RUST_LOG` (default `info`).
+//! (overridable by `log.format`), level from `RUST_LOG` (default `info`;
+//! the Meilisearch SDK's own lines only at `error` unless `RUST_LOG` names it).
 //! Every line carries this replica's id, so the logs of many replicas can be
 //! merged and still read. When stderr is a terminal, a run's progress is also
 //! drawn as a bar.
@@ -25,6 +26,20 @@ use crate::progress::Progress;
 /// every 404, which for us is the normal answer to "does this index exist?").
 const DEFAULT_FILTER: &str = "info,meilisearch_sdk=error";
 
+/// The log filter: `RUST_LOG` when set (with the SDK kept to its errors
+/// unless it names `meilisearch_sdk` itself: `RUST_LOG=info` should not fill
+/// operators' logs with those 404 warnings), else [`DEFAULT_FILTER`].
+fn log_filter(rust_log: Option<&str>) -> EnvFilter {
+    let Some(given) = rust_log.filter(|v| !v.trim().is_empty()) else {
+        return EnvFilter::new(DEFAULT_FILTER);
+    };
+    if given.contains("meilisearch_sdk") {
+        EnvFilter::new(given)
+    } else {
+        EnvFilter::new(format!("{given},meilisearch_sdk=error"))
+    }
+}
+
 /// Installs the global subscriber. Safe to call once per process.
 pub fn init(format: &LogFormat, replica: &str) {
     let json = match format {
@@ -32,8 +47,7 @@ pub fn init(format: &LogFormat, replica: &str) {
         LogFormat::Pretty => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

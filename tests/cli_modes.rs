@@ -1,7 +1,8 @@
 //! The operator commands as subprocesses against the test servers: `plan
 //! --json`, `status [--json]`, `reindex`, plan only, `MEILI_NO_SYNC` (LibreChat's
-//! switch, which must not stop this service), and an unreachable Meilisearch
-//! (exit 4, named without its key).
+//! switch, which must not stop this service), the SDK's 404 warnings kept
+//! out of `RUST_LOG=info`, and an unreachable Meilisearch (exit 4, named
+//! without its key).
 
 mod support;
 
@@ -169,6 +170,53 @@ async fn meili_no_sync_true_still_indexes_and_is_logged() {
         "{}",
         seen[0]
     );
+    env.cleanup().await;
+}
+
+/// Looking up an index that does not exist yet is normal for us, but the
+/// Meilisearch SDK logs every 404 as a warning: with `RUST_LOG=info` (what
+/// operators set) those lines stay out, and naming the SDK in `RUST_LOG`
+/// brings them back.
+#[tokio::test(flavor = "multi_thread")]
+async fn rust_log_info_keeps_the_sdks_404_warnings_out_of_the_log() {
+    let env = Env::new("cli_sdk_log").await;
+    chat_data::seed(&env, 20, 4).await;
+    let mut target = Target::new("cli_sdk_log");
+    target.database = env.db.name().to_string();
+    let sdk_lines = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|line| line.contains("meilisearch_sdk"))
+            .count()
+    };
+
+    // Fresh indexes: every lookup of them answers 404 first.
+    let quiet = target.clone().set("RUST_LOG", "info");
+    let quiet = Target {
+        prefix: format!("{}quiet_", env.opts.index_prefix),
+        ..quiet
+    };
+    let out = quiet.run("owner-1", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert_eq!(sdk_lines(&out), 0, "{}", all(&out));
+
+    let loud = target
+        .set("RUST_LOG", "info,meilisearch_sdk=warn")
+        .set("RECONCILER__LEASE__REUSE_COMPLETION_FOR", "0s");
+    let loud = Target {
+        prefix: format!("{}loud_", env.opts.index_prefix),
+        ..loud
+    };
+    let out = loud.run("owner-1", &["once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(
+        sdk_lines(&out) > 0,
+        "the SDK's warnings when asked for:\n{}",
+        all(&out)
+    );
+    for target in [&quiet, &loud] {
+        Env::for_target(target).await.cleanup().await;
+    }
     env.cleanup().await;
 }
 
