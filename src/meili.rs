@@ -7,14 +7,15 @@
 //! request, a second copy of every batch; our request hands hyper the
 //! batch's own bytes.
 //!
-//! Every call goes through one place ([`Meili::call`]) that retries transient
+//! Every call goes through one place ([`Meili::call`], and the same retry and
+//! error mapping for document batches) that retries transient
 //! failures (connection refused, timeouts, 5xx, 429) with exponential backoff
 //! for a bounded total time, turns 4xx answers into errors naming Meilisearch's
 //! error code, and checks the lease [`Guard`] before each attempt of a write.
 //! Answers are kept as JSON (`serde_json::Value`) so that settings are compared
 //! whole and unknown task types or error codes survive intact. The master key
-//! lives only in the SDK client's default headers: it never appears in an
-//! error or a log line.
+//! lives only in the two clients' default headers (marked sensitive in ours):
+//! it never appears in an error or a log line.
 
 use std::time::Duration;
 
@@ -119,8 +120,10 @@ enum Verb {
     Delete,
 }
 
-/// A Meilisearch server. Cheap to clone.
-#[derive(Clone, Debug)]
+/// A Meilisearch server. Cheap to clone. Its `Debug` shows the host (without
+/// credentials) and the timings, never the clients: the SDK's prints its
+/// headers, the master key among them.
+#[derive(Clone)]
 pub struct Meili {
     http: ReqwestClient,
     /// For document batches: the same headers as `http`'s.
@@ -134,6 +137,16 @@ pub struct Meili {
     /// First interval between polls of a task (doubles up to `poll_max`).
     poll_min: Duration,
     poll_max: Duration,
+}
+
+impl std::fmt::Debug for Meili {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meili")
+            .field("host", &self.shown_host)
+            .field("retry_for", &self.retry_for)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Meili {
@@ -731,5 +744,20 @@ mod tests {
             assert!(!error.contains(secret), "{secret} leaked: {error}");
         }
         assert_eq!(meili.shown_host(), "http://***@127.0.0.1:1");
+    }
+
+    #[tokio::test]
+    async fn a_failed_document_batch_and_the_client_itself_never_show_the_key() {
+        let meili = Meili::new("http://127.0.0.1:1", Some("the-master-key"))
+            .unwrap()
+            .with_retry_for(Duration::ZERO);
+        let error = meili
+            .add_documents_ndjson("idx", Bytes::from_static(b"{}\n"), &Guard::unfenced())
+            .await
+            .unwrap_err();
+        assert!(matches!(error, MeiliError::Unreachable { .. }), "{error:?}");
+        let shown = format!("{error} {error:?} {meili:?}");
+        assert!(shown.contains("127.0.0.1:1"), "{shown}");
+        assert!(!shown.contains("the-master-key"), "the key leaked: {shown}");
     }
 }
