@@ -161,21 +161,24 @@ pub(crate) async fn compare(
     let mut comparison = Comparison::default();
     let mut repairs = Repairs::default();
 
+    // `None`: no index yet (nothing to read from Meilisearch).
     let in_meili = match ctx.meili.index(&ctx.uid).await? {
-        Some(_) => ctx.meili.document_count(&ctx.uid).await?,
-        None => 0,
+        Some(_) => Some(ctx.meili.document_count(&ctx.uid).await?),
+        None => None,
     };
-    let partitions = Partitions::for_comparison(ctx, in_meili, BYTES_PER_DOCUMENT).await?;
-    let indexable = mongo::counts(ctx.db, ctx.collection, mongo::server_time(ctx.db).await?)
-        .await?
-        .indexable;
+    let partitions =
+        Partitions::for_comparison(ctx, in_meili.unwrap_or(0), BYTES_PER_DOCUMENT).await?;
     let mut now = mongo::server_time(ctx.db).await?;
+    let indexable = mongo::counts(ctx.db, ctx.collection, now).await?.indexable;
     for part in 0..partitions.0 {
         let part = Part {
             partitions,
             index: part,
         };
-        let mut meili = read_meili_digests(ctx, part).await?;
+        let mut meili = match in_meili {
+            Some(total) => read_meili_digests(ctx, part, total).await?,
+            None => Digests::new(Vec::new()),
+        };
         comparison.meili_documents += meili.len() as u64;
 
         now = mongo::server_time(ctx.db).await?;
@@ -278,14 +281,14 @@ async fn wait_for_pending_tasks(ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
 }
 
 /// Pass 1: the sorted `(id hash, digest)` of every Meilisearch document of
-/// the partition.
-async fn read_meili_digests(ctx: &Ctx<'_>, part: Part) -> Result<Digests, ReconcileError> {
+/// the partition (`total` documents in the index).
+async fn read_meili_digests(
+    ctx: &Ctx<'_>,
+    part: Part,
+    total: u64,
+) -> Result<Digests, ReconcileError> {
     let pk = ctx.collection.primary_key();
     let fields = ctx.collection.fields();
-    if ctx.meili.index(&ctx.uid).await?.is_none() {
-        return Ok(Digests::new(Vec::new()));
-    }
-    let total = ctx.meili.document_count(&ctx.uid).await?;
     ctx.phase("compare: read meilisearch", total);
     let mut entries = Vec::with_capacity((total / part.partitions.0) as usize);
     let mut offset = 0;

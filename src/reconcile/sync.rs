@@ -25,11 +25,11 @@
 //! the exact comparison's repairs ([`super::exact`], which feeds its own
 //! batches to [`send_batches`]).
 
-use bytes::Bytes;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::time::Instant;
 
+use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use mongodb::bson::{Bson, Document};
 use tokio::sync::mpsc;
