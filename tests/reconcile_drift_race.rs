@@ -85,7 +85,6 @@ async fn a_message_saved_and_indexed_during_the_id_comparison_is_not_deleted_as_
 /// hash partitions and repairs exactly what one pass repairs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_repaired_alike_when_the_ids_are_compared_in_partitions() {
-    use meili_reconciler::lease::Guard;
     let env = Env::new("drift_parts").await;
     seed(&env, 400, 40).await;
     env.run().await.expect("first run");
@@ -102,13 +101,7 @@ async fn drift_is_repaired_alike_when_the_ids_are_compared_in_partitions() {
         .filter(|id| id.starts_with("msg-"))
         .take(20)
         .collect();
-    let guard = Guard::unfenced();
-    let task = env
-        .meili
-        .delete_documents(&uid, &lost, &guard)
-        .await
-        .unwrap();
-    env.meili.wait_ok(task, "delete", &guard).await.unwrap();
+    env.delete_docs(&uid, &lost).await;
 
     // 9 bytes an id: 900 bytes hold 100 ids, so ~400 ids take 4+ partitions.
     let opts = meili_reconciler::reconcile::SyncOptions {

@@ -17,7 +17,6 @@ mod support;
 
 use std::time::Duration;
 
-use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;
 use mongodb::bson::{doc, Document};
 use serde_json::Value;
@@ -80,7 +79,6 @@ async fn killed_after(step: &str) {
         .collect();
     let messages = env.db.collection::<Document>("messages");
     let live = env.uid(Collection::Messages);
-    let guard = Guard::unfenced();
     let now = server_now(&env.db).await;
     let (edited, deleted, temporary) = (read[0], read[1], read[2]);
     let edited_id = edited.get("_id").unwrap();
@@ -124,15 +122,7 @@ async fn killed_after(step: &str) {
         .iter()
         .map(|d| d.get_str("messageId").unwrap().to_string())
         .collect();
-    let task = env
-        .meili
-        .delete_documents(&live, &gone, &guard)
-        .await
-        .unwrap();
-    env.meili
-        .wait_ok(task, "hook delete", &guard)
-        .await
-        .unwrap();
+    env.delete_docs(&live, &gone).await;
     let swapped = knobs
         .requests()
         .await

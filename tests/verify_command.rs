@@ -7,7 +7,6 @@
 
 mod support;
 
-use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;
 use serde_json::{json, Value};
 use support::chat_data::{seed, server_now, Env};
@@ -41,21 +40,13 @@ async fn verify_reports_each_difference_and_repair_fixes_them() {
     );
 
     // Plant one difference of each kind.
-    let guard = Guard::unfenced();
     let messages = env.uid(Collection::Messages);
     let convos = env.uid(Collection::Conversations);
     let in_meili = env.meili_docs(Collection::Messages).await;
     let mut ids = in_meili.keys().cloned();
     let (missing, stale) = (ids.next().unwrap(), ids.next().unwrap());
-    let task = env
-        .meili
-        .delete_documents(&messages, std::slice::from_ref(&missing), &guard)
-        .await
-        .unwrap();
-    env.meili
-        .wait_ok(task, "plant missing", &guard)
-        .await
-        .unwrap();
+    env.delete_docs(&messages, std::slice::from_ref(&missing))
+        .await;
     let mut old = in_meili[&stale].clone();
     old["text"] = json!("AN OLDER VERSION");
     env.put_docs(

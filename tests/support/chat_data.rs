@@ -133,6 +133,16 @@ impl Env {
         self.meili.wait_ok(task, "put docs", &guard).await.unwrap();
     }
 
+    /// Deletes documents from an index by id, waiting for the task.
+    pub async fn delete_docs(&self, uid: &str, ids: &[String]) {
+        let guard = Guard::unfenced();
+        let task = self.meili.delete_documents(uid, ids, &guard).await.unwrap();
+        self.meili
+            .wait_ok(task, "delete docs", &guard)
+            .await
+            .unwrap();
+    }
+
     /// Every document of an index, by id.
     pub async fn meili_docs(&self, collection: Collection) -> BTreeMap<String, Value> {
         let uid = self.uid(collection);
