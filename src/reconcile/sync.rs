@@ -31,8 +31,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
+use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{Bson, Document};
 use tokio::sync::mpsc;
+use uuid::Uuid;
 
 use super::ack;
 use super::phases::Phase;
@@ -99,85 +101,97 @@ pub(crate) struct Settled {
     pub changed_overflowed: bool,
 }
 
-/// One document of a batch: what its acknowledgement needs, kept small
-/// (≈ 60 bytes plus the Meilisearch id's text, against 248 bytes for a
-/// [`DocVersion`] and a `String`), since up to `sync.max_bytes_in_flight`
-/// worth of documents wait in flight at once.
+/// One document of a batch: what its acknowledgement needs. Up to
+/// `sync.max_bytes_in_flight` worth of documents wait in flight at once, so
+/// LibreChat's own documents — an ObjectId `_id`, a date `updatedAt` and a
+/// UUID `messageId`/`conversationId` — are held inline in 40 bytes with no
+/// allocation (it was ≈ 100: a 56-byte struct plus the id's text on the
+/// heap); anything else is boxed and converts back exactly as well.
 #[derive(Clone, Debug)]
-pub(crate) struct BatchDoc {
-    id: CompactBson,
-    updated_at: Option<CompactBson>,
-    /// Its Meilisearch id (primary-key value), when it has one.
-    pub meili_id: Option<Box<str>>,
+pub(crate) enum BatchDoc {
+    Typical {
+        id: ObjectId,
+        updated_at: mongodb::bson::DateTime,
+        meili_id: Uuid,
+    },
+    Other(Box<OtherDoc>),
+}
+
+/// A [`BatchDoc`] that is not [`BatchDoc::Typical`].
+#[derive(Clone, Debug)]
+pub(crate) struct OtherDoc {
+    id: Bson,
+    updated_at: Option<Bson>,
+    meili_id: Option<Box<str>>,
 }
 
 impl BatchDoc {
     /// A document sent at `version`.
     pub fn new(version: &DocVersion, meili_id: Option<String>) -> BatchDoc {
-        BatchDoc {
-            id: CompactBson::from(&version.id),
-            updated_at: version.updated_at.as_ref().map(CompactBson::from),
-            meili_id: meili_id.map(String::into_boxed_str),
+        if let (Bson::ObjectId(id), Some(Bson::DateTime(updated_at)), Some(uuid)) = (
+            &version.id,
+            &version.updated_at,
+            meili_id.as_deref().and_then(canonical_uuid),
+        ) {
+            return BatchDoc::Typical {
+                id: *id,
+                updated_at: *updated_at,
+                meili_id: uuid,
+            };
         }
+        BatchDoc::Other(Box::new(OtherDoc {
+            id: version.id.clone(),
+            updated_at: version.updated_at.clone(),
+            meili_id: meili_id.map(String::into_boxed_str),
+        }))
     }
 
     /// Its `_id` and the `updatedAt` value that was read and sent.
     pub fn version(&self) -> DocVersion {
-        DocVersion {
-            id: self.id.to_bson(),
-            updated_at: self.updated_at.as_ref().map(CompactBson::to_bson),
+        match self {
+            BatchDoc::Typical { id, updated_at, .. } => DocVersion {
+                id: Bson::ObjectId(*id),
+                updated_at: Some(Bson::DateTime(*updated_at)),
+            },
+            BatchDoc::Other(doc) => DocVersion {
+                id: doc.id.clone(),
+                updated_at: doc.updated_at.clone(),
+            },
         }
     }
 
     /// The `_id`.
     pub fn mongo_id(&self) -> Bson {
-        self.id.to_bson()
+        match self {
+            BatchDoc::Typical { id, .. } => Bson::ObjectId(*id),
+            BatchDoc::Other(doc) => doc.id.clone(),
+        }
     }
 
     /// The Meilisearch id, when the document has one.
     pub fn meili_id(&self) -> Option<String> {
-        self.meili_id.as_deref().map(str::to_string)
+        match self {
+            BatchDoc::Typical { meili_id, .. } => Some(meili_id.hyphenated().to_string()),
+            BatchDoc::Other(doc) => doc.meili_id.as_deref().map(str::to_string),
+        }
     }
 
     /// The BSON type of the `_id`.
     pub fn id_type(&self) -> mongodb::bson::spec::ElementType {
-        match &self.id {
-            CompactBson::ObjectId(_) => mongodb::bson::spec::ElementType::ObjectId,
-            CompactBson::DateTime(_) => mongodb::bson::spec::ElementType::DateTime,
-            CompactBson::Other(value) => value.element_type(),
-        }
-    }
-}
-
-/// A BSON value in 16 bytes: ObjectIds and dates (what LibreChat's `_id`
-/// and `updatedAt` are) inline, anything else boxed. Converting back gives
-/// the identical value, so a version filter built from it matches exactly
-/// what was read.
-#[derive(Clone, Debug, PartialEq)]
-enum CompactBson {
-    ObjectId(mongodb::bson::oid::ObjectId),
-    DateTime(mongodb::bson::DateTime),
-    Other(Box<Bson>),
-}
-
-impl From<&Bson> for CompactBson {
-    fn from(value: &Bson) -> CompactBson {
-        match value {
-            Bson::ObjectId(id) => CompactBson::ObjectId(*id),
-            Bson::DateTime(t) => CompactBson::DateTime(*t),
-            other => CompactBson::Other(Box::new(other.clone())),
-        }
-    }
-}
-
-impl CompactBson {
-    fn to_bson(&self) -> Bson {
         match self {
-            CompactBson::ObjectId(id) => Bson::ObjectId(*id),
-            CompactBson::DateTime(t) => Bson::DateTime(*t),
-            CompactBson::Other(value) => (**value).clone(),
+            BatchDoc::Typical { .. } => mongodb::bson::spec::ElementType::ObjectId,
+            BatchDoc::Other(doc) => doc.id.element_type(),
         }
     }
+}
+
+/// `text` as a UUID, when it is one written the way it prints back (lower
+/// case, hyphenated — how LibreChat's `uuidv4()` writes its ids): only then
+/// does the inline form give back the very same text.
+fn canonical_uuid(text: &str) -> Option<Uuid> {
+    let uuid = Uuid::try_parse(text).ok()?;
+    let mut printed = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    (uuid.hyphenated().encode_lower(&mut printed).as_bytes() == text.as_bytes()).then_some(uuid)
 }
 
 /// Documents sent in one Meilisearch task, as NDJSON, in ascending `_id`
@@ -695,12 +709,12 @@ mod tests {
         assert_eq!(&*b.payload_of(1..2), b"{\"messageId\":\"m1\"}\n");
         assert_eq!(b.payload_of(0..3).len(), b.bytes());
         assert_eq!(b.docs[2].version().updated_at, Some(Bson::Int32(20)));
-        assert_eq!(b.docs[2].meili_id.as_deref(), Some("m2"));
+        assert_eq!(b.docs[2].meili_id().as_deref(), Some("m2"));
     }
 
     #[test]
     fn batch_documents_give_back_the_exact_values_read() {
-        let oid = mongodb::bson::oid::ObjectId::new();
+        let oid = ObjectId::new();
         let at = mongodb::bson::DateTime::from_millis(1_700_000_000_123);
         let values = [
             Bson::ObjectId(oid),
@@ -711,22 +725,45 @@ mod tests {
             Bson::Null,
             Bson::Document(doc! { "a": 1 }),
         ];
+        let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        let meili_ids = [
+            Some(uuid.to_string()),
+            Some(uuid.to_uppercase()),
+            Some(uuid.replace('-', "")),
+            Some(format!("{{{uuid}}}")),
+            Some(format!("urn:uuid:{uuid}")),
+            Some("m".to_string()),
+            Some(String::new()),
+            None,
+        ];
         for id in &values {
             for updated_at in values.iter().map(|v| Some(v.clone())).chain([None]) {
-                let version = DocVersion {
-                    id: id.clone(),
-                    updated_at,
-                };
-                let sent = BatchDoc::new(&version, Some("m".into()));
-                assert_eq!(sent.version(), version);
-                assert_eq!(sent.id_type(), id.element_type());
+                for meili_id in &meili_ids {
+                    let version = DocVersion {
+                        id: id.clone(),
+                        updated_at: updated_at.clone(),
+                    };
+                    let sent = BatchDoc::new(&version, meili_id.clone());
+                    assert_eq!(sent.version(), version);
+                    assert_eq!(sent.mongo_id(), *id);
+                    assert_eq!(sent.meili_id(), *meili_id);
+                    assert_eq!(sent.id_type(), id.element_type());
+                }
             }
         }
-        assert!(
-            std::mem::size_of::<BatchDoc>() <= 64,
-            "{} bytes per document in flight",
-            std::mem::size_of::<BatchDoc>()
-        );
+    }
+
+    #[test]
+    fn librechats_documents_wait_in_flight_in_40_bytes_without_allocating() {
+        let version = DocVersion {
+            id: Bson::ObjectId(ObjectId::new()),
+            updated_at: Some(Bson::DateTime(mongodb::bson::DateTime::now())),
+        };
+        let sent = BatchDoc::new(&version, Some(Uuid::new_v4().hyphenated().to_string()));
+        assert!(matches!(sent, BatchDoc::Typical { .. }), "{sent:?}");
+        let other = BatchDoc::new(&version, Some("not-a-uuid".into()));
+        assert!(matches!(other, BatchDoc::Other(_)), "{other:?}");
+        assert_eq!(std::mem::size_of::<BatchDoc>(), 40);
     }
 
     #[test]
