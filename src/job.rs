@@ -68,6 +68,7 @@ pub fn sync_options(settings: &Settings) -> SyncOptions {
         batch_bytes: settings.sync.batch_bytes,
         in_flight: settings.sync.in_flight,
         max_bytes_in_flight: settings.sync.max_bytes_in_flight,
+        compare_memory: settings.sync.compare_memory,
         threshold: settings.sync.threshold,
         delay: settings.sync.delay,
         filterable_attributes: settings.meili.filterable_attributes.clone(),

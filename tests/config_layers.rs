@@ -73,6 +73,7 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.sync.batch_bytes, 8 * 1024 * 1024);
     assert_eq!(s.sync.in_flight, 64);
     assert_eq!(s.sync.max_bytes_in_flight, 64 * 1024 * 1024);
+    assert_eq!(s.sync.compare_memory, 64 * 1024 * 1024);
     assert_eq!(s.sync.threshold, 1000);
     assert_eq!(s.sync.delay, Duration::ZERO);
     assert!(s.sync.enabled);
@@ -220,6 +221,7 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__SYNC__BATCH_BYTES", "64KiB"),
         ("RECONCILER__SYNC__IN_FLIGHT", "4"),
         ("RECONCILER__SYNC__MAX_BYTES_IN_FLIGHT", "256KiB"),
+        ("RECONCILER__SYNC__COMPARE_MEMORY", "3MiB"),
         ("RECONCILER__SYNC__THRESHOLD", "0"),
         ("RECONCILER__SYNC__DELAY", "5ms"),
         ("RECONCILER__SYNC__ENABLED", "true"),
@@ -281,6 +283,7 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.sync.batch_bytes, 64 * 1024);
     assert_eq!(s.sync.in_flight, 4);
     assert_eq!(s.sync.max_bytes_in_flight, 256 * 1024);
+    assert_eq!(s.sync.compare_memory, 3 * 1024 * 1024);
     assert_eq!(s.sync.threshold, 0);
     assert_eq!(s.sync.delay, Duration::from_millis(5));
     assert!(s.sync.plan_only);
@@ -424,6 +427,12 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
             "sync.max_bytes_in_flight",
             "plenty",
             "MiB",
+        ),
+        (
+            &[("RECONCILER__SYNC__COMPARE_MEMORY", "12")],
+            "sync.compare_memory",
+            "12",
+            "≥ 1KiB",
         ),
         (
             &[("MEILI_SYNC_DELAY_MS", "soon")],

@@ -40,7 +40,7 @@ async fn partitions_find_and_repair_what_one_pass_does() {
 
     // 17 bytes a document: 1,700 bytes hold 100, so ~400 take 4+ partitions.
     let small = SyncOptions {
-        max_bytes_in_flight: 1_700,
+        compare_memory: 1_700,
         ..env.opts.clone()
     };
     let progress = Progress::new();

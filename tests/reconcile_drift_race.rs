@@ -106,7 +106,7 @@ async fn drift_is_repaired_alike_when_the_ids_are_compared_in_partitions() {
     // 9 bytes an id: 900 bytes hold 100 ids, so ~400 ids take 4+ partitions.
     let opts = meili_reconciler::reconcile::SyncOptions {
         force: true,
-        max_bytes_in_flight: 900,
+        compare_memory: 900,
         ..env.opts.clone()
     };
     let summary = env.run_with(&opts).await.expect("forced run");

@@ -15,7 +15,7 @@
 //!    (gone or no longer indexable in MongoDB). Documents added to the index
 //!    since pass 1 are not in the vector and are left alone.
 //!
-//! When more documents are expected than `sync.max_bytes_in_flight / 17`
+//! When more documents are expected than `sync.compare_memory / 17`
 //! (3.9 million at the default), the ids are split by hash into partitions
 //! ([`Partitions`]) and the three passes run per partition, each keeping only
 //! its partition's digests: memory is bounded by the setting, not by the

@@ -57,6 +57,9 @@ pub struct SyncOptions {
     /// enough that Meilisearch finds several tasks waiting and merges them
     /// into one indexing batch.
     pub max_bytes_in_flight: usize,
+    /// Memory the drift check and the exact comparison may hold their
+    /// per-document state in; beyond it they compare in hash partitions.
+    pub compare_memory: usize,
     /// Below this many unindexed documents a collection is skipped (§3.8).
     pub threshold: u64,
     /// Pause between pages read from MongoDB.
@@ -78,6 +81,8 @@ pub struct SyncOptions {
 pub const DEFAULT_IN_FLIGHT: usize = 64;
 /// Default of `sync.max_bytes_in_flight`.
 pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+/// Default of `sync.compare_memory`.
+pub const DEFAULT_COMPARE_MEMORY: usize = 64 * 1024 * 1024;
 
 impl Default for SyncOptions {
     fn default() -> Self {
@@ -87,6 +92,7 @@ impl Default for SyncOptions {
             batch_bytes: 8 * 1024 * 1024,
             in_flight: DEFAULT_IN_FLIGHT,
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
+            compare_memory: DEFAULT_COMPARE_MEMORY,
             threshold: 1000,
             delay: Duration::ZERO,
             filterable_attributes: vec!["user".into()],

@@ -3,7 +3,7 @@
 //! flagged in MongoDB but missing from Meilisearch get their flags cleared so
 //! indexing sends them.
 //!
-//! One read of each side, memory bounded by `sync.max_bytes_in_flight`:
+//! One read of each side, memory bounded by `sync.compare_memory`:
 //! 1. MongoDB, by plain `_id` range pages filtered in Rust: the Meilisearch
 //!    id of every indexable document as a 64-bit hash whose lowest bit holds
 //!    the flag, sorted ([`MongoIds`]: 8 bytes and a seen-bit per document);
@@ -56,7 +56,7 @@ pub(crate) fn id_hash(id: &str) -> u64 {
 
 /// How ids are split when they do not all fit a memory budget: the drift
 /// check's and the exact comparison's per-document state is bounded by
-/// `sync.max_bytes_in_flight`, and each partition is compared by its own
+/// `sync.compare_memory`, and each partition is compared by its own
 /// passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Partitions(pub u64);
@@ -86,12 +86,12 @@ impl Partitions {
         let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
         let partitions = Partitions::for_ids(
             in_meili.max(in_mongo),
-            ctx.opts.max_bytes_in_flight,
+            ctx.opts.compare_memory,
             bytes_per_id,
         );
         if partitions.0 > 1 {
             tracing::info!(index = %ctx.uid, partitions = partitions.0,
-                "comparing in hash partitions to stay within sync.max_bytes_in_flight");
+                "comparing in hash partitions to stay within sync.compare_memory");
         }
         Ok(partitions)
     }
