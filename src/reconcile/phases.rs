@@ -42,8 +42,9 @@ pub enum Phase {
     MeiliWait,
     /// Version-exact acknowledgement statements and their repairs.
     Ack,
-    /// The sender holding acknowledgeable documents the acknowledger's
-    /// queue had no room for (acknowledging is behind).
+    /// The sender with no room to enqueue while settled batches wait for
+    /// the acknowledger's queue (acknowledging is behind: their bytes still
+    /// count against the in-flight budget).
     AckWaited,
     /// The reader holding a finished batch the pipeline had no room for.
     ReaderWaited,

@@ -25,7 +25,7 @@
 //! the exact comparison's repairs ([`super::exact`], which feeds its own
 //! batches to [`send_batches`]).
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -508,8 +508,7 @@ async fn hand_over(ctx: &Ctx<'_>, tx: &mpsc::Sender<Batch>, mut batch: Batch) ->
 }
 
 /// Batches whose accepted documents wait for their acknowledgement: a
-/// bounded queue between the sender and the acknowledger, so acknowledging
-/// never holds up enqueueing (until this many batches wait).
+/// bounded queue between the sender and the acknowledger.
 const ACK_QUEUE_BATCHES: usize = 4;
 
 /// Sends batches, keeping at most `max_bytes_in_flight` bytes of NDJSON (and
@@ -536,8 +535,17 @@ pub(crate) async fn send_batches(
     Ok(settled)
 }
 
-/// The sender: enqueues batches within the in-flight budget and settles
-/// their tasks.
+/// The sender: enqueues batches within the in-flight budget, settles their
+/// tasks and hands the settled batches to the acknowledger.
+///
+/// It never waits on the acknowledger while it has room to enqueue: when
+/// Meilisearch ends a merged indexing batch, all of its tasks end at once,
+/// and handing them over one by one to a queue of [`ACK_QUEUE_BATCHES`]
+/// would leave Meilisearch with nothing enqueued until most of them were
+/// acknowledged. Settled batches wait in the sender instead, and their bytes
+/// keep counting against `max_bytes_in_flight` until the acknowledger takes
+/// them, so memory stays bounded by the budget either way; a slow
+/// acknowledger still holds enqueueing back, through the budget.
 async fn enqueue_and_settle(
     ctx: &Ctx<'_>,
     mut rx: mpsc::Receiver<Batch>,
@@ -545,35 +553,48 @@ async fn enqueue_and_settle(
 ) -> Result<Settled, ReconcileError> {
     let max_tasks = ctx.opts.in_flight.max(1);
     let max_bytes = ctx.opts.max_bytes_in_flight.max(1);
-    let mut bytes_in_flight = 0usize;
+    // NDJSON bytes of the tasks not yet ended plus those of `unhanded`.
+    let mut bytes_held = 0usize;
     let mut pending = FuturesUnordered::new();
+    // Settled batches the acknowledger has not taken yet, with their bytes.
+    let mut unhanded: VecDeque<(usize, Vec<BatchDoc>)> = VecDeque::new();
     let mut settled = Settled::default();
     let mut open = true;
-    while open || !pending.is_empty() {
-        let room = open && pending.len() < max_tasks && bytes_in_flight < max_bytes;
+    while open || !pending.is_empty() || !unhanded.is_empty() {
+        let room = open && pending.len() < max_tasks && bytes_held < max_bytes;
+        let idle = if room {
+            Phase::PipelineWaited
+        } else if !unhanded.is_empty() {
+            Phase::AckWaited
+        } else {
+            Phase::MeiliWait
+        };
         let waiting = Instant::now();
         tokio::select! {
             Some(done) = pending.next(), if !pending.is_empty() => {
-                let idle = if room { Phase::PipelineWaited } else { Phase::MeiliWait };
                 ctx.phases.add(idle, waiting.elapsed());
                 let done: Done = done?;
-                bytes_in_flight -= done.bytes;
                 settled.indexed += done.accepted.len() as u64;
                 settled.rejected.extend(done.rejected);
-                match &ack_tx {
-                    Some(ack_tx) if !done.accepted.is_empty() => {
-                        let queued = Instant::now();
-                        if ack_tx.send(done.accepted).await.is_err() {
-                            // The acknowledger stopped; its error is reported.
-                            return Ok(settled);
-                        }
-                        ctx.phases.add(Phase::AckWaited, queued.elapsed());
-                    }
-                    _ => ctx.advance(done.accepted.len() as u64),
+                if ack_tx.is_some() && !done.accepted.is_empty() {
+                    unhanded.push_back((done.bytes, done.accepted));
+                } else {
+                    bytes_held -= done.bytes;
+                    ctx.advance(done.accepted.len() as u64);
                 }
             }
+            permit = reserve(ack_tx.as_ref()), if !unhanded.is_empty() => {
+                ctx.phases.add(idle, waiting.elapsed());
+                let Ok(permit) = permit else {
+                    // The acknowledger stopped; its error is reported.
+                    return Ok(settled);
+                };
+                let (bytes, docs) = unhanded.pop_front().expect("not empty");
+                bytes_held -= bytes;
+                permit.send(docs);
+            }
             batch = rx.recv(), if room => {
-                ctx.phases.add(Phase::PipelineWaited, waiting.elapsed());
+                ctx.phases.add(idle, waiting.elapsed());
                 match batch {
                     Some(mut batch) => {
                         let sending = Instant::now();
@@ -581,7 +602,7 @@ async fn enqueue_and_settle(
                         let bytes = payload.len();
                         let task = ctx.meili.add_documents_ndjson(&ctx.uid, payload, ctx.guard).await?;
                         ctx.phases.add(Phase::Send, sending.elapsed());
-                        bytes_in_flight += bytes;
+                        bytes_held += bytes;
                         pending.push(settle(ctx, batch, bytes, task, sending));
                     }
                     None => open = false,
@@ -590,6 +611,16 @@ async fn enqueue_and_settle(
         }
     }
     Ok(settled)
+}
+
+/// Room in the acknowledger's queue; never ready without an acknowledger.
+async fn reserve<T>(
+    tx: Option<&mpsc::Sender<T>>,
+) -> Result<mpsc::Permit<'_, T>, mpsc::error::SendError<()>> {
+    match tx {
+        Some(tx) => tx.reserve().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The acknowledger: acknowledges queued documents version-exactly, one

@@ -93,6 +93,22 @@ impl FailCommand {
         .expect("configure failCommand");
     }
 
+    /// The next `commands` from our app (per `mode`) are held `block_ms`
+    /// before they are executed (`blockConnection`): a slow server.
+    pub async fn block(&self, commands: &[&str], block_ms: i32, mode: Bson) {
+        self.configure(doc! {
+            "mode": mode,
+            "data": {
+                "failCommands": commands,
+                "appName": &self.app,
+                "blockConnection": true,
+                "blockTimeMS": block_ms,
+            },
+        })
+        .await
+        .expect("configure failCommand");
+    }
+
     pub async fn off(&self) {
         self.configure(doc! { "mode": "off" })
             .await
