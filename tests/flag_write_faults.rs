@@ -12,15 +12,8 @@ use std::time::Duration;
 use rand::Rng;
 use support::chat_data::{seed, server_now, Env};
 use support::cli::Target;
-use support::faults::{monitored_client, times, FailCommand};
+use support::faults::{monitored_client, times, uri_with_app, FailCommand};
 use support::unique_name;
-
-/// `MONGO_URI` with `appName=app`, so fail points reach this process only.
-fn uri_with_app(app: &str) -> String {
-    let uri = support::mongo_uri();
-    let sep = if uri.contains('?') { '&' } else { '?' };
-    format!("{uri}{sep}appName={app}")
-}
 
 fn output(out: &std::process::Output) -> String {
     format!(

@@ -15,18 +15,11 @@ use std::time::Duration;
 use mongodb::bson::{doc, Bson, Document};
 use support::chat_data::{seed, server_now, Env};
 use support::cli::{wait_exit, Target};
-use support::faults::FailCommand;
+use support::faults::{uri_with_app, FailCommand};
 use support::unique_name;
 
 /// Documents per batch: 600 messages make about 30 message batches.
 const BATCH_DOCS: u64 = 20;
-
-/// `MONGO_URI` with `appName=app`, so fail points reach this process only.
-fn uri_with_app(app: &str) -> String {
-    let uri = support::mongo_uri();
-    let sep = if uri.contains('?') { '&' } else { '?' };
-    format!("{uri}{sep}appName={app}")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueueing_goes_on_while_acknowledgements_are_slow() {

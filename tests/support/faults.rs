@@ -116,6 +116,14 @@ impl FailCommand {
     }
 }
 
+/// `MONGO_URI` with `appName=app`, so [`FailCommand`]s for `app` reach only
+/// the processes given it.
+pub fn uri_with_app(app: &str) -> String {
+    let uri = super::mongo_uri();
+    let sep = if uri.contains('?') { '&' } else { '?' };
+    format!("{uri}{sep}appName={app}")
+}
+
 /// `{ times: n }`.
 pub fn times(n: i32) -> Bson {
     Bson::Document(doc! { "times": n })
