@@ -689,7 +689,7 @@ impl Raw {
                 "sync.max_bytes_in_flight",
                 self.shown("sync.max_bytes_in_flight"),
                 format!(
-                    "a size ≥ sync.batch_bytes ({}) such as \"64MiB\"",
+                    "a size ≥ sync.batch_bytes ({}) such as \"256MiB\"",
                     self.shown("sync.batch_bytes")
                 ),
             ));

@@ -53,9 +53,9 @@ pub struct SyncOptions {
     /// Most Meilisearch tasks outstanding at once (an upper bound beside
     /// `max_bytes_in_flight`).
     pub in_flight: usize,
-    /// Most bytes of NDJSON enqueued in Meilisearch and not yet indexed:
-    /// enough that Meilisearch finds several tasks waiting and merges them
-    /// into one indexing batch.
+    /// Most bytes of NDJSON enqueued in Meilisearch and not yet indexed and
+    /// acknowledged: enough that Meilisearch finds several tasks waiting and
+    /// merges them into one indexing batch.
     pub max_bytes_in_flight: usize,
     /// Memory the drift check and the exact comparison may hold their
     /// per-document state in; beyond it they compare in hash partitions.
@@ -80,7 +80,7 @@ pub struct SyncOptions {
 /// Default of `sync.in_flight`.
 pub const DEFAULT_IN_FLIGHT: usize = 64;
 /// Default of `sync.max_bytes_in_flight`.
-pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 256 * 1024 * 1024;
 /// Default of `sync.compare_memory`.
 pub const DEFAULT_COMPARE_MEMORY: usize = 64 * 1024 * 1024;
 

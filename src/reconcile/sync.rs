@@ -4,10 +4,12 @@
 //! pages, the server's unindexed filter otherwise ([`Read`]) — and cuts them
 //! into NDJSON batches by count and bytes. The sender enqueues batches while
 //! fewer than `max_bytes_in_flight` bytes (and `in_flight` tasks) are enqueued
-//! and not yet indexed, so Meilisearch can merge consecutive tasks into one
-//! indexing batch; it drops each batch's NDJSON once enqueued, keeping only
-//! the compact [`BatchDoc`]s, and settles each task. The acknowledger
-//! acknowledges settled batches from a bounded queue, beside the sender.
+//! and not yet indexed and handed to the acknowledger, so Meilisearch can
+//! merge consecutive tasks into one indexing batch; it drops each batch's
+//! NDJSON once enqueued, keeping only the compact [`BatchDoc`]s, and settles
+//! each task. The acknowledger acknowledges settled batches from a bounded
+//! queue, beside the sender, which never waits on it while the budget has
+//! room.
 //! Each stage adds its time to the run's [`super::phases`].
 //!
 //! The acknowledgement is version-exact ([`super::ack`]): each document's
