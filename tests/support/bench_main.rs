@@ -5,7 +5,8 @@
 //!   unindexed indexable ones, projected and cut into NDJSON batches exactly
 //!   as `once` cuts them; prepared before the clock starts), EVERY batch of
 //!   both indexes enqueued at once, timed until the last task ended. Reports
-//!   how Meilisearch batched them (distinct `batchUid`s).
+//!   how Meilisearch batched them (distinct `batchUid`s) and how long those
+//!   indexing batches took together (`meili_busy_secs`).
 //! - `scan`: a plain `_id`-ordered read of each collection with `once`'s
 //!   projection and no filter, as a batched cursor and/or as `_id`-range pages;
 //!   reports each and the cheaper. `--docs` limits it to the first documents.
@@ -19,7 +20,8 @@
 //! - `unindex`: clears the flag of every k-th flagged document (spread over the
 //!   collection), for the incremental case.
 //! - `cpu`: a snapshot of the busy-time counters, taken around `once`.
-//! - `verify`: whether a run indexed everything; `cleanup`: drops the
+//! - `verify`: whether a run indexed everything, with the same batch figures
+//!   for the tasks the run enqueued; `cleanup`: drops the
 //!   benchmark's databases and indexes (servers given, not started).
 //!
 //! Every timed pass reports wall seconds and busy core-seconds (`bench_cpu`):
@@ -32,7 +34,7 @@
 mod bench_cpu;
 
 use bytes::Bytes;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
@@ -410,13 +412,14 @@ async fn ingest(
 
     let mut per_collection = Vec::new();
     for (prepared, uids) in prepared.iter().zip(&tasks) {
-        let batch_uids = batch_uids(meili, uids).await?;
+        let batches = ingest_batches(meili, uids).await?;
         per_collection.push(json!({
             "collection": prepared.collection.name(),
             "docs": prepared.batches.iter().map(|(n, _)| n).sum::<usize>(),
             "tasks": uids.len(),
             "bytes": prepared.batches.iter().map(|(_, b)| b.len()).sum::<usize>(),
-            "meili_batches": batch_uids.len(),
+            "meili_batches": batches.count(),
+            "meili_busy_secs": batches.busy_secs(),
         }));
         if !existing {
             // Free the stand-in's memory before `once` runs on the same server.
@@ -535,9 +538,39 @@ async fn enqueue_all_and_wait(
     }
 }
 
-/// The distinct batches that processed `uids`, checking every task succeeded.
-async fn batch_uids(meili: &Meili, uids: &[u64]) -> anyhow::Result<BTreeSet<u64>> {
-    let mut batches = BTreeSet::new();
+/// The Meilisearch indexing batches that processed some tasks: each batch's
+/// duration by its uid (the tasks of a batch share its `startedAt` and
+/// `finishedAt`).
+#[derive(Default)]
+struct IndexingBatches(BTreeMap<u64, f64>);
+
+impl IndexingBatches {
+    /// Notes the batch of a finished task.
+    fn note(&mut self, task: &Value) {
+        let at = |field: &str| {
+            let text = task[field].as_str()?;
+            time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
+        };
+        if let (Some(uid), Some(started), Some(finished)) =
+            (task["batchUid"].as_u64(), at("startedAt"), at("finishedAt"))
+        {
+            self.0.insert(uid, (finished - started).as_seconds_f64());
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Meilisearch's time indexing these batches (it runs one at a time).
+    fn busy_secs(&self) -> f64 {
+        self.0.values().sum()
+    }
+}
+
+/// The batches that processed `uids`, checking every task succeeded.
+async fn ingest_batches(meili: &Meili, uids: &[u64]) -> anyhow::Result<IndexingBatches> {
+    let mut batches = IndexingBatches::default();
     for chunk in uids.chunks(100) {
         let list: Vec<String> = chunk.iter().map(u64::to_string).collect();
         let answer = meili
@@ -548,7 +581,7 @@ async fn batch_uids(meili: &Meili, uids: &[u64]) -> anyhow::Result<BTreeSet<u64>
             results.len() == chunk.len() && results.iter().all(|t| t["status"] == "succeeded"),
             "not every ingest task succeeded"
         );
-        batches.extend(results.iter().filter_map(|t| t["batchUid"].as_u64()));
+        results.iter().for_each(|task| batches.note(task));
     }
     Ok(batches)
 }
@@ -1001,15 +1034,20 @@ async fn verify(
         let (tasks, batches) = addition_batches(meili, &uid, since_task).await?;
         per_collection.push(json!({ "collection": collection.name(),
             "indexable": counts.indexable, "unindexed": counts.unindexed, "in_meili": in_meili,
-            "addition_tasks": tasks, "meili_batches": batches }));
+            "addition_tasks": tasks, "meili_batches": batches.count(),
+            "meili_busy_secs": batches.busy_secs() }));
     }
     Ok(json!({ "complete": complete, "collections": per_collection }))
 }
 
 /// Document-addition tasks of index `uid` from task `since` on, and the
-/// distinct batches that processed them.
-async fn addition_batches(meili: &Meili, uid: &str, since: u64) -> anyhow::Result<(u64, usize)> {
-    let mut batches = BTreeSet::new();
+/// batches that processed them.
+async fn addition_batches(
+    meili: &Meili,
+    uid: &str,
+    since: u64,
+) -> anyhow::Result<(u64, IndexingBatches)> {
+    let mut batches = IndexingBatches::default();
     let mut tasks = 0;
     let mut from: Option<u64> = None;
     loop {
@@ -1021,14 +1059,14 @@ async fn addition_batches(meili: &Meili, uid: &str, since: u64) -> anyhow::Resul
         // Newest first: stop at the first task older than `since`.
         for task in answer["results"].as_array().into_iter().flatten() {
             if task["uid"].as_u64().unwrap_or(0) < since {
-                return Ok((tasks, batches.len()));
+                return Ok((tasks, batches));
             }
             tasks += 1;
-            batches.extend(task["batchUid"].as_u64());
+            batches.note(task);
         }
         match answer["next"].as_u64() {
             Some(next) => from = Some(next),
-            None => return Ok((tasks, batches.len())),
+            None => return Ok((tasks, batches)),
         }
     }
 }
