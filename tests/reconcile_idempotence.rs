@@ -1,10 +1,14 @@
 //! Idempotence: a second run right after a complete one changes nothing and
-//! says so.
+//! says so; and a run counts each collection once.
 
 mod support;
 
+use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;
-use support::chat_data::{seed, Env};
+use meili_reconciler::progress::Progress;
+use meili_reconciler::reconcile::reconcile;
+use support::chat_data::{message, seed, Env};
+use support::faults::{monitored_client, Sent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_run_changes_nothing() {
@@ -43,6 +47,62 @@ async fn second_run_changes_nothing() {
         env.mongo_docs(Collection::Messages).await,
     );
     assert_eq!(before_docs, after_docs);
+    env.assert_in_step(now, &[]).await;
+    env.cleanup().await;
+}
+
+/// The count aggregations (`aggregate` is what `mongo::counts` runs, and
+/// nothing else of a run) among `sent`, per collection.
+fn count_aggregations(sent: &[Sent]) -> Vec<(String, usize)> {
+    let mut counts: Vec<(String, usize)> = Collection::ALL
+        .iter()
+        .map(|c| (c.name().to_string(), 0))
+        .collect();
+    for sent in sent.iter().filter(|s| s.name == "aggregate") {
+        let on = sent.collection().unwrap_or_default();
+        match counts.iter_mut().find(|(name, _)| name == on) {
+            Some((_, n)) => *n += 1,
+            None => panic!("an aggregation on {on}: {:?}", sent.command),
+        }
+    }
+    counts
+}
+
+/// The plan's counts decide the drift check and the threshold when no
+/// settings task ran since: a run does not count a collection twice (the
+/// count aggregation reads every document of it). Both with nothing to do
+/// and with a backlog to index, and the backlog still ends indexed exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_counts_each_collection_once() {
+    let env = Env::new("count-once").await;
+    let now = seed(&env, 3_000, 300).await;
+    env.run().await.expect("first run");
+    let (client, log) = monitored_client("count-once", true, None).await;
+    let db = client.database(env.db.name());
+    let (guard, progress) = (Guard::unfenced(), Progress::new());
+    let run = || reconcile(&db, &env.meili, &env.opts, &guard, &progress);
+
+    let idle = run().await.expect("run with nothing to do");
+    assert!(idle.nothing_to_do, "{idle}");
+    let once_each = vec![
+        ("messages".to_string(), 1),
+        ("conversations".to_string(), 1),
+    ];
+    assert_eq!(count_aggregations(&log.all()), once_each);
+
+    // A backlog above the threshold (1,000): new messages, never indexed
+    // (none of them flagged: a flag without its document in Meilisearch is
+    // drift, which is repaired and then counted again).
+    let backlog = (3_000..5_000).map(|i| {
+        let mut d = message(i, now);
+        d.insert("_meiliIndex", false);
+        d
+    });
+    env.insert(Collection::Messages, backlog.collect()).await;
+    let before = log.all().len();
+    let busy = run().await.expect("run with a backlog");
+    assert!(busy.indexed() >= 1_000, "{busy}");
+    assert_eq!(count_aggregations(&log.all()[before..]), once_each);
     env.assert_in_step(now, &[]).await;
     env.cleanup().await;
 }

@@ -445,6 +445,11 @@ pub async fn reconcile(
         summaries.push(summary);
     }
 
+    // The plan's counts are still the current ones when no settings task
+    // ran since (on a large index one can take minutes); else each
+    // collection counts again.
+    let plan_counts_current = summaries.iter().all(|s| s.settings_changed.is_empty());
+
     // Then the collections side by side: while one waits for Meilisearch
     // or MongoDB the other progresses (each reports through its own lane).
     let phases = Arc::default();
@@ -465,7 +470,7 @@ pub async fn reconcile(
                 index.index_uid.clone(),
             )
             .with_phases(&phases);
-            async move { reconcile_collection(&ctx, index, summary).await }
+            async move { reconcile_collection(&ctx, index, plan_counts_current, summary).await }
         });
     futures::future::try_join_all(work).await?;
     drop(lanes);
@@ -530,9 +535,15 @@ pub(crate) async fn prepare_index(
 /// interrupted reindex left pending (or `--deep` asked for) or else the
 /// id-set drift repair, the removal of a leftover reindex build index, and
 /// indexing.
+///
+/// `plan_counts_current`: nothing was written since `index` was planned, so
+/// its counts (MongoDB's and the index's) decide the drift check and the
+/// threshold instead of counting again — on a large collection the count
+/// aggregation reads every document.
 pub(crate) async fn reconcile_collection(
     ctx: &Ctx<'_>,
     index: &IndexPlan,
+    plan_counts_current: bool,
     summary: &mut CollectionSummary,
 ) -> Result<(), ReconcileError> {
     if let Some(reason) = &index.rebuild {
@@ -565,9 +576,13 @@ pub(crate) async fn reconcile_collection(
         summary.flags_cleared += repairs.flags_cleared;
         summary.rejected.extend(repairs.rejected);
     } else {
-        let now = mongo::server_time(ctx.db).await?;
-        let counts = mongo::counts(ctx.db, ctx.collection, now).await?;
-        let in_meili = ctx.meili.document_count(&ctx.uid).await?;
+        let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
+            (index.mongo, index.meili_documents)
+        } else {
+            let now = mongo::server_time(ctx.db).await?;
+            let counts = mongo::counts(ctx.db, ctx.collection, now).await?;
+            (counts, ctx.meili.document_count(&ctx.uid).await?)
+        };
         if ctx.opts.force || in_meili != counts.indexed {
             tracing::info!(index = %ctx.uid, in_meili, flagged_indexable = counts.indexed,
                 forced = ctx.opts.force, "comparing id sets (the index's count differs from MongoDB's, or forced)");

@@ -179,7 +179,8 @@ async fn in_place(
             index.index_uid.clone(),
         )
         .with_phases(&phases);
-        reconcile_collection(&ctx, &index, &mut summary).await?;
+        // Rebuilding: the flags are reset first, so they are counted afterwards.
+        reconcile_collection(&ctx, &index, false, &mut summary).await?;
         summaries.push(summary);
     }
     Ok((summaries, phases))
