@@ -299,6 +299,24 @@ pub async fn counts(
     })
 }
 
+/// How many indexable documents are not flagged at `now`: one count over
+/// [`unindexed_filter`], whose flag condition lets the server answer from
+/// the sync index `{_meiliIndex, isTemporary, expiredAt}` and read only the
+/// backlog — where [`counts`] reads every indexable document. For the
+/// backlog gauge, which every replica refreshes after every run: it needs
+/// no partition, so it need not pay for one.
+pub async fn count_unindexed(
+    db: &Database,
+    collection: Collection,
+    now: DateTime,
+) -> Result<u64, MongoError> {
+    collection
+        .handle(db)
+        .count_documents(unindexed_filter(collection, now))
+        .await
+        .map_err(mongo_err("count the unindexed documents"))
+}
+
 /// A `$sum` result: Int32, Int64 or (on some servers) a whole Double.
 fn count_field(row: &Document, field: &str) -> Result<u64, MongoError> {
     let n = match row.get(field) {

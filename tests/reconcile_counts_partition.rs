@@ -5,15 +5,22 @@
 //! `indexable` does not depend on the flags. Two separate count queries over
 //! complementary filters cannot promise that (a flag flipped between them is
 //! counted in neither, or in both); the counts must come from one query.
+//! The backlog gauge's count needs no partition: it reads only what the
+//! flag leaves unindexed.
 
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use meili_reconciler::job::Reconciler;
+use meili_reconciler::meili::Meili;
 use meili_reconciler::mongo::{self, Collection, Counts};
+use meili_reconciler::reconcile::SyncOptions;
+use meili_reconciler::serve;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::Client;
+use support::faults::monitored_client;
 
 /// Indexable messages, `_id` 0..INDEXABLE.
 const INDEXABLE: i64 = 1_500;
@@ -146,5 +153,64 @@ async fn counts_partition_the_indexable_documents_while_flags_change() {
         mid_way > 0,
         "no count was taken while the flags were changing ({updates} updates)"
     );
+    let _ = db.drop().await;
+}
+
+/// The backlog every replica counts after every run (`serve::update_backlog`,
+/// the gauge's source) is the plan's `unindexed`, document for document of
+/// every kind above, from one count per collection whose filter carries the
+/// flag condition — what lets MongoDB answer it from the sync index
+/// `{_meiliIndex, isTemporary, expiredAt}` instead of reading every
+/// indexable document, as the plan's aggregation must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_count_is_the_unindexed_count_restricted_by_the_flag() {
+    let (client, log) = monitored_client("backlog-count", true, None).await;
+    let db = client.database(&support::unique_name("backlog"));
+    let now = mongo::server_time(&db).await.expect("server time");
+    db.collection::<Document>("messages")
+        .insert_many(messages(now))
+        .await
+        .expect("insert messages");
+
+    let meili = support::meili();
+    let reconciler = Reconciler {
+        db: db.clone(),
+        meili: Meili::new(&meili.host, Some(&meili.key)).expect("meili client"),
+        sync: SyncOptions::default(),
+    };
+    let before = log.all().len();
+    serve::update_backlog(&reconciler).await;
+    let sent = log.all()[before..].to_vec();
+    for collection in Collection::ALL {
+        let counts: Vec<_> = sent
+            .iter()
+            .filter(|s| s.collection() == Some(collection.name()))
+            .collect();
+        assert_eq!(counts.len(), 1, "one command on {collection:?}: {counts:?}");
+        let flag_condition = counts[0]
+            .command
+            .get_array("pipeline")
+            .ok()
+            .and_then(|p| p.first())
+            .and_then(Bson::as_document)
+            .and_then(|stage| stage.get_document("$match").ok())
+            .and_then(|m| m.get_document(mongo::FLAG).ok().cloned());
+        assert_eq!(
+            flag_condition,
+            Some(doc! { "$ne": true }),
+            "the backlog count is restricted by the flag: {:?}",
+            counts[0].command
+        );
+    }
+
+    let expected = (0..INDEXABLE).filter(|i| i % 3 != 2).count() as u64;
+    let plan = mongo::counts(&db, Collection::Messages, now)
+        .await
+        .expect("counts");
+    assert_eq!(plan.unindexed, expected, "{plan:?}");
+    let backlog = mongo::count_unindexed(&db, Collection::Messages, now)
+        .await
+        .expect("backlog count");
+    assert_eq!(backlog, expected);
     let _ = db.drop().await;
 }

@@ -189,14 +189,16 @@ pub(crate) async fn retry_delay(reconciler: &Reconciler, lease: &LeaseOptions) -
     Some(Duration::from_secs_f64(secs.max(0.0)) + Duration::from_millis(100))
 }
 
-/// Counts the unindexed backlog for the metrics (after each run).
-pub(crate) async fn update_backlog(reconciler: &Reconciler) {
+/// Counts the unindexed backlog for the metrics (after each run, on every
+/// replica): the unflagged documents only, by the sync index — not the
+/// whole collection, as the plan's counts read it.
+pub async fn update_backlog(reconciler: &Reconciler) {
     let Ok(now) = mongo::server_time(&reconciler.db).await else {
         return;
     };
     for collection in Collection::ALL {
-        if let Ok(counts) = mongo::counts(&reconciler.db, collection, now).await {
-            crate::metrics::unindexed_backlog(collection.name(), counts.unindexed);
+        if let Ok(unindexed) = mongo::count_unindexed(&reconciler.db, collection, now).await {
+            crate::metrics::unindexed_backlog(collection.name(), unindexed);
         }
     }
 }
