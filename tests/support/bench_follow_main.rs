@@ -157,6 +157,11 @@ async fn main() -> anyhow::Result<()> {
             "maxSustainedRate": max_sustained,
         }))?
     );
+    // End the driver's sessions while the runtime still runs: a client
+    // dropped as `main` returns spawns that work onto a runtime shutting
+    // down, where it can panic on the closed connection pool and print a
+    // backtrace after the report.
+    client.shutdown().immediate(true).await;
     Ok(())
 }
 

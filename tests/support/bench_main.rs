@@ -337,6 +337,11 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Cpu { .. } => unreachable!("answered above"),
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
+    // End the driver's sessions while the runtime still runs: a client
+    // dropped as `main` returns spawns that work onto a runtime shutting
+    // down, where it can panic on the closed connection pool and print a
+    // backtrace after the report.
+    client.shutdown().immediate(true).await;
     Ok(())
 }
 
