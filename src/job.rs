@@ -241,6 +241,9 @@ pub fn failure_outcome(error: LeaseError, engine_error: Option<ReconcileError>) 
                 error: error.to_string(),
             },
         },
+        error @ LeaseError::Refused { .. } => RunOutcome::Failed {
+            error: error.to_string(),
+        },
         error @ LeaseError::MongoUnavailable(_) => RunOutcome::Unreachable {
             error: error.to_string(),
         },

@@ -20,6 +20,15 @@ use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use tokio_util::sync::CancellationToken;
 
+/// Prints a line to stdout. A reader that went away (`status --json | head`)
+/// is not an error of ours: the failed write is ignored instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 /// Exit codes (docs/design.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Exit {
@@ -101,7 +110,8 @@ enum Command {
         /// Run even if a fresh completion exists and below the threshold.
         #[arg(long)]
         force: bool,
-        /// Compare document id sets even when counts agree.
+        /// Compare every document's contents with MongoDB (as verify --repair
+        /// does), not only the id sets, and repair what differs.
         #[arg(long)]
         deep: bool,
         /// How long a follower waits for the owner before exiting with code 3.
@@ -220,12 +230,13 @@ fn exit_for(error: &ReconcileError) -> Exit {
     }
 }
 
-/// This replica's owner id in the lease and in every log line.
+/// This replica's owner id in the lease and in every log line: unique per
+/// process even when every replica is given the same `lease.owner`.
 fn replica_id(settings: &Settings) -> String {
     if settings.lease.owner.is_empty() {
         lease::default_owner_id()
     } else {
-        settings.lease.owner.clone()
+        lease::labelled_owner_id(&settings.lease.owner)
     }
 }
 
@@ -344,7 +355,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             .await;
             if json {
                 if let RunOutcome::Completed { summary, .. } = &outcome {
-                    println!(
+                    out!(
                         "{}",
                         serde_json::to_string_pretty(summary).expect("summary serializes")
                     );
@@ -386,16 +397,16 @@ where
 fn finish(outcome: RunOutcome) -> Exit {
     match &outcome {
         RunOutcome::Completed { text, rejects, .. } => {
-            println!("{text}");
+            out!("{text}");
             if *rejects > 0 {
-                println!("(the rejected documents are listed in the lease's summary: `meili-reconciler status --json`; they stay unindexed)");
+                out!("(the rejected documents are listed in the lease's summary: `meili-reconciler status --json`; they stay unindexed)");
             }
         }
-        RunOutcome::DoneByOther { owner, .. } => println!(
+        RunOutcome::DoneByOther { owner, .. } => out!(
             "done by {} (this replica waited for its completion)",
             owner.as_deref().unwrap_or("another replica")
         ),
-        RunOutcome::HandedOver { to } => println!("handed the lease over to {to}"),
+        RunOutcome::HandedOver { to } => out!("handed the lease over to {to}"),
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => eprintln!("meili-reconciler: {error}"),
@@ -411,14 +422,14 @@ fn finish(outcome: RunOutcome) -> Exit {
 async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
     match reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
         Ok(plan) if json => {
-            println!(
+            out!(
                 "{}",
                 serde_json::to_string_pretty(&plan).expect("plan serializes")
             );
             Exit::Done
         }
         Ok(plan) => {
-            println!("{plan}");
+            out!("{plan}");
             Exit::Done
         }
         Err(error) => {
@@ -446,12 +457,12 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
     match report {
         Ok(report) => {
             if json {
-                println!(
+                out!(
                     "{}",
                     serde_json::to_string_pretty(&report).expect("report serializes")
                 );
             } else {
-                println!("{report}");
+                out!("{report}");
             }
             if report.clean {
                 Exit::Done
@@ -469,14 +480,14 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
 async fn status(db: &mongodb::Database, lease_opts: &lease::LeaseOptions, json: bool) -> Exit {
     match lease::read_status(db, lease_opts).await {
         Ok(status) if json => {
-            println!(
+            out!(
                 "{}",
                 serde_json::to_string_pretty(&status).expect("status serializes")
             );
             Exit::Done
         }
         Ok(status) => {
-            print!("{status}");
+            out!("{status}");
             Exit::Done
         }
         Err(error) => {

@@ -423,8 +423,18 @@ async fn a_partitioned_owner_stops_before_its_lease_expires() {
         run_single_flight(&owner_db, &owner_opts, &mut job, Progress::new(), shutdown).await
     });
     let guard = started_rx.await.unwrap();
-    // Let a couple of renewals through, then cut the network.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once a renewal has gone through the proxy, cut the network.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let record = read_job(&db, &opts).await.unwrap();
+            if record.renewed_at > record.claimed_at {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a renewal lands");
     proxy.cut();
     let cut_at = Instant::now();
 
@@ -786,62 +796,81 @@ async fn status_shows_the_owner_expiry_progress_and_summary() {
     assert!(status.to_string().contains("summary"));
 }
 
-/// A write the owner already sent when shutdown comes (an acknowledgement
-/// `update_many` the server is still applying) lands before the release, not
-/// after it, when another replica may already own the work.
-#[tokio::test]
-async fn shutdown_lets_a_write_already_sent_land_before_the_release() {
-    let db = database("lease_drain").await;
-    let mut opts = fast_options("drain", "draining");
+/// An owner whose job sends one write to the "effects" collection, taking
+/// `write_takes` to land (the server time it landed at is its `at`), and
+/// waits for it; the receiver fires once it is sent.
+fn owner_with_a_write_in_flight(
+    db: Database,
+    opts: LeaseOptions,
+    write_takes: Duration,
+    shutdown: CancellationToken,
+) -> (
+    tokio::task::JoinHandle<Result<Outcome, LeaseError>>,
+    oneshot::Receiver<()>,
+) {
+    let (sent_tx, sent_rx) = oneshot::channel();
+    let owner = tokio::spawn(async move {
+        let mut sent = Some(sent_tx);
+        let effects_db = db.clone();
+        let mut job = move |guard: Guard, _progress: Progress| {
+            let (effects_db, sent) = (effects_db.clone(), sent.take());
+            async move {
+                guard.check()?;
+                // Sent: the server applies it whatever happens to us now.
+                let write = tokio::spawn(async move {
+                    tokio::time::sleep(write_takes).await;
+                    let at = clock::server_now(&effects_db).await.unwrap();
+                    effects_db
+                        .collection::<mongodb::bson::Document>("effects")
+                        .insert_one(doc! { "at": at })
+                        .await
+                        .unwrap();
+                });
+                if let Some(sent) = sent {
+                    let _ = sent.send(());
+                }
+                write.await?;
+                guard.check()?;
+                Ok(json!({}))
+            }
+        };
+        run_single_flight(&db, &opts, &mut job, Progress::new(), shutdown).await
+    });
+    (owner, sent_rx)
+}
+
+/// An owner (ttl 60 s) shut down once its write, taking `write_takes`, is
+/// sent; `drain_patience` overrides the default. Returns its database,
+/// options and result.
+async fn shut_down_during_a_write(
+    job: &str,
+    write_takes: Duration,
+    drain_patience: Option<Duration>,
+) -> (Database, LeaseOptions, Result<Outcome, LeaseError>) {
+    let db = database(&format!("lease_{job}")).await;
+    let mut opts = fast_options(job, "draining");
     opts.ttl = Duration::from_secs(60);
     opts.safety_margin = Duration::from_secs(10);
     opts.renew_every = Duration::from_secs(5);
+    if let Some(patience) = drain_patience {
+        opts.drain_patience = patience;
+    }
     let shutdown = CancellationToken::new();
-    let (sent_tx, sent_rx) = oneshot::channel();
-    let owner = {
-        let db = same_database(&db).await;
-        let (opts, stop) = (opts.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            let mut sent = Some(sent_tx);
-            let effects_db = db.clone();
-            let mut job = move |guard: Guard, _progress: Progress| {
-                let (effects_db, sent) = (effects_db.clone(), sent.take());
-                async move {
-                    guard.check()?;
-                    // Sent: the server applies it whatever happens to us now.
-                    let write = tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(800)).await;
-                        let at = clock::server_now(&effects_db).await.unwrap();
-                        effects_db
-                            .collection::<mongodb::bson::Document>("effects")
-                            .insert_one(doc! { "at": at })
-                            .await
-                            .unwrap();
-                    });
-                    if let Some(sent) = sent {
-                        let _ = sent.send(());
-                    }
-                    write.await?;
-                    guard.check()?;
-                    Ok(json!({}))
-                }
-            };
-            run_single_flight(&db, &opts, &mut job, Progress::new(), stop).await
-        })
-    };
-    sent_rx.await.unwrap();
+    let (owner, sent) = owner_with_a_write_in_flight(
+        same_database(&db).await,
+        opts.clone(),
+        write_takes,
+        shutdown.clone(),
+    );
+    sent.await.unwrap();
     shutdown.cancel();
     let result = owner.await.unwrap();
-    assert_eq!(result, Err(LeaseError::ShutDown { released: true }));
+    (db, opts, result)
+}
 
-    let lease = db
-        .collection::<mongodb::bson::Document>(&opts.collection)
-        .find_one(doc! { "_id": &opts.job })
-        .await
-        .unwrap()
-        .unwrap();
-    let released = *lease.get_datetime("releasedAt").unwrap();
-    let effect = tokio::time::timeout(Duration::from_secs(5), async {
+/// The `at` of the owner's write, once it has landed.
+async fn landed_write(db: &Database) -> DateTime {
+    let effect = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if let Some(e) = db
                 .collection::<mongodb::bson::Document>("effects")
@@ -856,9 +885,116 @@ async fn shutdown_lets_a_write_already_sent_land_before_the_release() {
     })
     .await
     .expect("the write lands");
-    let landed = *effect.get_datetime("at").unwrap();
+    *effect.get_datetime("at").unwrap()
+}
+
+/// A write the owner already sent when shutdown comes (an acknowledgement
+/// `update_many` the server is still applying) lands before the release, not
+/// after it, when another replica may already own the work.
+#[tokio::test]
+async fn shutdown_lets_a_write_already_sent_land_before_the_release() {
+    let (db, opts, result) =
+        shut_down_during_a_write("drain", Duration::from_millis(800), None).await;
+    assert_eq!(result, Err(LeaseError::ShutDown { released: true }));
+
+    let lease = db
+        .collection::<mongodb::bson::Document>(&opts.collection)
+        .find_one(doc! { "_id": &opts.job })
+        .await
+        .unwrap()
+        .unwrap();
+    let released = *lease.get_datetime("releasedAt").unwrap();
+    let landed = landed_write(&db).await;
     assert!(
         landed <= released,
         "the write landed at {landed} after the release at {released}"
+    );
+}
+
+/// A job that does not stop within `drain_patience` of shutdown may still
+/// have a write on the server: the owner does not release its lease then
+/// (a follower would claim at once and work beside that write) but leaves it
+/// to expire, so the write lands while the lease still keeps followers out.
+#[tokio::test]
+async fn shutdown_leaves_the_lease_to_expire_when_a_write_outlasts_the_drain() {
+    let (db, opts, result) = shut_down_during_a_write(
+        "drain_late",
+        Duration::from_millis(1500),
+        Some(Duration::from_millis(200)),
+    )
+    .await;
+    assert_eq!(result, Err(LeaseError::ShutDown { released: false }));
+
+    let landed = landed_write(&db).await;
+    let lease = read_job(&db, &opts).await.expect("the job document");
+    assert_eq!(lease.status, JobStatus::Running, "{lease:?}");
+    assert_eq!(lease.owner.as_deref(), Some("draining"), "{lease:?}");
+    let expires = lease.lease_expires_at.expect("a lease end");
+    assert!(
+        landed < expires,
+        "the write landed at {landed}, after the lease it was sent under ended at {expires}"
+    );
+    let mut follower = opts.clone();
+    follower.owner = "follower".into();
+    follower.wait_timeout = Some(Duration::from_millis(300));
+    let waited = run_recording(&db, &follower, Duration::ZERO, Default::default()).await;
+    assert!(
+        matches!(&waited, Err(LeaseError::WaitTimedOut { owner: Some(owner), .. }) if owner == "draining"),
+        "a follower waits for the unreleased lease: {waited:?}"
+    );
+}
+
+/// A claim MongoDB refuses for good (here a validator on `distributedJobs`
+/// that no lease document passes; a missing privilege alike) ends the wait
+/// with that refusal (exit 1), instead of a claim sent again on every poll
+/// until the wait times out.
+#[tokio::test]
+async fn a_claim_mongodb_refuses_ends_the_wait_with_the_refusal() {
+    let db = database("lease_refused").await;
+    let mut opts = fast_options("refused", "refused-owner");
+    opts.wait_timeout = Some(Duration::from_secs(30));
+    db.create_collection(&opts.collection)
+        .validator(doc! { "$jsonSchema": { "required": ["aFieldNoLeaseHas"] } })
+        .await
+        .unwrap();
+    let result = run_recording(&db, &opts, Duration::ZERO, Default::default()).await;
+    let Err(error @ LeaseError::Refused { .. }) = &result else {
+        panic!("the refusal ends the wait: {result:?}")
+    };
+    assert_eq!(error.exit_code(), 1);
+    let message = error.to_string();
+    assert!(
+        message.contains("claim") && message.contains(&opts.collection),
+        "{message}"
+    );
+    assert!(read_job(&db, &opts).await.is_none(), "nothing was written");
+}
+
+/// However short the wait, the lease is looked at once: `--wait-timeout 0s`
+/// claims a free lease (and gives up at once on a held one).
+#[tokio::test]
+async fn a_zero_wait_timeout_still_claims_a_free_lease() {
+    let db = database("lease_zero_wait").await;
+    let mut opts = fast_options("zero_wait", "impatient");
+    opts.wait_timeout = Some(Duration::ZERO);
+    let result = run_recording(&db, &opts, Duration::ZERO, Default::default()).await;
+    assert!(matches!(result, Ok(Outcome::Ran { .. })), "{result:?}");
+
+    let mut held = fast_options("zero_wait_held", "impatient");
+    held.wait_timeout = Some(Duration::ZERO);
+    let holder = JobStore::new(
+        &db,
+        &LeaseOptions {
+            ttl: Duration::from_secs(60),
+            ..held.clone()
+        },
+    );
+    let now = holder.server_now().await.unwrap();
+    let claimed = holder.claim("holder", now, None).await.unwrap();
+    assert!(matches!(claimed, ClaimResult::Won(_)));
+    let result = run_recording(&db, &held, Duration::ZERO, Default::default()).await;
+    assert!(
+        matches!(result, Err(LeaseError::WaitTimedOut { .. })),
+        "a held lease is not waited for: {result:?}"
     );
 }

@@ -126,9 +126,13 @@ async fn every_lease_write_is_majority_journaled_and_every_read_majority() {
     );
     // A release on shutdown.
     let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
+    let (stop, counter) = (shutdown.clone(), runs.clone());
+    let started = counter.load(Ordering::SeqCst);
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Once the job runs, the claim has landed: shut down then.
+        while counter.load(Ordering::SeqCst) == started {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         stop.cancel();
     });
     let released = run_job(&db, &opts, &runs, Duration::from_secs(30), false, shutdown).await;

@@ -1,6 +1,7 @@
 //! Three `meili-reconciler once` processes started together on the same data
 //! (a rolling deploy): one indexes, the other two wait and exit 0 when it
-//! completes, and the data ends fully reconciled.
+//! completes, and the data ends fully reconciled — also when all three are
+//! given the same `lease.owner` (one `.env` shared by every replica).
 
 mod support;
 
@@ -12,7 +13,27 @@ use support::seeder::{seed, SeedSpec};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_once_processes_one_indexes_two_wait_all_exit_zero() {
-    let target = Target::new("once_three");
+    three_once_processes(
+        "once_three",
+        ["once-a", "once-b", "once-c"],
+        "done by once-",
+    )
+    .await;
+}
+
+/// A replica that found the lease running under its own id would take it for
+/// a claim of its own whose answer was lost and adopt it: each process's id
+/// gets its own suffix, so the label's twins wait like any other follower.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_once_processes_given_one_owner_label_still_run_once() {
+    three_once_processes("once_twins", ["twin", "twin", "twin"], "done by twin:").await;
+}
+
+/// Starts three `once` with these `lease.owner` labels together; asserts
+/// that one ran, two report `waited_for` (the owner named in their summary)
+/// and everything is indexed and flagged exactly once.
+async fn three_once_processes(name: &str, labels: [&str; 3], waited_for: &str) {
+    let target = Target::new(name);
     let db = target.db().await;
     let report = seed(
         &db,
@@ -25,7 +46,7 @@ async fn three_once_processes_one_indexes_two_wait_all_exit_zero() {
     .await
     .unwrap();
 
-    let mut children: Vec<_> = ["once-a", "once-b", "once-c"]
+    let mut children: Vec<_> = labels
         .iter()
         .map(|owner| target.spawn(owner, &["once", "--wait-timeout", "2m"]))
         .collect();
@@ -43,7 +64,7 @@ async fn three_once_processes_one_indexes_two_wait_all_exit_zero() {
         .collect();
     let waited = outputs
         .iter()
-        .filter(|(out, _)| out.contains("done by once-"))
+        .filter(|(out, _)| out.contains(waited_for))
         .count();
     assert_eq!(
         ran.len(),

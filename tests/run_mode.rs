@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};
 use serde_json::Value;
-use support::cli::{eventually, free_port, output_of, terminate, wait_exit, Target};
+use support::cli::{eventually, free_port, is_labelled, output_of, terminate, wait_exit, Target};
 use support::seeder::{seed, SeedSpec};
 
 async fn get(url: &str) -> (u16, String) {
@@ -48,13 +48,16 @@ async fn run_answers_health_ready_status_and_metrics() {
         (code == 200 && status["lastRun"]["outcome"] == "completed").then_some(status)
     })
     .await;
-    assert_eq!(status["replica"], "replica-http");
+    assert!(
+        is_labelled(status["replica"].as_str().unwrap(), "replica-http"),
+        "{status}"
+    );
     assert_eq!(status["role"], "idle");
     // Follow mode (the default): the owner keeps the lease and follows.
     let status =
         support::follow::await_follow_state(&base, "following", Duration::from_secs(30)).await;
     assert_eq!(status["lease"]["state"], "following");
-    assert_eq!(status["lease"]["owner"], "replica-http");
+    assert_eq!(status["lease"]["owner"], status["replica"], "{status}");
     assert!(status["lease"]["epoch"].as_i64().unwrap() >= 1);
     assert!(status["nextRunInSecs"].as_u64().unwrap() > 3000, "{status}");
     let indexed: u64 = status["lastRun"]["summary"]["collections"]
@@ -419,7 +422,9 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
         "replica-a to own a running lease",
         || async {
             let lease = target.lease().await?;
-            (lease.get_str("owner").ok() == Some("replica-a")
+            (lease
+                .get_str("owner")
+                .is_ok_and(|o| is_labelled(o, "replica-a"))
                 && lease.get_str("status").ok() == Some("running"))
             .then_some(())
         },
@@ -430,13 +435,21 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
         &format!("127.0.0.1:{}", free_port()),
     );
     let follower = b.spawn("replica-b", &["run"]);
-    // Let the follower start polling.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually(
+        Duration::from_secs(30),
+        "replica-b to find the lease held and wait",
+        || async {
+            follower
+                .stderr_so_far()
+                .contains("waiting: another replica holds the job")
+                .then_some(())
+        },
+    )
+    .await;
     let lease = target.lease().await.unwrap();
-    assert_eq!(
-        lease.get_str("owner").unwrap(),
-        "replica-a",
-        "no takeover of a live lease"
+    assert!(
+        is_labelled(lease.get_str("owner").unwrap(), "replica-a"),
+        "no takeover of a live lease: {lease}"
     );
     let epoch_a = lease.get_i64("epoch").unwrap();
 
@@ -449,7 +462,10 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
 
     let lease = eventually(Duration::from_secs(10), "replica-b to claim", || async {
         let lease = target.lease().await?;
-        (lease.get_str("owner").ok() == Some("replica-b")).then_some(lease)
+        (lease
+            .get_str("owner")
+            .is_ok_and(|o| is_labelled(o, "replica-b")))
+        .then_some(lease)
     })
     .await;
     assert!(lease.get_i64("epoch").unwrap() > epoch_a);

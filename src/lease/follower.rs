@@ -233,12 +233,15 @@ async fn poll_until_turn(
     let mut unreachable_since: Option<Instant> = None;
     let mut error_delays = retry::delays(opts.poll_every);
     let mut watch = OwnerWatch::default();
+    let mut polled_once = false;
 
     loop {
         if shutdown.is_cancelled() {
             return Err(LeaseError::ShutDown { released: false });
         }
-        if give_up_at.is_some_and(|at| Instant::now() >= at) {
+        // The lease is looked at once at least, however short the wait: a
+        // free lease is claimed even with `--wait-timeout 0s`.
+        if polled_once && give_up_at.is_some_and(|at| Instant::now() >= at) {
             return Err(LeaseError::WaitTimedOut {
                 waited: began.elapsed(),
                 owner: watch.owner(),
@@ -255,12 +258,14 @@ async fn poll_until_turn(
         let polled = tokio::select! {
             polled = poll => polled,
             _ = shutdown.cancelled() => continue,
-            _ = sleep_until_opt(give_up_at) => continue,
+            _ = sleep_until_opt(give_up_at.filter(|_| polled_once)) => continue,
         };
+        polled_once = true;
         let (now, record) = match polled {
             Ok(polled) => polled,
             Err(error) => {
-                unreachable(opts, &mut unreachable_since, &error)?;
+                refused(opts, "read", &error)?;
+                unreachable(opts, &mut unreachable_since, "read the lease", &error)?;
                 pause(next_delay(&mut error_delays), shutdown, give_up_at).await;
                 continue;
             }
@@ -314,7 +319,10 @@ async fn poll_until_turn(
                     Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
                         "asked the owner following change streams to hand the lease over"),
                     Ok(false) => {}
-                    Err(error) => unreachable(opts, &mut unreachable_since, &error)?,
+                    Err(error) => {
+                        refused(opts, "ask for", &error)?;
+                        unreachable(opts, &mut unreachable_since, "ask for the lease", &error)?;
+                    }
                 }
                 pause(jittered(opts.poll_every), shutdown, give_up_at).await;
             }
@@ -341,11 +349,14 @@ async fn poll_until_turn(
                         debug!(job = %opts.job, owner = %opts.owner, "another replica claimed first; following");
                     }
                     Err(error) => {
-                        // Maybe applied: the next poll, at once, tells.
+                        refused(opts, "claim", &error)?;
+                        // Maybe applied: the next poll tells (after a pause,
+                        // so a server failing every claim is not hammered).
                         claims.any = true;
                         warn!(job = %opts.job, owner = %opts.owner, %error,
                             "the claim's outcome is unknown; reading the lease again");
-                        unreachable(opts, &mut unreachable_since, &error)?;
+                        unreachable(opts, &mut unreachable_since, "claim the lease", &error)?;
+                        pause(next_delay(&mut error_delays), shutdown, give_up_at).await;
                     }
                 }
             }
@@ -402,13 +413,49 @@ impl AmbiguousClaims {
 fn unreachable(
     opts: &LeaseOptions,
     since: &mut Option<Instant>,
+    what: &str,
     error: &mongodb::error::Error,
 ) -> Result<(), LeaseError> {
     let since = *since.get_or_insert_with(Instant::now);
     if since.elapsed() >= opts.unreachable_timeout {
         return Err(LeaseError::MongoUnavailable(error.to_string()));
     }
-    warn!(job = %opts.job, owner = %opts.owner, %error, "cannot read the lease; retrying");
+    warn!(job = %opts.job, owner = %opts.owner, %error, "could not {what}; retrying");
+    Ok(())
+}
+
+/// Server error codes that refuse an operation for good: no retry changes a
+/// validator on the collection, a missing privilege or a bad value.
+const REFUSALS: &[i32] = &[
+    2,    // BadValue
+    9,    // FailedToParse
+    13,   // Unauthorized
+    14,   // TypeMismatch
+    18,   // AuthenticationFailed
+    121,  // DocumentValidationFailure
+    8000, // AtlasError (Atlas's "user is not allowed to do action")
+];
+
+/// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
+/// the operation was not applied, and asking again at a poll's rate would
+/// only get the same answer, so waiting ends with it.
+fn refused(
+    opts: &LeaseOptions,
+    what: &str,
+    error: &mongodb::error::Error,
+) -> Result<(), LeaseError> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let code = match &*error.kind {
+        ErrorKind::Command(command) => Some(command.code),
+        ErrorKind::Write(WriteFailure::WriteError(write)) => Some(write.code),
+        _ => None,
+    };
+    if code.is_some_and(|code| REFUSALS.contains(&code)) {
+        return Err(LeaseError::Refused {
+            what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
+            detail: error.to_string(),
+        });
+    }
     Ok(())
 }
 
@@ -459,16 +506,17 @@ impl OwnerWatch {
         let total = record.progress.as_ref().map(|p| p.total);
         if changed && record.holder() == Holder::LibreChat {
             info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
-                ?expires_in_ms, "waiting: a LibreChat replica holds the job (its own start-up sync)");
+                expires_in_ms, "waiting: a LibreChat replica holds the job (its own start-up sync)");
             self.last_logged = Some(Instant::now());
         } else if changed || due {
             info!(job = %opts.job, me = %opts.owner, owner = record.owner.as_deref().unwrap_or("-"),
                 epoch = record.epoch.unwrap_or(0),
-                status = ?record.status, ?expires_in_ms, ?phase, ?done, ?total, retry_at = ?record.retry_at,
+                status = ?record.status, expires_in_ms, phase, done, total,
+                retry_at = record.retry_at.and_then(|at| at.try_to_rfc3339_string().ok()),
                 "waiting: another replica holds the job");
             self.last_logged = Some(Instant::now());
         } else {
-            debug!(job = %opts.job, owner = ?record.owner, epoch = ?record.epoch, ?expires_in_ms, "still waiting");
+            debug!(job = %opts.job, owner = record.owner.as_deref(), epoch = record.epoch, expires_in_ms, "still waiting");
         }
         self.seen = Some(key);
     }

@@ -35,7 +35,7 @@ pub mod store;
 pub use guard::{Guard, LeaseLost};
 pub use handle::{HandOver, LeaseHandle, LeaseWriteError};
 pub use job::LeasedJob;
-pub use options::{default_owner_id, LeaseOptions, LeaseWriteConcern};
+pub use options::{default_owner_id, labelled_owner_id, LeaseOptions, LeaseWriteConcern};
 pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
 pub use status::{read_status, LeaseState, LeaseStatus};

@@ -1,9 +1,9 @@
 //! The knobs of one single-flight lease ([`LeaseOptions`]) and the failure
 //! backoff they imply.
 //!
-//! Defaults are docs/design.md §2's. Configuration (`src/config.rs`) validates user
-//! input with friendly errors; [`LeaseOptions::assert_sane`] only guards the
-//! invariants the protocol's safety rests on.
+//! Defaults are config/default.toml's. Configuration (`src/config.rs`)
+//! validates user input with friendly errors; [`LeaseOptions::assert_sane`]
+//! only guards the invariants the protocol's safety rests on.
 
 use std::time::Duration;
 
@@ -57,6 +57,11 @@ pub struct LeaseOptions {
     /// The write concern of every lease write (reads follow it: `majority`
     /// reads with `majority` writes, `local` with a node count).
     pub write_concern: LeaseWriteConcern,
+    /// On shutdown, how long the owner waits for its job to stop (a write it
+    /// already sent to land) before giving up on releasing the lease: a job
+    /// still running may still have a write under way, so the lease is then
+    /// left to expire instead of handed to a follower at once.
+    pub drain_patience: Duration,
 }
 
 /// `lease.write_concern`.
@@ -72,7 +77,7 @@ pub enum LeaseWriteConcern {
 }
 
 impl LeaseOptions {
-    /// The defaults (docs/design.md §2) for `owner`.
+    /// The defaults (config/default.toml) for `owner`.
     pub fn new(owner: impl Into<String>) -> Self {
         LeaseOptions {
             collection: "distributedJobs".into(),
@@ -92,6 +97,7 @@ impl LeaseOptions {
             unreachable_timeout: Duration::from_secs(60),
             librechat_clock_skew: Duration::from_secs(5 * 60),
             write_concern: LeaseWriteConcern::Majority,
+            drain_patience: Duration::from_secs(10),
         }
     }
 
@@ -146,8 +152,22 @@ pub fn default_owner_id() -> String {
         })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "replica".into());
+    format!("{host}:{}:{}", std::process::id(), random_suffix())
+}
+
+/// The replica id for an operator's `lease.owner` label: `label:random`.
+///
+/// A label may be shared — every replica reads the same `.env` — but an id
+/// must not be: a replica that finds the lease running under its own id
+/// adopts it as a claim of its own whose reply was lost (§5.11), and would
+/// work beside the twin that really holds it.
+pub fn labelled_owner_id(label: &str) -> String {
+    format!("{label}:{}", random_suffix())
+}
+
+fn random_suffix() -> String {
     let random = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}:{}:{}", std::process::id(), &random[..8])
+    random[..8].to_string()
 }
 
 #[cfg(test)]

@@ -47,7 +47,10 @@ impl Outcome {
 pub enum LeaseError {
     /// We ran the job, it failed, and the failure is recorded in the lease
     /// document (`error`, `attempt`, `retryAt`). Exit 1.
-    #[error("the job failed (attempt {attempt}; no retry before {retry_at}): {error}")]
+    #[error(
+        "the job failed (attempt {attempt}; no retry before {}): {error}",
+        rfc3339(retry_at)
+    )]
     JobFailed {
         epoch: i64,
         error: String,
@@ -61,13 +64,19 @@ pub enum LeaseError {
     LeaseLost { epoch: i64, reason: LeaseLost },
     /// `wait_timeout` passed while another replica held the lease (or a
     /// failed run's `retryAt` had not come). Exit 3.
-    #[error("gave up after waiting {waited:?} for the job (owner {owner:?})")]
+    #[error(
+        "gave up after waiting {} for the job{}",
+        waited_for(waited),
+        held_by(owner)
+    )]
     WaitTimedOut {
         waited: Duration,
         owner: Option<String>,
     },
     /// Shutdown was requested. If we were the owner the job was stopped and
-    /// the lease released (`released`) so a follower can claim at once. Exit 3.
+    /// the lease released (`released`) so a follower can claim at once — or,
+    /// if the job did not stop in time or the release went unconfirmed, left
+    /// to expire. Exit 3.
     #[error("shut down before the job finished (lease released: {released})")]
     ShutDown { released: bool },
     /// MongoDB could not be reached for longer than we may wait, or a
@@ -75,13 +84,37 @@ pub enum LeaseError {
     /// Exit 4.
     #[error("MongoDB is unreachable: {0}")]
     MongoUnavailable(String),
+    /// MongoDB refused to let us read, claim or ask for the lease (a
+    /// validator on the collection, a missing privilege, a bad value): no
+    /// retry would change that. Exit 1.
+    #[error("MongoDB refused to {what}: {detail}")]
+    Refused { what: String, detail: String },
+}
+
+/// A MongoDB time as an operator reads it: `2026-12-01T12:54:35.764Z`.
+fn rfc3339(at: &DateTime) -> String {
+    at.try_to_rfc3339_string()
+        .unwrap_or_else(|_| at.to_string())
+}
+
+/// A wait as an operator reads it: `5s 2ms`.
+fn waited_for(waited: &Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(waited.as_millis() as u64))
+}
+
+/// Who held the job when we gave up, if anyone did.
+fn held_by(owner: &Option<String>) -> String {
+    match owner {
+        Some(owner) => format!(" (held by {owner})"),
+        None => String::new(),
+    }
 }
 
 impl LeaseError {
     /// The process exit code of docs/design.md §1 (`once`, `reindex`).
     pub fn exit_code(&self) -> i32 {
         match self {
-            LeaseError::JobFailed { .. } => 1,
+            LeaseError::JobFailed { .. } | LeaseError::Refused { .. } => 1,
             LeaseError::LeaseLost { .. }
             | LeaseError::WaitTimedOut { .. }
             | LeaseError::ShutDown { .. } => 3,

@@ -20,9 +20,6 @@ use super::retry;
 use super::store::{Fence, JobStatus, JobStore};
 use crate::progress::Progress;
 
-/// How long a shutting-down owner waits for writes it already sent.
-const DRAIN_PATIENCE: Duration = Duration::from_secs(10);
-
 /// How long a shutting-down owner keeps trying to release its lease.
 const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -45,7 +42,10 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 ///   one, is logged, not recorded);
 /// - `Err(LeaseError::WaitTimedOut)`: `wait_timeout` passed while we waited;
 /// - `Err(LeaseError::ShutDown)`: `shutdown` was cancelled; as the owner we
-///   stopped the job and released the lease so a follower claims at once;
+///   stopped the job and released the lease so a follower claims at once
+///   (`released: true`), or, when the job did not stop within
+///   `drain_patience` (a write of its may still be under way) or the release
+///   could not be confirmed, left the lease to expire (`released: false`);
 /// - `Err(LeaseError::MongoUnavailable)`: MongoDB stayed unreachable for
 ///   `unreachable_timeout` while we waited, or our final write could not be
 ///   confirmed before our lease's local deadline.
@@ -98,6 +98,8 @@ async fn run_as_owner(
 
     let work = job.run(guard.clone(), progress.clone());
     tokio::pin!(work);
+    // Set when shutdown's wait for the job ran out: how long it waited.
+    let mut still_running_after = None;
     let finished = tokio::select! {
         biased;
         // Lost: someone else may own the work now; drop the job at once.
@@ -108,9 +110,9 @@ async fn run_as_owner(
             // none of ours lands after the release hands the work to another
             // replica. Bounded by the lease's own deadline.
             guard.cancel(LeaseLost::ShuttingDown);
-            let patience = DRAIN_PATIENCE.min(deadline_of(&guard).saturating_duration_since(Instant::now()));
+            let patience = opts.drain_patience.min(deadline_of(&guard).saturating_duration_since(Instant::now()));
             if tokio::time::timeout(patience, &mut work).await.is_err() {
-                warn!(owner = %fence.owner, epoch, "the job did not stop within {patience:?} of shutdown; releasing anyway");
+                still_running_after = Some(patience);
             }
             None
         }
@@ -119,7 +121,17 @@ async fn run_as_owner(
     renewer.stop().await;
 
     match guard.check() {
-        Err(LeaseLost::ShuttingDown) => release(store, &fence, &guard, &progress, None).await,
+        Err(LeaseLost::ShuttingDown) => match still_running_after {
+            // A job that did not stop may have a write on the server still: a
+            // release would let a follower claim at once and work beside it.
+            // Left to expire, the lease keeps followers out for its rest.
+            Some(waited) => {
+                warn!(owner = %fence.owner, epoch,
+                    "the job did not stop within {waited:?} of shutdown; not releasing the lease, which expires by itself");
+                Err(LeaseError::ShutDown { released: false })
+            }
+            None => release(store, &fence, &guard, &progress, None).await,
+        },
         Err(reason) => {
             if let Some(Err(job_error)) = &finished {
                 warn!(owner = %fence.owner, epoch, error = format!("{job_error:#}"),

@@ -173,6 +173,16 @@ impl Target {
     }
 }
 
+/// Whether `owner` is the id of a replica started with `label` as its
+/// `lease.owner` (`Target::command`): the label, a colon and the process's
+/// own 8-character suffix, which keeps replicas given one label apart.
+pub fn is_labelled(owner: &str, label: &str) -> bool {
+    owner
+        .strip_prefix(label)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .is_some_and(|suffix| suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
