@@ -5,8 +5,15 @@
 //! LibreChat's variables (`MONGO_URI`, …) < `RECONCILER__SECTION__KEY`.
 //! Everything is parsed and validated here, before anything connects: a bad
 //! value yields one [`ConfigError`] naming the key, the value and what is
-//! allowed. Secrets (the master key, credentials in the MongoDB URI) are held
-//! in [`Secret`] / [`MongoUri`], whose `Debug` and `Display` never show them.
+//! allowed. That includes what the clients would refuse later: the MongoDB
+//! URI is parsed by the driver's own parser (only a `mongodb+srv://` DNS
+//! lookup is left to connecting), the master key must fit an HTTP header, and
+//! a table or list given where one value belongs is refused (a number or
+//! boolean given for a string setting is taken as its text, as from an
+//! environment variable). Secrets (the master key, credentials and
+//! secret-bearing options in the MongoDB URI) are held in [`Secret`] /
+//! [`MongoUri`], whose `Debug` and `Display` never show them, and are kept out
+//! of every error.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -15,6 +22,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
+
+mod mongo_uri;
+
+use mongo_uri::parse_mongo_uri;
+pub use mongo_uri::{redact_uri, MongoUri, SECRET_URI_OPTIONS};
 
 /// The defaults, compiled in so the binary works without the file.
 pub const DEFAULTS_TOML: &str = include_str!("../config/default.toml");
@@ -100,54 +112,6 @@ impl fmt::Debug for Secret {
 impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
-    }
-}
-
-/// A MongoDB connection string whose `Debug`/`Display` hide the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct MongoUri(String);
-
-impl MongoUri {
-    /// The full URI, credentials included, for the driver only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// The URI with any `user:password@` replaced by `***@`.
-    pub fn redacted(&self) -> String {
-        redact_uri(&self.0)
-    }
-
-    /// The database named in the URI's path, if any.
-    pub fn database(&self) -> Option<String> {
-        let rest = self.0.split_once("://")?.1;
-        let after_hosts = rest.split_once('/')?.1;
-        let db = after_hosts.split(['?', '#']).next().unwrap_or("");
-        (!db.is_empty()).then(|| db.to_string())
-    }
-}
-
-impl fmt::Debug for MongoUri {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.redacted())
-    }
-}
-
-impl fmt::Display for MongoUri {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
-
-/// Replaces the userinfo of a `scheme://user:pass@host…` string with `***`.
-pub fn redact_uri(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://***{}", &rest[at..]),
-        None => uri.to_string(),
     }
 }
 
@@ -356,6 +320,7 @@ const SECRET_KEYS: &[&str] = &["meili.master_key", "mongo.uri"];
 impl Raw {
     fn from_config(config: Config) -> Result<Self, ConfigError> {
         let known = known_keys();
+        let defaults: HashMap<String, Value> = defaults().into_iter().collect();
         let table = config.cache.into_table().map_err(|e| ConfigError::File {
             path: "configuration".into(),
             reason: e.to_string(),
@@ -379,13 +344,15 @@ impl Raw {
                         known: known.join(", "),
                     });
                 }
+                check_kind(&full, &value, &defaults[&full])?;
                 values.insert(full, value);
             }
         }
         Ok(Raw { values })
     }
 
-    /// The value as text (lists are joined by commas), redacted when secret.
+    /// The value as text (lists are joined by commas; [`check_kind`] let in
+    /// no table, and a list only where the default is one).
     fn text(&self, key: &str) -> String {
         match self.values.get(key).map(|v| &v.kind) {
             None | Some(ValueKind::Nil) => String::new(),
@@ -484,10 +451,13 @@ impl Raw {
     }
 
     fn validate(self) -> Result<Settings, ConfigError> {
-        let mongo = self.mongo()?;
-        let meili = self.meili()?;
-        let lease = self.lease()?;
         let sync = self.sync()?;
+        // With search off (`SEARCH=false`) no server is reached: a replica
+        // whose `.env` names none must still start and say so.
+        let servers_needed = sync.enabled;
+        let mongo = self.mongo(servers_needed)?;
+        let meili = self.meili(servers_needed)?;
+        let lease = self.lease()?;
         let serve = self.serve()?;
         let follow = self.follow()?;
         let format = match self.string("log.format").to_ascii_lowercase().as_str() {
@@ -514,25 +484,20 @@ impl Raw {
         })
     }
 
-    fn mongo(&self) -> Result<MongoSettings, ConfigError> {
-        let uri = self.string("mongo.uri");
+    /// `required`: unset is an error; otherwise an unset URI stands for a
+    /// local server that nothing will reach.
+    fn mongo(&self, required: bool) -> Result<MongoSettings, ConfigError> {
+        let mut uri = self.string("mongo.uri");
+        if uri.is_empty() && !required {
+            uri = "mongodb://127.0.0.1:27017".into();
+        }
         if uri.is_empty() {
             return Err(ConfigError::Missing {
                 key: "mongo.uri".into(),
                 hint: "set MONGO_URI (or RECONCILER__MONGO__URI), e.g. mongodb://127.0.0.1:27017/LibreChat".into(),
             });
         }
-        let allowed = "a MongoDB connection string: mongodb://host[:port][,host…]/[database][?options] or mongodb+srv://…";
-        let valid_scheme = uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://");
-        let hosts = uri
-            .split_once("://")
-            .map(|(_, rest)| rest.split(['/', '?']).next().unwrap_or(""))
-            .map(|authority| authority.rsplit('@').next().unwrap_or(""))
-            .unwrap_or("");
-        if !valid_scheme || hosts.is_empty() || uri.contains(char::is_whitespace) {
-            return Err(ConfigError::invalid("mongo.uri", redact_uri(&uri), allowed));
-        }
-        let uri = MongoUri(uri);
+        let uri = parse_mongo_uri(&uri)?;
         let configured = self.string("mongo.database");
         let database = if configured.is_empty() {
             uri.database().unwrap_or_else(|| "LibreChat".into())
@@ -553,8 +518,13 @@ impl Raw {
         })
     }
 
-    fn meili(&self) -> Result<MeiliSettings, ConfigError> {
-        let host = self.string("meili.host");
+    /// `required`: unset is an error; otherwise an unset host stands for a
+    /// local server that nothing will reach.
+    fn meili(&self, required: bool) -> Result<MeiliSettings, ConfigError> {
+        let mut host = self.string("meili.host");
+        if host.is_empty() && !required {
+            host = "http://127.0.0.1:7700".into();
+        }
         if host.is_empty() {
             return Err(ConfigError::Missing {
                 key: "meili.host".into(),
@@ -592,9 +562,29 @@ impl Raw {
                 "a list of attribute names that includes \"user\" (LibreChat filters every search by user)",
             ));
         }
+        // Sent as `Authorization: Bearer <key>`: a character no HTTP header
+        // may hold would fail every request (the SDK panics on it).
+        let master_key = self.string("meili.master_key");
+        let unsendable = master_key.chars().find(|c| !(' '..='~').contains(c));
+        if let Some(c) = unsendable {
+            let what = if c.is_control() {
+                "a control character"
+            } else {
+                "a non-ASCII character"
+            };
+            return Err(ConfigError::invalid(
+                "meili.master_key",
+                "***",
+                format!(
+                    "printable ASCII characters only (letters, digits, punctuation; it is sent in the HTTP header \
+                     `Authorization: Bearer <key>`), but the key holds {what}: check MEILI_MASTER_KEY \
+                     (or RECONCILER__MEILI__MASTER_KEY)"
+                ),
+            ));
+        }
         Ok(MeiliSettings {
             host: host.trim_end_matches('/').to_string(),
-            master_key: Secret(self.string("meili.master_key")),
+            master_key: Secret(master_key),
             index_prefix,
             filterable_attributes,
             request_timeout: self.positive_duration("meili.request_timeout")?,
@@ -747,13 +737,75 @@ impl Raw {
     }
 }
 
-/// Every `section.key` of the built-in defaults: the only keys accepted.
-pub fn known_keys() -> Vec<String> {
+/// Refuses a value of a kind its key cannot take: a table anywhere, a list
+/// where the default is a single value, a list holding tables or lists.
+///
+/// A number or a boolean given for a string setting (`job = 5`) is taken as
+/// its text, as the same value arrives from an environment variable; and a
+/// number setting takes a string (`threshold = "1000"`) the same way.
+fn check_kind(key: &str, value: &Value, default: &Value) -> Result<(), ConfigError> {
+    let list_expected = matches!(default.kind, ValueKind::Array(_));
+    let expected = match default.kind {
+        ValueKind::Array(_) => "a list of strings (or one comma-separated string)",
+        ValueKind::Boolean(_) => "a single value (true or false)",
+        ValueKind::I64(_) | ValueKind::I128(_) | ValueKind::U64(_) | ValueKind::U128(_) => {
+            "a single value (a whole number)"
+        }
+        _ => "a single value (a string)",
+    };
+    let given = match &value.kind {
+        ValueKind::Table(_) => Some("a table"),
+        ValueKind::Array(_) if !list_expected => Some("a list"),
+        ValueKind::Array(items)
+            if items
+                .iter()
+                .any(|i| matches!(i.kind, ValueKind::Table(_) | ValueKind::Array(_))) =>
+        {
+            Some("a list holding a table or a list")
+        }
+        _ => None,
+    };
+    match given {
+        None => Ok(()),
+        Some(given) => Err(ConfigError::invalid(
+            key,
+            if SECRET_KEYS.contains(&key) {
+                "***".to_string()
+            } else {
+                render(value)
+            },
+            format!("{expected} is expected, not {given}"),
+        )),
+    }
+}
+
+/// A value as TOML would write it: `{ a = 1 }`, `["a", "b"]`, `"text"`.
+fn render(value: &Value) -> String {
+    match &value.kind {
+        ValueKind::String(s) => format!("{s:?}"),
+        ValueKind::Array(items) => format!(
+            "[{}]",
+            items.iter().map(render).collect::<Vec<_>>().join(", ")
+        ),
+        ValueKind::Table(entries) => {
+            let mut entries: Vec<String> = entries
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", render(v)))
+                .collect();
+            entries.sort();
+            format!("{{ {} }}", entries.join(", "))
+        }
+        _ => value.to_string(),
+    }
+}
+
+/// Every `section.key` of the built-in defaults, with its default value.
+fn defaults() -> Vec<(String, Value)> {
     let defaults = Config::builder()
         .add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml))
         .build()
         .expect("the built-in defaults parse");
-    let mut keys: Vec<String> = defaults
+    defaults
         .cache
         .into_table()
         .expect("the built-in defaults are a table")
@@ -761,10 +813,15 @@ pub fn known_keys() -> Vec<String> {
         .flat_map(|(section, value)| {
             let entries = value.into_table().unwrap_or_default();
             entries
-                .into_keys()
-                .map(move |key| format!("{section}.{key}"))
+                .into_iter()
+                .map(move |(key, value)| (format!("{section}.{key}"), value))
         })
-        .collect();
+        .collect()
+}
+
+/// Every `section.key` of the built-in defaults: the only keys accepted.
+pub fn known_keys() -> Vec<String> {
+    let mut keys: Vec<String> = defaults().into_iter().map(|(key, _)| key).collect();
     keys.sort();
     keys
 }

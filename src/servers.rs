@@ -5,7 +5,12 @@
 //! [`Unreachable`]: one line naming the server by its redacted address (never
 //! by a secret) and the cause ("connection refused"), with the driver's own
 //! detail (MongoDB's topology dump) at debug level only. The CLI maps it to
-//! exit code 4.
+//! exit code 4. Rejected credentials (Meilisearch's master key, MongoDB's user
+//! and password) are reported the same way but at once: retrying cannot help.
+//!
+//! The MongoDB URI was parsed by the driver in `config` (a malformed one is
+//! bad configuration, exit 2); what parsing it here can still fail on is a
+//! `mongodb+srv://` DNS lookup, which is an unreachable server.
 //!
 //! How long to keep trying is the caller's [`Patience`]: `once`/`run`/`reindex`
 //! wait for servers still starting beside them ([`Patience::startup`], a
@@ -87,11 +92,14 @@ fn scrub(text: String, secrets: &[&str]) -> String {
         .fold(text, |t, s| t.replace(s, "***"))
 }
 
-fn uri_password(uri: &str) -> Option<&str> {
-    let rest = uri.split_once("://")?.1;
-    let authority = rest.split('/').next()?;
-    let userinfo = authority.rsplit_once('@')?.0;
-    userinfo.split_once(':').map(|(_, p)| p)
+/// MongoDB refused the credentials: the driver's authentication error, or
+/// the server's `AuthenticationFailed` (code 18). Not retried.
+fn is_auth_failure(error: &MongoError) -> bool {
+    match error.kind.as_ref() {
+        ErrorKind::Authentication { .. } => true,
+        ErrorKind::Command(command) => command.code == 18,
+        _ => false,
+    }
 }
 
 /// The last failed heartbeat of the driver's monitor: why no server could be
@@ -127,6 +135,12 @@ fn mongo_cause(error: &MongoError) -> String {
 /// Why a MongoDB operation found no server: the monitor's last failure when
 /// it saw one, else the error itself.
 fn mongo_reason(error: &MongoError, last: &LastHeartbeatFailure, timeout: Duration) -> String {
+    if is_auth_failure(error) {
+        return format!(
+            "the credentials were rejected ({}); check the user name, password and authSource in MONGO_URI",
+            mongo_cause(error)
+        );
+    }
     if matches!(error.kind.as_ref(), ErrorKind::ServerSelection { .. }) {
         return match last.get() {
             Some((address, failure)) => format!("{} ({address})", mongo_cause(&failure)),
@@ -164,7 +178,8 @@ pub async fn connect_mongo(
     patience: &Patience,
 ) -> Result<(mongodb::Client, mongodb::Database), Unreachable> {
     let server = format!("MongoDB at {}", settings.uri.redacted());
-    let secrets: Vec<&str> = uri_password(settings.uri.expose()).into_iter().collect();
+    let secrets = settings.uri.secrets();
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     let last_failure = LastHeartbeatFailure::default();
     let unreachable = |e: MongoError| {
         tracing::debug!(server = %server, error = %scrub(e.to_string(), &secrets), "MongoDB unreachable (driver detail)");
@@ -176,6 +191,7 @@ pub async fn connect_mongo(
             ),
         }
     };
+    // Validated by config; only a `mongodb+srv://` lookup can fail here.
     let mut options = ClientOptions::parse(settings.uri.expose())
         .await
         .map_err(unreachable)?;
@@ -191,6 +207,7 @@ pub async fn connect_mongo(
     let db = client.database(&settings.database);
     let ping = || async { db.run_command(doc! { "ping": 1 }).await };
     ping.retry(patience.backoff())
+        .when(|e| !is_auth_failure(e))
         .notify(|e, delay| {
             tracing::warn!(
                 server = %server,
@@ -255,12 +272,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_and_scrubs_uri_passwords() {
-        assert_eq!(
-            uri_password("mongodb://u:s3cret@h:27017/db"),
-            Some("s3cret")
-        );
-        assert_eq!(uri_password("mongodb://h:27017/db"), None);
+    fn scrubs_uri_secrets() {
         assert_eq!(
             scrub("auth failed for s3cret".into(), &["s3cret"]),
             "auth failed for ***"

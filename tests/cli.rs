@@ -79,6 +79,13 @@ fn search_disabled_exits_0_without_touching_servers() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("disabled"), "{}", text(&out));
+
+    // A replica whose `.env` names no server at all, search being off.
+    for command in ["once", "status"] {
+        let out = reconciler(&[command], &[("SEARCH", "false")]);
+        assert_eq!(out.status.code(), Some(0), "{command}: {}", text(&out));
+        assert!(text(&out).contains("disabled"), "{}", text(&out));
+    }
 }
 
 /// `plan` and `status` are run by an operator at a terminal: against an
@@ -141,4 +148,55 @@ fn once_retries_an_unreachable_mongo_before_exit_4() {
     assert!(all.contains("MongoDB not reachable yet"), "{all}");
     assert!(all.contains("connection refused"), "{all}");
     assert!(!all.contains("do-not-print"), "{all}");
+}
+
+/// Values that used to get past the configuration and fail later — a master
+/// key no HTTP header can hold (a panic, exit 101, after connecting to
+/// MongoDB), a URI the MongoDB driver refuses (reported as unreachable, exit
+/// 4) — are bad configuration: exit 2 naming the setting and its variable,
+/// without the secret.
+#[test]
+fn values_the_clients_would_refuse_exit_2_without_the_secret() {
+    let out = reconciler(
+        &["plan"],
+        &[
+            ("MONGO_URI", "mongodb://127.0.0.1:1/x"),
+            ("MEILI_HOST", "http://127.0.0.1:2"),
+            ("MEILI_MASTER_KEY", "key-do-not-print\u{1}KEY"),
+            ("RECONCILER__MONGO__CONNECT_TIMEOUT", "200ms"),
+        ],
+    );
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("meili.master_key") && all.contains("MEILI_MASTER_KEY"),
+        "{all}"
+    );
+    assert!(!all.contains("do-not-print"), "{all}");
+
+    for uri in [
+        "mongodb://u:pw-do-not-print@127.0.0.1:1/x?badopt=1",
+        "mongodb://u:pw-do-not-print@127.0.0.1:99999/x",
+        "mongodb://u:pw-do-not-print@127.0.0.1:1/x?authMechanism=FOO",
+        "mongodb://u:pw%do-not-print@127.0.0.1:1/x",
+        "mongodb://u:pw:do-not-print@127.0.0.1:1/x",
+        "mongodb://u:pw/do-not-print@127.0.0.1:1/x",
+    ] {
+        let out = reconciler(
+            &["plan"],
+            &[
+                ("MONGO_URI", uri),
+                ("MEILI_HOST", "http://127.0.0.1:2"),
+                ("RECONCILER__MONGO__CONNECT_TIMEOUT", "200ms"),
+            ],
+        );
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{uri}: {all}");
+        assert!(
+            all.contains("mongo.uri") && all.contains("MONGO_URI"),
+            "{uri}: {all}"
+        );
+        assert!(!all.contains("do-not-print"), "{uri}: {all}");
+        assert!(!all.contains("unreachable"), "{uri}: {all}");
+    }
 }

@@ -569,3 +569,197 @@ fn secrets_are_redacted_in_debug_display_and_errors() {
     assert!(!err.contains("hunter2pw"), "{err}");
     assert!(err.contains("mongo.uri"), "{err}");
 }
+
+/// The master key is sent as `Authorization: Bearer <key>`: a key no HTTP
+/// header can hold (a control or non-ASCII character) is bad configuration,
+/// named by its setting and variable, and never shown.
+#[test]
+fn a_master_key_no_http_header_can_hold_is_refused_without_showing_it() {
+    for key in [
+        "s3cr3tKEY\u{1}tail",
+        "s3cr3tKEY\ntail",
+        "s3cr3tKEY\u{7f}tail",
+        "s3cr3tKEYétail",
+    ] {
+        let err = error_of(&[("MEILI_MASTER_KEY", key)]);
+        assert!(err.contains("`meili.master_key`"), "{key:?}: {err}");
+        assert!(err.contains("MEILI_MASTER_KEY"), "{key:?}: {err}");
+        assert!(err.contains("printable ASCII"), "{key:?}: {err}");
+        assert!(
+            !err.contains("s3cr3tKEY") && !err.contains("tail"),
+            "{key:?} shown: {err}"
+        );
+    }
+    // Any printable ASCII is sendable, punctuation and inner spaces included.
+    let s = load(&[("MEILI_MASTER_KEY", "a-Z_0.9~!@#$%^&*() key")]).unwrap();
+    assert_eq!(s.meili.master_key.expose(), "a-Z_0.9~!@#$%^&*() key");
+}
+
+/// A URI the MongoDB driver refuses is bad configuration (exit 2 in the CLI),
+/// not an unreachable server: named by its setting and variable, with the
+/// driver's reason, and without any part of the password — also when the
+/// password holds `/` or `?`, which move the driver's idea of where the
+/// userinfo ends (the database used to be read from the unredacted path).
+#[test]
+fn a_uri_the_driver_refuses_is_bad_configuration_without_its_password() {
+    // (URI, a word of the reason, fragments of secrets that must not show)
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "mongodb://u:pwS3CRET@127.0.0.1:1/x?badopt=1",
+            "badopt",
+            &["pwS3CRET"],
+        ),
+        (
+            "mongodb://u:pwS3CRET@127.0.0.1:99999/x",
+            "65535",
+            &["pwS3CRET"],
+        ),
+        (
+            "mongodb://u:pwS3CRET@127.0.0.1:1/x?authMechanism=FOO",
+            "FOO",
+            &["pwS3CRET"],
+        ),
+        (
+            "mongodb://u:pw%S3CRET@127.0.0.1:1/x",
+            "unescaped %",
+            &["S3CRET"],
+        ),
+        (
+            "mongodb://u:pw:S3CRET@127.0.0.1:1/x",
+            "URL encoded",
+            &["S3CRET"],
+        ),
+        (
+            "mongodb://user:s3cr3/pwTAIL@127.0.0.1:1/x",
+            "URL encoded",
+            &["s3cr3", "pwTAIL"],
+        ),
+        (
+            "mongodb://user:s3cr3?pwTAIL@127.0.0.1:1/x",
+            "percent-encode",
+            &["s3cr3", "pwTAIL"],
+        ),
+        (
+            "mongodb://127.0.0.1:1/x?socketTimeoutMS=5",
+            "socketTimeoutMS",
+            &[],
+        ),
+        (
+            "mongodb://a:1,b:2/x?directConnection=true",
+            "directConnection",
+            &[],
+        ),
+    ];
+    for (uri, reason, secrets) in cases {
+        let err = error_of(&[("MONGO_URI", uri)]);
+        assert!(err.contains("`mongo.uri`"), "{uri}: {err}");
+        assert!(err.contains("MONGO_URI"), "{uri}: {err}");
+        assert!(
+            err.contains(reason),
+            "{uri}: reason {reason:?} not in {err}"
+        );
+        for secret in *secrets {
+            assert!(!err.contains(secret), "{uri}: {secret} shown in {err}");
+        }
+    }
+    // Percent-encoded, the same password is fine, and the database is read
+    // from the path the driver finds.
+    let s = load(&[("MONGO_URI", "mongodb://user:s3cr3%2FpwTAIL@127.0.0.1:1/x")]).unwrap();
+    assert_eq!(s.mongo.database, "x");
+    assert_eq!(s.mongo.uri.to_string(), "mongodb://***@127.0.0.1:1/x");
+}
+
+/// Secret-bearing options (`authMechanismProperties`, which holds e.g. an AWS
+/// session token) are redacted like the password: in the settings' `Debug`
+/// and `Display` and in errors, where the driver would echo them.
+#[test]
+fn secret_uri_options_are_redacted_everywhere() {
+    let s = load(&[(
+        "MONGO_URI",
+        "mongodb://u:pwS3CRET@db:27017/x?appName=ops@site&authMechanismProperties=AWS_SESSION_TOKEN:tok3nS3CRET",
+    )])
+    .unwrap();
+    assert_eq!(
+        s.mongo.uri.to_string(),
+        "mongodb://***@db:27017/x?appName=ops@site&authMechanismProperties=***"
+    );
+    let debug = format!("{s:?}");
+    assert!(
+        !debug.contains("tok3nS3CRET") && !debug.contains("pwS3CRET"),
+        "{debug}"
+    );
+
+    for uri in [
+        // Refused by this build (no MONGODB-AWS): the URI is shown redacted.
+        "mongodb://127.0.0.1:1/x?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:tok3nS3CRET",
+        // A malformed entry the driver echoes in its reason.
+        "mongodb://127.0.0.1:1/x?authMechanismProperties=AWS_SESSION_TOKENtok3nS3CRET",
+    ] {
+        let err = error_of(&[("MONGO_URI", uri)]);
+        assert!(err.contains("`mongo.uri`"), "{err}");
+        assert!(err.contains("authMechanismProperties=***"), "{err}");
+        assert!(!err.contains("tok3nS3CRET"), "{err}");
+    }
+}
+
+/// A table or a list given for a single-valued setting is refused, naming the
+/// key, the value and what is expected; a number or boolean given for a
+/// string setting is taken as its text, as from an environment variable.
+#[test]
+fn settings_refuse_tables_and_lists_where_one_value_is_expected() {
+    let cases = [
+        (
+            "[lease]\njob = {a=1}\n",
+            "lease.job",
+            "{ a = 1 }",
+            "not a table",
+        ),
+        (
+            "[lease]\nowner = [\"a\", \"b\"]\n",
+            "lease.owner",
+            "[\\\"a\\\", \\\"b\\\"]",
+            "not a list",
+        ),
+        (
+            "[sync]\nthreshold = [1]\n",
+            "sync.threshold",
+            "[1]",
+            "not a list",
+        ),
+        (
+            "[meili]\nfilterable_attributes = [\"user\", [\"x\"]]\n",
+            "meili.filterable_attributes",
+            "[\\\"user\\\", [\\\"x\\\"]]",
+            "a list of strings",
+        ),
+    ];
+    for (toml, key, value, expected) in cases {
+        let files = Files::new("", toml);
+        let err = config::load(&files.sources(&[])).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{key}`")), "{toml}: {err}");
+        assert!(err.contains(value), "{toml}: value not shown: {err}");
+        assert!(err.contains(expected), "{toml}: {err}");
+    }
+    let files = Files::new("", "[lease]\njob = {a=1}\n");
+    let err = config::load(&files.sources(&[])).unwrap_err().to_string();
+    assert!(err.contains("a string"), "{err}");
+
+    // A secret of the wrong kind is refused without being shown.
+    let files = Files::new("", "[meili]\nmaster_key = { key = \"topS3CRETkey\" }\n");
+    let err = config::load(&files.sources(&[])).unwrap_err().to_string();
+    assert!(err.contains("`meili.master_key`"), "{err}");
+    assert!(!err.contains("topS3CRETkey"), "{err}");
+
+    // Scalars stand for their text; lists where lists belong.
+    let files = Files::new(
+        "",
+        "[lease]\njob = 5\nowner = true\n[meili]\nfilterable_attributes = [\"user\", \"conversationId\"]\n",
+    );
+    let s = config::load(&files.sources(&[])).unwrap();
+    assert_eq!(s.lease.job, "5");
+    assert_eq!(s.lease.owner, "true");
+    assert_eq!(
+        s.meili.filterable_attributes,
+        vec!["user", "conversationId"]
+    );
+}

@@ -1,0 +1,300 @@
+//! The MongoDB connection string (`mongo.uri`): validated by the driver's
+//! own parser when the settings load, so that a URI the driver would refuse
+//! is bad configuration (exit 2) rather than an unreachable server, and held
+//! in [`MongoUri`], whose `Debug`/`Display` hide its credentials and
+//! secret-bearing options. Also the redaction of URLs that may not be well
+//! formed ([`redact_uri`]) and the secrets the driver may echo back in its
+//! messages ([`MongoUri::secrets`]), for scrubbing them.
+
+use std::fmt;
+
+use percent_encoding::percent_decode_str;
+
+use super::ConfigError;
+
+/// A MongoDB connection string, validated by the driver's own parser, whose
+/// `Debug`/`Display` hide its credentials and secret-bearing options.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MongoUri {
+    uri: String,
+    /// The database named in the path, percent-decoded, as the driver reads it.
+    database: Option<String>,
+}
+
+impl MongoUri {
+    /// The full URI, credentials included, for the driver only.
+    pub fn expose(&self) -> &str {
+        &self.uri
+    }
+
+    /// The URI with any `user:password@` replaced by `***@` and the values of
+    /// secret-bearing options ([`SECRET_URI_OPTIONS`]) by `***`.
+    pub fn redacted(&self) -> String {
+        // Validated: the userinfo holds no reserved character, so it ends at
+        // the last `@` before the options, as the driver splits it.
+        let (scheme, rest) = self.uri.split_once("://").unwrap_or(("", &self.uri));
+        let (before_options, options) = match rest.split_once('?') {
+            Some((before, options)) => (before, Some(options)),
+            None => (rest, None),
+        };
+        let before_options = match before_options.rfind('@') {
+            Some(at) => format!("***{}", &before_options[at..]),
+            None => before_options.to_string(),
+        };
+        match options {
+            Some(options) => format!(
+                "{scheme}://{before_options}?{}",
+                redact_secret_options(options)
+            ),
+            None => format!("{scheme}://{before_options}"),
+        }
+    }
+
+    /// The database named in the URI's path, if any.
+    pub fn database(&self) -> Option<String> {
+        self.database.clone()
+    }
+
+    /// Every secret of the URI as the driver may echo it back (the password
+    /// and the values of secret-bearing options, raw and percent-decoded), for
+    /// scrubbing its messages.
+    pub fn secrets(&self) -> Vec<String> {
+        uri_secrets(&self.uri)
+    }
+}
+
+impl fmt::Debug for MongoUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl fmt::Display for MongoUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// Options of a MongoDB connection string (lowercase) whose values are
+/// secrets: never shown, always scrubbed from the driver's messages.
+pub const SECRET_URI_OPTIONS: &[&str] = &[
+    "authmechanismproperties",
+    "proxypassword",
+    "tlscertificatekeyfilepassword",
+];
+
+/// Redacts a URL or connection string that may not be well formed: everything
+/// between `://` and the last `@` (a password may itself hold `/`, `?` or
+/// `@`) becomes `***`, and so does the value of every secret-bearing option.
+/// An `@` in the options hides more than the userinfo: never less.
+pub fn redact_uri(uri: &str) -> String {
+    let (scheme, rest) = match uri.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), uri),
+    };
+    let rest = match rest.rfind('@') {
+        Some(at) => format!("***{}", &rest[at..]),
+        None => rest.to_string(),
+    };
+    match rest.split_once('?') {
+        Some((before, options)) => format!("{scheme}{before}?{}", redact_secret_options(options)),
+        None => format!("{scheme}{rest}"),
+    }
+}
+
+/// `a=1&authMechanismProperties=AWS_SESSION_TOKEN:x` → `a=1&authMechanismProperties=***`.
+fn redact_secret_options(options: &str) -> String {
+    options
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if is_secret_option(key) => format!("{key}=***"),
+            _ => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn is_secret_option(key: &str) -> bool {
+    let key = percent_decode(key).to_ascii_lowercase();
+    SECRET_URI_OPTIONS.contains(&key.as_str())
+}
+
+/// `%41` → `A`; a `%` not followed by two hex digits stays as it is.
+fn percent_decode(text: &str) -> String {
+    percent_decode_str(text).decode_utf8_lossy().into_owned()
+}
+
+/// The secrets of a connection string, well formed or not: its passwords
+/// ([`uri_passwords`]) and secret option values ([`uri_option_secrets`]).
+fn uri_secrets(uri: &str) -> Vec<String> {
+    let mut secrets = uri_passwords(uri);
+    secrets.extend(uri_option_secrets(uri));
+    secrets.sort();
+    secrets.dedup();
+    secrets
+}
+
+/// The password, raw and percent-decoded: after the first `:` of the userinfo
+/// as the driver splits a valid URI (up to the last `@` before the options),
+/// and as far as it might reach in an invalid one (up to the last `@`).
+fn uri_passwords(uri: &str) -> Vec<String> {
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    let before_options = rest.split('?').next().unwrap_or("");
+    let mut secrets = Vec::new();
+    for part in [before_options, rest] {
+        if let Some((userinfo, _)) = part.rsplit_once('@') {
+            if let Some((_, password)) = userinfo.split_once(':') {
+                secrets.push(password.to_string());
+                secrets.push(percent_decode(password));
+            }
+        }
+    }
+    secrets.retain(|s| !s.is_empty());
+    secrets
+}
+
+/// The values of secret-bearing options, raw and percent-decoded, and for
+/// `authMechanismProperties` each `KEY:value` entry and each value.
+fn uri_option_secrets(uri: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    let Some((_, options)) = uri.split_once('?') else {
+        return secrets;
+    };
+    for pair in options.split('&') {
+        let Some((key, value)) = pair.split_once('=') else {
+            continue;
+        };
+        if !is_secret_option(key) {
+            continue;
+        }
+        let decoded = percent_decode(value);
+        secrets.push(value.to_string());
+        for property in decoded.split(',') {
+            secrets.push(property.to_string());
+            if let Some((_, v)) = property.split_once(':') {
+                secrets.push(v.to_string());
+            }
+        }
+        secrets.push(decoded);
+    }
+    secrets.retain(|s| !s.is_empty());
+    secrets
+}
+
+/// Validates `mongo.uri` with the MongoDB driver's own parser, so that a URI
+/// the driver would refuse is bad configuration (exit 2) rather than an
+/// unreachable server. Only a `mongodb+srv://` URI's DNS lookup (and what the
+/// records it finds say) is left to connecting: a lookup that fails there is
+/// an unreachable server. The error shows the URI redacted ([`redact_uri`])
+/// and the driver's reason without any secret.
+pub(super) fn parse_mongo_uri(uri: &str) -> Result<MongoUri, ConfigError> {
+    let allowed = "a MongoDB connection string (MONGO_URI or RECONCILER__MONGO__URI): \
+                   mongodb://[user:password@]host[:port][,host…]/[database][?options] or mongodb+srv://…; \
+                   percent-encode : / ? # [ ] @ % in the user name and password";
+    let refuse = |reason: Option<String>| {
+        let allowed = match reason {
+            Some(reason) => format!("{reason}; expected {allowed}"),
+            None => format!("expected {allowed}"),
+        };
+        ConfigError::invalid("mongo.uri", redact_uri(uri), allowed)
+    };
+    let valid_scheme = uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://");
+    let hosts = uri
+        .split_once("://")
+        .map(|(_, rest)| rest.split(['/', '?']).next().unwrap_or(""))
+        .map(|authority| authority.rsplit('@').next().unwrap_or(""))
+        .unwrap_or("");
+    if !valid_scheme || hosts.is_empty() || uri.contains(char::is_whitespace) {
+        return Err(refuse(None));
+    }
+    let parsed = mongodb::options::ConnectionString::parse(uri).and_then(|parsed| {
+        if uri.starts_with("mongodb+srv://") {
+            return Ok(parsed);
+        }
+        // Without SRV the driver's remaining checks (`socketTimeoutMS`, the
+        // combinations of options) need no I/O: its future is ready at once.
+        futures::executor::block_on(std::future::IntoFuture::into_future(
+            mongodb::options::ClientOptions::parse(uri),
+        ))?;
+        Ok(parsed)
+    });
+    match parsed {
+        Ok(parsed) => Ok(MongoUri {
+            uri: uri.to_string(),
+            database: parsed.default_database,
+        }),
+        Err(error) => Err(refuse(driver_reason(uri, &error))),
+    }
+}
+
+/// The driver's reason for refusing `uri`, when it can be shown without a
+/// secret. An `@` after the first `?` makes the driver's split of the URI
+/// uncertain (a `?` in the password moves part of it into the host list,
+/// which the driver then echoes): no detail then.
+fn driver_reason(uri: &str, error: &mongodb::error::Error) -> Option<String> {
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    if rest
+        .split_once('?')
+        .is_some_and(|(_, options)| options.contains('@'))
+    {
+        return None;
+    }
+    let message = match error.kind.as_ref() {
+        mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    let mut message = message.lines().next().unwrap_or("").trim().to_string();
+    // With the split certain, the driver's messages about the userinfo are
+    // fixed texts ("password must be URL encoded"); only an option's value
+    // may be echoed ("… got AWS_SESSION_TOKEN…"). Passwords are scrubbed
+    // anyway where long enough not to mangle the message.
+    let longest_first = |mut secrets: Vec<String>| {
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets
+    };
+    for secret in longest_first(uri_passwords(uri)) {
+        if secret.chars().count() >= 4 {
+            message = message.replace(&secret, "***");
+        }
+    }
+    for secret in longest_first(uri_option_secrets(uri)) {
+        if message.contains(&secret) {
+            if secret.chars().count() < 4 {
+                // Too short to replace without mangling the rest: say nothing.
+                return None;
+            }
+            message = message.replace(&secret, "***");
+        }
+    }
+    (!message.is_empty()).then_some(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_all_of_a_userinfo_that_holds_reserved_characters() {
+        for uri in [
+            "mongodb://user:s3cr3/pwTAIL@h:1/x",
+            "mongodb://user:s3cr3?pwTAIL@h:1/x",
+            "mongodb://user:s3cr3@pwTAIL@h:1/x",
+        ] {
+            assert_eq!(redact_uri(uri), "mongodb://***@h:1/x", "{uri}");
+        }
+        assert_eq!(redact_uri("http://h:7700"), "http://h:7700");
+        assert_eq!(
+            redact_uri("mongodb://h/x?proxyPassword=p4ss&appName=a"),
+            "mongodb://h/x?proxyPassword=***&appName=a"
+        );
+    }
+
+    #[test]
+    fn finds_the_secrets_the_driver_may_echo() {
+        let secrets = uri_secrets("mongodb://u:s3%2Fcret@h:1/x?authMechanismProperties=K:v4lue");
+        for secret in ["s3%2Fcret", "s3/cret", "K:v4lue", "v4lue"] {
+            assert!(secrets.iter().any(|s| s == secret), "{secret}: {secrets:?}");
+        }
+        assert!(uri_secrets("mongodb://h:1/x").is_empty());
+    }
+}
