@@ -17,6 +17,8 @@
 //! lives only in the two clients' default headers (marked sensitive in ours):
 //! it never appears in an error or a log line.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -137,6 +139,8 @@ pub struct Meili {
     /// First interval between polls of a task (doubles up to `poll_max`).
     poll_min: Duration,
     poll_max: Duration,
+    /// Calls this client (and its clones) sent again after a transient failure.
+    retries: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Meili {
@@ -170,7 +174,19 @@ impl Meili {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             poll_min: Duration::from_millis(10),
             poll_max: Duration::from_millis(250),
+            retries: Arc::default(),
         })
+    }
+
+    /// Calls sent again after a transient failure (an outage, a timeout) by
+    /// this client and its clones so far.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    fn retrying(&self, what: &str, error: &MeiliError, wait: Duration) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(error = %error, retry_in = ?wait, "retrying {what}");
     }
 
     /// How long transient failures are retried before a call fails with
@@ -349,7 +365,7 @@ impl Meili {
         let v = attempt
             .retry(self.backoff())
             .when(is_transient)
-            .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "retrying {what}"))
+            .notify(|e, wait| self.retrying(what, e, wait))
             .await?;
         task_uid(what, &v)
     }
@@ -603,7 +619,7 @@ impl Meili {
         attempt
             .retry(self.backoff())
             .when(is_transient)
-            .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "retrying {what}"))
+            .notify(|e, wait| self.retrying(what, e, wait))
             .await
     }
 

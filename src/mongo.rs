@@ -1,7 +1,7 @@
 //! The chat collections in MongoDB (`messages`, `conversations`): which
 //! documents are indexable (one definition, as a filter and as a Rust
 //! predicate that mirrors it), the counts the plan needs, paging by `_id`,
-//! the document → Meilisearch shape (DESIGN.md §2), and every write of the
+//! the document → Meilisearch shape (docs/design.md §3.2), and every write of the
 //! `_meiliIndex` flag.
 //!
 //! Queries use the server's clock (`hello.localTime`) for expiry, never
@@ -182,7 +182,7 @@ pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
     }
 }
 
-/// Documents that belong in Meilisearch at server time `now` (DESIGN.md §2):
+/// Documents that belong in Meilisearch at server time `now` (docs/design.md §3.3):
 /// a `user` (not null, not `""`), not `isTemporary: true`, not expired at
 /// `now`, and for messages not `unfinished: true`.
 ///
@@ -1049,7 +1049,7 @@ pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
     })
 }
 
-/// The Meilisearch document for a MongoDB document (DESIGN.md §2): only the
+/// The Meilisearch document for a MongoDB document (docs/design.md §3.2): only the
 /// sent fields, absent stays absent, `content` parts become `text`, and `|`
 /// in `conversationId` becomes `--`.
 pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {

@@ -67,6 +67,11 @@ async fn partitions_find_and_repair_what_one_pass_does() {
         "{a:?}"
     );
     assert_eq!(
+        a.partitions, 1,
+        "the default budget holds every digest: {a:?}"
+    );
+    assert!(b.partitions >= 4, "1,700 bytes hold 100 digests: {b:?}");
+    assert_eq!(
         (b.meili_documents, b.mongo_indexable, b.matching),
         (a.meili_documents, a.mongo_indexable, a.matching),
         "{b:?}"

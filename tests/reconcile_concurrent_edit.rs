@@ -39,6 +39,10 @@ async fn an_edit_during_the_task_ends_in_meilisearch() {
     };
     // Wait until the first batch (which holds the first document) is sent.
     loop {
+        assert!(
+            !run.is_finished(),
+            "the run ended before its first batch was seen"
+        );
         let sent = knobs.requests().await.iter().any(|r| {
             r["method"] == "POST" && r["path"].as_str().unwrap().ends_with("messages/documents")
         });

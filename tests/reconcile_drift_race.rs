@@ -1,5 +1,5 @@
 //! The drift repair reads MongoDB's ids first and Meilisearch's once after
-//! (docs/design.md §3.5): a message LibreChat saves and indexes in between
+//! (docs/design.md §4.4): a message LibreChat saves and indexes in between
 //! is in Meilisearch but not among the ids read, and must not be taken for
 //! an orphan. The pause between the two reads is deterministic
 //! (`RECONCILER_TEST_PAUSE_AFTER=drift-mongo-ids`, resumed by a file).
@@ -111,6 +111,10 @@ async fn drift_is_repaired_alike_when_the_ids_are_compared_in_partitions() {
     };
     let summary = env.run_with(&opts).await.expect("forced run");
     let m = &summary.collections[0];
+    assert!(
+        m.comparison_partitions >= 4,
+        "900 bytes hold 100 ids: {summary}"
+    );
     assert_eq!(m.deleted, 30, "every ghost deleted once: {summary}");
     assert_eq!(
         m.flags_cleared, 20,

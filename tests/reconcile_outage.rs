@@ -38,6 +38,7 @@ async fn outage_mid_run(mode: &str) {
         assert!(!run.is_finished(), "the run ended before the outage");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    let retried_before = env.meili.retries();
     knobs.outage(mode, 1500).await;
     let summary = run
         .await
@@ -45,6 +46,10 @@ async fn outage_mid_run(mode: &str) {
         .expect("the run completes after the outage");
     println!("{summary}");
     env.assert_in_step(now, &[]).await;
+    assert!(
+        env.meili.retries() > retried_before,
+        "the run met the outage ({mode}) and sent calls again"
+    );
     if mode == "unavailable" {
         let refused = knobs
             .requests()

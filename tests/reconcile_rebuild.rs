@@ -126,7 +126,10 @@ async fn an_interrupted_rebuild_completes_on_the_next_run() {
         })
     };
     let first = reconcile(&env.db, &env.meili, &env.opts, &guard, &progress).await;
-    let stopped_at = watcher.await.unwrap();
+    let stopped_at = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("the run was stopped during its rebuild, not left to finish")
+        .unwrap();
     println!("stopped during {stopped_at:?}");
     assert!(
         matches!(first, Err(ReconcileError::LeaseLost(LeaseLost::TakenOver))),

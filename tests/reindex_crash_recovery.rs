@@ -51,7 +51,10 @@ async fn a_crashed_reindex_is_cleaned_up_by_the_next_one() {
         &progress,
     )
     .await;
-    let stopped_at = watcher.await.unwrap();
+    let stopped_at = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("the reindex was stopped during its build, not left to finish")
+        .unwrap();
     println!("stopped during {stopped_at:?}");
     assert!(
         matches!(

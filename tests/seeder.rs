@@ -141,7 +141,7 @@ async fn assert_common_counts(
     }
 }
 
-/// docs/design.md §3, computed from the stored document (independently of the seeder).
+/// docs/design.md §3.3, computed from the stored document (independently of the seeder).
 fn indexable(doc: &Document, now: DateTime) -> bool {
     let has_user = matches!(doc.get("user"), Some(Bson::String(_)));
     let temporary = doc.get_bool("isTemporary").unwrap_or(false);

@@ -5,9 +5,55 @@
 
 mod support;
 
+use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;
+use meili_reconciler::progress::Progress;
+use meili_reconciler::reconcile::{reconcile, RunSummary};
 use mongodb::bson::{doc, Document};
 use support::chat_data::{seed, server_now, Env};
+use support::faults::{monitored_client, CommandLog};
+
+/// How a run read the messages, from the `find`s it sent: plainly (`_id`
+/// order, no filter but where the page starts) or through the server's
+/// unindexed filter.
+#[derive(Debug, PartialEq)]
+enum ReadPath {
+    Plain,
+    Filtered,
+}
+
+fn messages_read_path(log: &CommandLog, from: usize, run: &str) -> ReadPath {
+    // Both read whole documents (their `text` among the fields) in `_id`
+    // order; a rebuild's flag reset and a drift check's id scan read less.
+    let finds: Vec<Document> = log.all()[from..]
+        .iter()
+        .filter(|sent| sent.name == "find" && sent.collection() == Some("messages"))
+        .filter(|sent| sent.command.get_document("sort").ok() == Some(&doc! { "_id": 1 }))
+        .filter(|sent| {
+            let projection = sent.command.get_document("projection");
+            projection.is_ok_and(|fields| fields.contains_key("text"))
+        })
+        .map(|sent| {
+            sent.command
+                .get_document("filter")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    let filtered = finds
+        .iter()
+        .filter(|f| f.to_string().contains("_meiliIndex"))
+        .count();
+    let plain = finds
+        .iter()
+        .filter(|f| f.keys().all(|key| key == "_id"))
+        .count();
+    match (plain, filtered) {
+        (p, 0) if p > 0 => ReadPath::Plain,
+        (0, f) if f > 0 => ReadPath::Filtered,
+        _ => panic!("{run}: {plain} plain and {filtered} filtered reads of messages: {finds:#?}"),
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_scan_and_the_filtered_read_index_the_same_documents() {
@@ -17,8 +63,22 @@ async fn a_plain_scan_and_the_filtered_read_index_the_same_documents() {
     env.opts.batch_docs = 100;
     env.opts.threshold = 0;
     let now = seed(&env, 3_000, 300).await;
-    let summary = env.run().await.expect("first run (plain scan)");
+    let (client, log) = monitored_client("read_paths", true, None).await;
+    let db = client.database(env.db.name());
+    let (guard, progress) = (Guard::unfenced(), Progress::new());
+    let run = |what: &'static str| {
+        let (db, env, guard, progress, log) = (&db, &env, &guard, &progress, &log);
+        async move {
+            let from = log.all().len();
+            let summary: RunSummary = reconcile(db, &env.meili, &env.opts, guard, progress)
+                .await
+                .expect(what);
+            (summary, messages_read_path(log, from, what))
+        }
+    };
+    let (summary, path) = run("first run (plain scan)").await;
     assert!(summary.indexed() > 2_000, "{summary}");
+    assert_eq!(path, ReadPath::Plain, "many pages to index: a plain scan");
     env.assert_in_step(now, &[]).await;
 
     // A backlog of 1,000 among flagged documents (still a scan: it must pass
@@ -40,8 +100,13 @@ async fn a_plain_scan_and_the_filtered_read_index_the_same_documents() {
         .await
         .unwrap();
     let now = server_now(&env.db).await;
-    let summary = env.run().await.expect("second run (plain scan)");
+    let (summary, path) = run("second run (plain scan)").await;
     assert!(summary.indexed() > 0, "{summary}");
+    assert_eq!(
+        path,
+        ReadPath::Plain,
+        "a backlog of ten pages: a plain scan"
+    );
     env.assert_in_step(now, &[]).await;
 
     // 50 unindexed: under two pages, read by the server's filter.
@@ -53,8 +118,13 @@ async fn a_plain_scan_and_the_filtered_read_index_the_same_documents() {
         .await
         .unwrap();
     let now = server_now(&env.db).await;
-    let summary = env.run().await.expect("third run (filtered)");
+    let (summary, path) = run("third run (filtered)").await;
     assert!(summary.indexed() > 0, "{summary}");
+    assert_eq!(
+        path,
+        ReadPath::Filtered,
+        "under two pages: the filtered read"
+    );
     env.assert_in_step(now, &[]).await;
     let shown = env.meili_docs(Collection::Messages).await;
     assert!(

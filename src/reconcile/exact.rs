@@ -106,6 +106,10 @@ pub struct Comparison {
     pub unexpected: Difference,
     /// In both, but Meilisearch holds another version.
     pub stale: Difference,
+    /// Hash partitions the comparison ran in: above 1 when
+    /// `sync.compare_memory` could not hold every document's digest, and each
+    /// side was read once per partition.
+    pub partitions: u64,
 }
 
 impl Default for Comparison {
@@ -117,6 +121,7 @@ impl Default for Comparison {
             missing: Difference::flaggable(),
             unexpected: Difference::default(),
             stale: Difference::flaggable(),
+            partitions: 0,
         }
     }
 }
@@ -168,6 +173,7 @@ pub(crate) async fn compare(
     };
     let partitions =
         Partitions::for_comparison(ctx, in_meili.unwrap_or(0), BYTES_PER_DOCUMENT).await?;
+    comparison.partitions = partitions.0;
     let mut now = mongo::server_time(ctx.db).await?;
     let indexable = mongo::counts(ctx.db, ctx.collection, now).await?.indexable;
     for part in 0..partitions.0 {

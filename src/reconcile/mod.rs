@@ -1,4 +1,4 @@
-//! The reconciliation engine (DESIGN.md §3): bring both Meilisearch indexes
+//! The reconciliation engine (docs/design.md §4): bring both Meilisearch indexes
 //! in step with the chat collections, in a safe order — settings and index
 //! structure of both indexes first, then — both collections side by side —
 //! flag resets, the exact comparison a reindex left pending (or `--deep`
@@ -170,6 +170,10 @@ pub struct CollectionSummary {
     pub skipped_by_threshold: Option<u64>,
     /// Whether the id sets were compared.
     pub compared_ids: bool,
+    /// Hash partitions the id or document comparison ran in: 0 when none
+    /// ran; above 1 when `sync.compare_memory` could not hold every id (or
+    /// digest) at once, and each side was read once per partition.
+    pub comparison_partitions: u64,
     /// What an exact comparison of every document found (before repairing),
     /// when one ran.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -368,7 +372,7 @@ impl<'a> Ctx<'a> {
                 phase = %s.phase,
                 done = s.done,
                 total = s.total,
-                docs_per_sec = format!("{:.0}", s.docs_per_sec),
+                docs_per_sec = s.docs_per_sec.round() as u64,
                 eta_secs = s.eta_secs,
                 "progress"
             );
@@ -414,7 +418,7 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// One reconciliation of both collections (DESIGN.md §3), as lease owner:
+/// One reconciliation of both collections (docs/design.md §4), as lease owner:
 /// settings and index structure first (waiting for their tasks before any
 /// document write), then both collections concurrently, each in order: the
 /// flag reset of a rebuild, drift repair, and indexing of unindexed
@@ -569,6 +573,7 @@ pub(crate) async fn reconcile_collection(
         .await?;
         repaired = !comparison.is_exact();
         summary.compared_ids = true;
+        summary.comparison_partitions = comparison.partitions;
         summary.verified = Some(comparison);
         summary.indexed += repairs.indexed;
         summary.deleted += repairs.deleted;
@@ -588,6 +593,7 @@ pub(crate) async fn reconcile_collection(
                 forced = ctx.opts.force, "comparing id sets (the index's count differs from MongoDB's, or forced)");
             summary.compared_ids = true;
             let outcome = orphans::repair(ctx).await?;
+            summary.comparison_partitions = outcome.partitions;
             summary.deleted += outcome.deleted;
             summary.flags_cleared += outcome.flags_cleared;
             repaired = outcome.deleted + outcome.flags_cleared > 0;

@@ -1,4 +1,4 @@
-//! Drift both ways (DESIGN.md §3.5): documents in Meilisearch whose MongoDB
+//! Drift both ways (docs/design.md §4.4): documents in Meilisearch whose MongoDB
 //! document is gone or no longer indexable are deleted, and documents
 //! flagged in MongoDB but missing from Meilisearch get their flags cleared so
 //! indexing sends them.
@@ -45,6 +45,8 @@ const BYTES_PER_ID: usize = 9;
 pub(crate) struct OrphanOutcome {
     pub deleted: u64,
     pub flags_cleared: u64,
+    /// Hash partitions the id sets were compared in.
+    pub partitions: u64,
 }
 
 /// A stable 64-bit hash of a document id.
@@ -151,6 +153,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
     let mut outcome = OrphanOutcome::default();
     let in_meili = ctx.meili.document_count(&ctx.uid).await?;
     let partitions = Partitions::for_comparison(ctx, in_meili, BYTES_PER_ID).await?;
+    outcome.partitions = partitions.0;
     ctx.phase("compare ids", in_meili * partitions.0);
     let now = mongo::server_time(ctx.db).await?;
     for part in 0..partitions.0 {

@@ -1,4 +1,4 @@
-//! The read-only plan (DESIGN.md §3.1): what each index and collection look
+//! The read-only plan (docs/design.md §4.1): what each index and collection look
 //! like and what a reconciliation would do. It writes nothing, takes no lease,
 //! and costs a health check, two index lookups (the index and a leftover
 //! `<uid>_reindex`), a settings read and a stats read per index, one count

@@ -1,4 +1,4 @@
-//! Rebuilding an index whose structure is wrong (DESIGN.md §3.3): create a
+//! Rebuilding an index whose structure is wrong (docs/design.md §4.3): create a
 //! missing index with the right primary key, or delete and recreate one whose
 //! primary key is wrong, and reset the collection's flags so everything is
 //! sent again.

@@ -1,4 +1,4 @@
-//! The forced reindex (DESIGN.md §3.7, `meili-reconciler reindex`).
+//! The forced reindex (docs/design.md §4.9, `meili-reconciler reindex`).
 //!
 //! **Zero-downtime (default)**, per collection, with `<uid>` the live index
 //! and `<uid>_reindex` the build target (docs/design.md, "Reindex steps and

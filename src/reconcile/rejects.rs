@@ -1,4 +1,4 @@
-//! Poison isolation (DESIGN.md §3.6). Meilisearch fails a whole task when one
+//! Poison isolation (docs/design.md §4.8). Meilisearch fails a whole task when one
 //! document is bad (e.g. `invalid_document_id`) and indexes none of it. The
 //! failed batch is bisected — both halves sent, the failing halves split
 //! again — until the rejected documents stand alone; everything else gets

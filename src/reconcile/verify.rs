@@ -17,7 +17,7 @@
 //! JSON shape (`--json`, stable; camelCase): `{ clean, indexes: [ {
 //! collection, indexUid, meiliDocuments, mongoIndexable, matching,
 //! missing: { count, flagged, examples }, unexpected: { count, examples },
-//! stale: { count, flagged, examples } } ] }`.
+//! stale: { count, flagged, examples }, partitions } ] }`.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -169,7 +169,7 @@ impl fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for i in &self.indexes {
             let c = &i.comparison;
-            writeln!(
+            write!(
                 f,
                 "{} → index {}: {} in Meilisearch, {} indexable in MongoDB, {} exact",
                 i.collection.name(),
@@ -178,6 +178,14 @@ impl fmt::Display for VerifyReport {
                 c.mongo_indexable,
                 c.matching
             )?;
+            if c.partitions > 1 {
+                write!(
+                    f,
+                    " (compared in {} partitions: sync.compare_memory holds fewer digests)",
+                    c.partitions
+                )?;
+            }
+            writeln!(f)?;
             line(
                 f,
                 "missing",
