@@ -1,12 +1,16 @@
 //! Poison isolation: one document Meilisearch refuses among 1,000 → the 999
 //! others are indexed and acknowledged, the one is reported with Meilisearch's
 //! error code and left unacknowledged; the next run reports it again and
-//! completes.
+//! completes. A refused batch re-read down to one good document indexes it.
 
 mod support;
 
+use std::time::Duration;
+
+use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;
-use meili_reconciler::reconcile::SyncOptions;
+use meili_reconciler::progress::Progress;
+use meili_reconciler::reconcile::{reconcile, SyncOptions};
 use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};
 use support::chat_data::{server_now, Env};
 
@@ -78,5 +82,66 @@ async fn one_bad_document_among_a_thousand() {
         .expect("second run completes");
     assert_eq!(again.collections[0].indexed, 0);
     assert_eq!(again.collections[0].rejected.len(), 1);
+    env.cleanup().await;
+}
+
+/// A refused batch that re-reads as one document (the bad one fixed and the
+/// other deleted while the task ran) is not judged by its batch's refusal:
+/// the document is sent alone, indexed and acknowledged — not reported as
+/// rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_batch_that_re_reads_as_one_good_document_is_indexed() {
+    let Some(standin) = support::standin::private_standin() else {
+        return;
+    };
+    let knobs = standin.knobs();
+    let env = Env::on_standin(&standin, "poison_fixed").await;
+    let now = server_now(&env.db).await;
+    let (bad, good) = (plain_message(537, now), plain_message(1, now));
+    env.insert(Collection::Messages, vec![bad.clone(), good.clone()])
+        .await;
+    // Widen the window between the refused task and the batch's re-read.
+    knobs.set_latency(400).await;
+    let run = {
+        let (db, meili, opts) = (env.db.clone(), env.meili.clone(), env.opts.clone());
+        tokio::spawn(async move {
+            reconcile(&db, &meili, &opts, &Guard::unfenced(), &Progress::new()).await
+        })
+    };
+    loop {
+        assert!(
+            !run.is_finished(),
+            "the run ended before its batch was seen"
+        );
+        let sent = knobs.requests().await.iter().any(|r| {
+            r["method"] == "POST" && r["path"].as_str().unwrap().ends_with("messages/documents")
+        });
+        if sent {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // While the task runs: the application fixes the bad id and deletes the
+    // other message.
+    let messages = env.db.collection::<Document>("messages");
+    let fixed_at = server_now(&env.db).await;
+    messages
+        .update_one(
+            doc! { "_id": bad.get("_id").unwrap() },
+            doc! { "$set": { "messageId": "fixed-537", "updatedAt": fixed_at } },
+        )
+        .await
+        .unwrap();
+    messages
+        .delete_one(doc! { "_id": good.get("_id").unwrap() })
+        .await
+        .unwrap();
+    let summary = run.await.unwrap().expect("run");
+    println!("{summary}");
+    let m = &summary.collections[0];
+    assert!(m.rejected.is_empty(), "nothing left to reject: {summary}");
+    let in_meili = env.meili_docs(Collection::Messages).await;
+    assert!(in_meili.contains_key("fixed-537"), "{summary}");
+    env.assert_in_step(server_now(&env.db).await, &[]).await;
     env.cleanup().await;
 }

@@ -39,7 +39,7 @@ pub(crate) async fn index_documents(
             }
             batch.push_document(ctx.collection, doc, &line);
         }
-        if batch.len() > 0 {
+        if !batch.is_empty() {
             batches.push(batch);
         }
     }

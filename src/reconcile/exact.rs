@@ -358,7 +358,7 @@ impl Repair<'_> {
         self.flags_cleared +=
             mongo::clear_flags(ctx.db, ctx.collection, &self.to_clear, ctx.guard).await?;
         self.to_clear.clear();
-        if self.batch.len() == 0 {
+        if self.batch.is_empty() {
             return Ok(true);
         }
         let batch = std::mem::replace(&mut self.batch, Batch::new());

@@ -5,6 +5,8 @@
 //! indexed. Rejected documents are reported with Meilisearch's error code and
 //! left unacknowledged, so each run reports them again without looping.
 
+use std::ops::Range;
+
 use serde::Serialize;
 
 use super::sync::{Batch, BatchDoc};
@@ -50,42 +52,52 @@ pub fn is_document_error(code: &str) -> bool {
 }
 
 /// Verdict per document of `batch` (`Some(error)`: rejected), found by
-/// bisection after the whole batch failed with `error`.
+/// bisection after the whole batch failed: its halves are sent, failing
+/// halves split again, and a document is rejected only when it failed sent
+/// alone. A batch re-read down to one document (the others were deleted or
+/// indexed meanwhile, or it was edited) is sent once as it is: its earlier
+/// batch's refusal says nothing of it.
 pub(crate) async fn isolate(
     ctx: &Ctx<'_>,
     batch: &Batch,
-    error: TaskError,
 ) -> Result<Vec<Option<TaskError>>, ReconcileError> {
     let mut verdicts = vec![None; batch.len()];
-    let mut failing = vec![(0..batch.len(), error)];
-    while let Some((range, error)) = failing.pop() {
-        if range.len() <= 1 {
-            if let Some(slot) = verdicts.get_mut(range.start) {
-                *slot = Some(error);
-            }
-            continue;
-        }
-        let mid = range.start + range.len() / 2;
-        let halves = [range.start..mid, mid..range.end];
-        // Enqueue both halves before waiting so Meilisearch stays busy.
-        let mut tasks = Vec::with_capacity(2);
-        for half in &halves {
+    if batch.is_empty() {
+        return Ok(verdicts);
+    }
+    let mut pending = vec![halves(0..batch.len())];
+    while let Some(group) = pending.pop() {
+        // Enqueue the group before waiting so Meilisearch stays busy.
+        let mut tasks = Vec::with_capacity(group.len());
+        for range in &group {
             let task = ctx
                 .meili
-                .add_documents_ndjson(&ctx.uid, batch.payload_of(half.clone()), ctx.guard)
+                .add_documents_ndjson(&ctx.uid, batch.payload_of(range.clone()), ctx.guard)
                 .await?;
             tasks.push(task);
         }
-        for (half, task) in halves.into_iter().zip(tasks) {
+        for (range, task) in group.into_iter().zip(tasks) {
             let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
             match &outcome.error {
                 None => {}
-                Some(e) if is_document_error(&e.code) => failing.push((half, e.clone())),
+                Some(e) if is_document_error(&e.code) && range.len() == 1 => {
+                    verdicts[range.start] = Some(e.clone());
+                }
+                Some(e) if is_document_error(&e.code) => pending.push(halves(range)),
                 Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
             }
         }
     }
     Ok(verdicts)
+}
+
+/// `range` in two halves, or itself when it holds one document.
+fn halves(range: Range<usize>) -> Vec<Range<usize>> {
+    if range.len() <= 1 {
+        return vec![range];
+    }
+    let mid = range.start + range.len() / 2;
+    vec![range.start..mid, mid..range.end]
 }
 
 #[cfg(test)]

@@ -234,13 +234,17 @@ impl Batch {
         self.docs.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
     pub fn bytes(&self) -> usize {
         self.payload.len()
     }
 
     /// Whether adding a line of `line_len` bytes must start a new batch.
     pub fn is_full_for(&self, line_len: usize, opts: &super::SyncOptions) -> bool {
-        self.len() > 0
+        !self.is_empty()
             && (self.len() >= opts.batch_docs || self.bytes() + line_len > opts.batch_bytes)
     }
 
@@ -481,7 +485,7 @@ async fn read_batches(
         // hold few unindexed documents); a filtered page is sent as it ends,
         // as before, so small passes are not held back.
         let flush = !full_page || read == Read::Filtered;
-        if flush && batch.len() > 0 {
+        if flush && !batch.is_empty() {
             sent += batch.len() as u64;
             if !hand_over(ctx, &tx, std::mem::replace(&mut batch, Batch::new())).await {
                 return Ok(sent);
@@ -706,7 +710,7 @@ async fn settle(
             // when enqueued, so the batch is read again (the current
             // versions of the documents still to index) and bisected.
             let batch = reread(ctx, &batch).await?;
-            let verdicts = rejects::isolate(ctx, &batch, error.clone()).await?;
+            let verdicts = rejects::isolate(ctx, &batch).await?;
             (batch, verdicts)
         }
         Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
