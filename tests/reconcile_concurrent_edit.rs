@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
@@ -38,19 +36,7 @@ async fn an_edit_during_the_task_ends_in_meilisearch() {
         })
     };
     // Wait until the first batch (which holds the first document) is sent.
-    loop {
-        assert!(
-            !run.is_finished(),
-            "the run ended before its first batch was seen"
-        );
-        let sent = knobs.requests().await.iter().any(|r| {
-            r["method"] == "POST" && r["path"].as_str().unwrap().ends_with("messages/documents")
-        });
-        if sent {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    knobs.await_messages_batch(&run).await;
     // The application edits it, as LibreChat does: new text, new updatedAt,
     // flag cleared.
     let edited_at = server_now(&env.db).await;

@@ -5,8 +5,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
@@ -108,19 +106,7 @@ async fn a_refused_batch_that_re_reads_as_one_good_document_is_indexed() {
             reconcile(&db, &meili, &opts, &Guard::unfenced(), &Progress::new()).await
         })
     };
-    loop {
-        assert!(
-            !run.is_finished(),
-            "the run ended before its batch was seen"
-        );
-        let sent = knobs.requests().await.iter().any(|r| {
-            r["method"] == "POST" && r["path"].as_str().unwrap().ends_with("messages/documents")
-        });
-        if sent {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    knobs.await_messages_batch(&run).await;
     // While the task runs: the application fixes the bad id and deletes the
     // other message.
     let messages = env.db.collection::<Document>("messages");

@@ -215,6 +215,28 @@ impl Knobs {
         }
     }
 
+    /// Waits until a batch of documents has been posted to the messages
+    /// index, failing if the run (`run`) ends first.
+    pub async fn await_messages_batch<T>(&self, run: &tokio::task::JoinHandle<T>) {
+        loop {
+            assert!(
+                !run.is_finished(),
+                "the run ended before its first batch was seen"
+            );
+            let sent = self.requests().await.iter().any(|r| {
+                r["method"] == "POST"
+                    && r["path"]
+                        .as_str()
+                        .unwrap_or("")
+                        .ends_with("messages/documents")
+            });
+            if sent {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// Empties the request log.
     pub async fn clear_requests(&self) -> Value {
         self.call(reqwest::Method::DELETE, "requests", None).await
