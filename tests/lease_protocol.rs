@@ -776,7 +776,7 @@ async fn status_shows_the_owner_expiry_progress_and_summary() {
     );
     let text = status.to_string();
     assert!(
-        text.contains("running") && text.contains("owner") && text.contains("endless"),
+        text.contains("running") && text.contains("owner") && text.contains("progress:   endless"),
         "{text}"
     );
     let json = serde_json::to_value(&status).unwrap();
@@ -785,6 +785,12 @@ async fn status_shows_the_owner_expiry_progress_and_summary() {
 
     shutdown.cancel();
     owner.await.unwrap().unwrap_err();
+    // Released on shutdown: where it stopped, not a live progress.
+    let text = read_status(&db, &opts).await.unwrap().to_string();
+    assert!(
+        text.contains("stopped at: endless") && !text.contains("progress:"),
+        "{text}"
+    );
     let mut next = opts.clone();
     next.owner = "next".into();
     run_recording(&db, &next, Duration::ZERO, Default::default())
@@ -793,7 +799,12 @@ async fn status_shows_the_owner_expiry_progress_and_summary() {
     let status = read_status(&db, &opts).await.unwrap();
     assert_eq!(status.state, LeaseState::Completed);
     assert_eq!(status.summary, Some(json!({ "by": "next" })));
-    assert!(status.to_string().contains("summary"));
+    let text = status.to_string();
+    assert!(text.contains("summary"), "{text}");
+    assert!(
+        !text.contains("progress:") && !text.contains("stopped at:"),
+        "a completed run shows its summary, not a progress: {text}"
+    );
 }
 
 /// An owner whose job sends one write to the "effects" collection, taking

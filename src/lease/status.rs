@@ -218,7 +218,14 @@ impl fmt::Display for LeaseStatus {
                 }
             }
         }
-        if let Some(p) = &self.progress {
+        // A live owner's progress; where a run that ended without completing
+        // stopped; nothing once completed (the summary says it all).
+        let progress_label = match self.state {
+            LeaseState::Running | LeaseState::Following => Some("progress:  "),
+            LeaseState::Completed | LeaseState::NeverRun => None,
+            _ => Some("stopped at:"),
+        };
+        if let (Some(label), Some(p)) = (progress_label, &self.progress) {
             let total = if p.total > 0 {
                 format!("/{}", p.total)
             } else {
@@ -227,7 +234,7 @@ impl fmt::Display for LeaseStatus {
             let eta = p.eta_secs.map_or(String::new(), |s| format!(", ETA {s}s"));
             writeln!(
                 f,
-                "progress:   {} {}{total} ({:.0} docs/s{eta})",
+                "{label} {} {}{total} ({:.0} docs/s{eta})",
                 p.phase, p.done, p.docs_per_sec
             )?;
         }
