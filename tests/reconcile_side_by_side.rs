@@ -1,11 +1,18 @@
 //! Both collections are reconciled side by side (docs/design.md §4.2): the
 //! conversations are sent while the messages are still being indexed, not
-//! after them.
+//! after them, and the messages do not wait for the conversations either.
 
 mod support;
 
+use meili_reconciler::mongo::Collection;
 use meili_reconciler::reconcile::SyncOptions;
 use support::chat_data::{seed, server_now, Env};
+
+/// An RFC 3339 time, comparable.
+fn rfc3339(at: &str) -> time::OffsetDateTime {
+    time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("{at}: {e}"))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_are_sent_while_messages_are_still_indexing() {
@@ -14,9 +21,10 @@ async fn conversations_are_sent_while_messages_are_still_indexing() {
     };
     let knobs = standin.knobs();
     let env = Env::on_standin(&standin, "side_by_side").await;
-    seed(&env, 600, 60).await;
-    // Twelve message batches, two in flight, each document costing 3 ms:
-    // the messages take seconds; the conversations' one batch does not.
+    seed(&env, 600, 200).await;
+    // Twelve message batches and four of conversations, two in flight, each
+    // document costing 3 ms: the messages take seconds, the conversations
+    // under a second.
     knobs.set_per_document_cost(3_000).await;
     let opts = SyncOptions {
         batch_docs: 50,
@@ -49,6 +57,42 @@ async fn conversations_are_sent_while_messages_are_still_indexing() {
     assert!(
         first_convos < last_messages,
         "conversations waited for every message batch: {posts:?}"
+    );
+    // Nor did the messages wait for the conversations: their first batch was
+    // posted before the conversations' last task had finished (one after the
+    // other, the messages would be read only once that task was confirmed).
+    let first_message_post = knobs
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["method"] == "POST")
+        .find(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.contains("messages") && p.ends_with("/documents"))
+        })
+        .and_then(|r| r["startedAt"].as_str().map(str::to_string))
+        .expect("messages were sent");
+    let convos_tasks = env
+        .meili
+        .tasks(&format!(
+            "indexUids={}&types=documentAdditionOrUpdate",
+            env.uid(Collection::Conversations)
+        ))
+        .await
+        .unwrap();
+    let last_convos_finished = convos_tasks["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["finishedAt"].as_str())
+        .map(rfc3339)
+        .max()
+        .expect("the conversations' tasks finished");
+    println!("first message batch posted at {first_message_post}, conversations' last task finished at {last_convos_finished}");
+    assert!(
+        rfc3339(&first_message_post) < last_convos_finished,
+        "the messages waited for the conversations: first message batch at {first_message_post}, {convos_tasks}"
     );
     env.assert_in_step(server_now(&env.db).await, &[]).await;
     env.cleanup().await;
