@@ -1,7 +1,7 @@
 //! A MongoDB of one test's own: a secantusdb process (the stand-in
 //! `scripts/test-servers` installs) started with extra flags — a tiny oplog
 //! (`--oplog-max-entries`), or no replica set at all (`--standalone`, so no
-//! change streams). Killed on drop.
+//! change streams). Stopped on drop.
 //!
 //! Only the stand-in can be started like this: without
 //! `.test-servers/venv/bin/secantusd-py` (e.g. against a real MongoDB)
@@ -18,7 +18,18 @@ pub struct PrivateMongo {
 }
 
 impl Drop for PrivateMongo {
+    /// SIGTERM first, so secantusd removes its working directory under
+    /// /tmp (a SIGKILL leaves one behind per test); SIGKILL if it lingers.
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
