@@ -319,8 +319,12 @@ const SECRET_KEYS: &[&str] = &["meili.master_key", "mongo.uri"];
 
 impl Raw {
     fn from_config(config: Config) -> Result<Self, ConfigError> {
-        let known = known_keys();
         let defaults: HashMap<String, Value> = defaults().into_iter().collect();
+        let known = || {
+            let mut keys: Vec<&str> = defaults.keys().map(String::as_str).collect();
+            keys.sort();
+            keys.join(", ")
+        };
         let table = config.cache.into_table().map_err(|e| ConfigError::File {
             path: "configuration".into(),
             reason: e.to_string(),
@@ -332,19 +336,19 @@ impl Raw {
                 _ => {
                     return Err(ConfigError::Unknown {
                         key: section,
-                        known: known.join(", "),
+                        known: known(),
                     })
                 }
             };
             for (key, value) in entries {
                 let full = format!("{section}.{key}");
-                if !known.contains(&full) {
+                let Some(default) = defaults.get(&full) else {
                     return Err(ConfigError::Unknown {
                         key: full,
-                        known: known.join(", "),
+                        known: known(),
                     });
-                }
-                check_kind(&full, &value, &defaults[&full])?;
+                };
+                check_kind(&full, &value, default)?;
                 values.insert(full, value);
             }
         }

@@ -31,23 +31,9 @@ impl MongoUri {
     /// secret-bearing options ([`SECRET_URI_OPTIONS`]) by `***`.
     pub fn redacted(&self) -> String {
         // Validated: the userinfo holds no reserved character, so it ends at
-        // the last `@` before the options, as the driver splits it.
-        let (scheme, rest) = self.uri.split_once("://").unwrap_or(("", &self.uri));
-        let (before_options, options) = match rest.split_once('?') {
-            Some((before, options)) => (before, Some(options)),
-            None => (rest, None),
-        };
-        let before_options = match before_options.rfind('@') {
-            Some(at) => format!("***{}", &before_options[at..]),
-            None => before_options.to_string(),
-        };
-        match options {
-            Some(options) => format!(
-                "{scheme}://{before_options}?{}",
-                redact_secret_options(options)
-            ),
-            None => format!("{scheme}://{before_options}"),
-        }
+        // the last `@` before the options, as the driver splits it (an `@` in
+        // an option such as `appName` stays readable).
+        redact(&self.uri, UserinfoEnds::BeforeOptions)
     }
 
     /// The database named in the URI's path, if any.
@@ -88,11 +74,27 @@ pub const SECRET_URI_OPTIONS: &[&str] = &[
 /// `@`) becomes `***`, and so does the value of every secret-bearing option.
 /// An `@` in the options hides more than the userinfo: never less.
 pub fn redact_uri(uri: &str) -> String {
+    redact(uri, UserinfoEnds::AnywhereBeforeTheLastAt)
+}
+
+/// Where the userinfo of a URI being redacted may end.
+enum UserinfoEnds {
+    /// At the last `@` before the options (a URI the driver accepted).
+    BeforeOptions,
+    /// At the last `@` of all (a URI that may not be well formed).
+    AnywhereBeforeTheLastAt,
+}
+
+fn redact(uri: &str, userinfo_ends: UserinfoEnds) -> String {
     let (scheme, rest) = match uri.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), uri),
     };
-    let rest = match rest.rfind('@') {
+    let searched = match userinfo_ends {
+        UserinfoEnds::BeforeOptions => rest.split('?').next().unwrap_or(rest),
+        UserinfoEnds::AnywhereBeforeTheLastAt => rest,
+    };
+    let rest = match searched.rfind('@') {
         Some(at) => format!("***{}", &rest[at..]),
         None => rest.to_string(),
     };
