@@ -23,8 +23,12 @@ use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 
+use crate::librechat::{self, Rules};
+
+mod error;
 mod mongo_uri;
 
+pub use error::ConfigError;
 use mongo_uri::parse_mongo_uri;
 pub use mongo_uri::{redact_uri, MongoUri, SECRET_URI_OPTIONS};
 
@@ -53,34 +57,6 @@ pub const LIBRECHAT_VARS: &[(&str, &str)] = &[
 /// LibreChat's in-process sync is off ([`Settings::librechat_sync_off`]); plan
 /// only is `sync.plan_only` (`RECONCILER__SYNC__PLAN_ONLY`) or `plan`.
 pub const LIBRECHAT_NO_SYNC: &str = "MEILI_NO_SYNC";
-
-/// A bad configuration: names the key, the offending value (redacted when
-/// secret) and what is allowed. The CLI exits with code 2 on it.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("invalid value {value:?} for `{key}`: {allowed}")]
-    Invalid {
-        key: String,
-        value: String,
-        allowed: String,
-    },
-    #[error("`{key}` is required: {hint}")]
-    Missing { key: String, hint: String },
-    #[error("unknown setting `{key}`; known settings: {known}")]
-    Unknown { key: String, known: String },
-    #[error("cannot read configuration file {path}: {reason}")]
-    File { path: String, reason: String },
-}
-
-impl ConfigError {
-    fn invalid(key: &str, value: impl Into<String>, allowed: impl Into<String>) -> Self {
-        ConfigError::Invalid {
-            key: key.to_string(),
-            value: value.into(),
-            allowed: allowed.into(),
-        }
-    }
-}
 
 /// A secret string: `Debug`/`Display` print `***`, never the value.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -167,6 +143,8 @@ pub struct SyncSettings {
     pub delay: Duration,
     pub enabled: bool,
     pub plan_only: bool,
+    /// LibreChat's configurable rules: exclusion paths, schema version.
+    pub rules: Rules,
 }
 
 #[derive(Clone, Debug)]
@@ -178,6 +156,19 @@ pub struct ServeSettings {
     pub follow: bool,
 }
 
+/// `follow.pre_images`: whether change events carry the document as it was
+/// before the change (`changeStreamPreAndPostImages`, MongoDB 6.0+), which
+/// is how a delete names the Meilisearch document it removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreImages {
+    /// Use them on collections that have them enabled.
+    Auto,
+    /// Enable them at start (`collMod`, needs that privilege), then use them.
+    Enable,
+    /// Never ask for them.
+    Off,
+}
+
 /// Follow mode (`[follow]`, docs/design.md §4.12).
 #[derive(Clone, Debug)]
 pub struct FollowSettings {
@@ -185,7 +176,7 @@ pub struct FollowSettings {
     pub max_docs: usize,
     /// ...or once its first change is this old.
     pub max_wait: Duration,
-    pub pre_images: crate::follow::PreImages,
+    pub pre_images: PreImages,
     /// Deletes without a pre-image: the id-set comparison runs at most this often.
     pub orphan_check_every: Duration,
 }
@@ -698,7 +689,45 @@ impl Raw {
             delay: self.duration("sync.delay")?,
             enabled: self.boolean("sync.enabled")?,
             plan_only: self.boolean("sync.plan_only")?,
+            rules: Rules {
+                messages_exclusion_path: self.exclusion_path("sync.messages_exclusion_path")?,
+                conversations_exclusion_path: self
+                    .exclusion_path("sync.conversations_exclusion_path")?,
+                schema_version: self.schema_version("sync.schema_version")?,
+            },
         })
+    }
+
+    /// A field whose presence keeps a document out of search; `""`: none.
+    fn exclusion_path(&self, key: &str) -> Result<Option<String>, ConfigError> {
+        let path = self.string(key);
+        if path.is_empty() {
+            return Ok(None);
+        }
+        librechat::check_exclusion_path(&path).map_err(|why| {
+            ConfigError::invalid(
+                key,
+                self.shown(key),
+                format!("a top-level field name such as subagentTask, or \"\" for none (it {why})"),
+            )
+        })?;
+        Ok(Some(path))
+    }
+
+    /// The projection's schema version LibreChat's markers carry.
+    fn schema_version(&self, key: &str) -> Result<i32, ConfigError> {
+        let text = self.string(key);
+        match text.parse::<i32>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(ConfigError::invalid(
+                key,
+                self.shown(key),
+                format!(
+                    "a whole number from 1 to {} (LibreChat's is 1; raising it re-sends every document)",
+                    i32::MAX
+                ),
+            )),
+        }
     }
 
     fn serve(&self) -> Result<ServeSettings, ConfigError> {
@@ -719,7 +748,6 @@ impl Raw {
     }
 
     fn follow(&self) -> Result<FollowSettings, ConfigError> {
-        use crate::follow::PreImages;
         let pre_images = match self.string("follow.pre_images").to_ascii_lowercase().as_str() {
             "auto" => PreImages::Auto,
             "enable" => PreImages::Enable,

@@ -18,7 +18,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use mongodb::error::{Error, ErrorKind, WriteFailure};
 
 use crate::lease::Guard;
-use crate::mongo::MongoError;
+use crate::mongo::error::MongoError;
 
 /// Flag writes sent again in this process so far (also the
 /// `reconciler_flag_write_retries_total` metric).

@@ -76,6 +76,7 @@ pub fn sync_options(settings: &Settings) -> SyncOptions {
         deep: false,
         state_collection: settings.lease.collection.clone(),
         state_job: settings.lease.job.clone(),
+        rules: settings.sync.rules.clone(),
     }
 }
 
@@ -330,4 +331,45 @@ pub async fn reindex(
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::RUN_OUTCOMES;
+
+    #[test]
+    fn every_run_outcome_label_is_registered_at_start() {
+        let outcomes = [
+            RunOutcome::Completed {
+                summary: serde_json::Value::Null,
+                text: String::new(),
+                rejects: 0,
+            },
+            RunOutcome::Completed {
+                summary: serde_json::Value::Null,
+                text: String::new(),
+                rejects: 1,
+            },
+            RunOutcome::DoneByOther {
+                owner: None,
+                summary: None,
+            },
+            RunOutcome::Failed {
+                error: String::new(),
+            },
+            RunOutcome::Unreachable {
+                error: String::new(),
+            },
+            RunOutcome::LeaseLost {
+                error: String::new(),
+            },
+            RunOutcome::HandedOver { to: String::new() },
+        ];
+        let mut labels: Vec<&str> = outcomes.iter().map(RunOutcome::metric_label).collect();
+        labels.sort();
+        let mut listed = RUN_OUTCOMES.to_vec();
+        listed.sort();
+        assert_eq!(labels, listed);
+    }
 }

@@ -4,11 +4,14 @@
 //! The binary (`src/main.rs`) is a thin CLI over this library; integration
 //! tests drive the same entry points.
 
+pub mod between_runs;
+pub mod cause;
 pub mod config;
 pub mod flag_retry;
 pub mod follow;
 pub mod job;
 pub mod lease;
+pub mod librechat;
 pub mod meili;
 pub mod metrics;
 pub mod mongo;
@@ -18,3 +21,4 @@ pub mod serve;
 pub mod servers;
 pub mod shutdown;
 pub mod telemetry;
+pub mod views;

@@ -18,6 +18,7 @@ use meili_reconciler::serve;
 use meili_reconciler::servers::{self, Patience, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
+use meili_reconciler::views;
 use tokio_util::sync::CancellationToken;
 
 /// Prints a line to stdout. A reader that went away (`status --json | head`)
@@ -253,7 +254,14 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
     };
     let lease_opts = job::lease_options(&settings, &replica);
     if let Command::Status { json } = command {
-        return status(&db, &lease_opts, json).await;
+        return status(
+            &db,
+            &lease_opts,
+            &settings.sync.rules,
+            settings.follow.pre_images,
+            json,
+        )
+        .await;
     }
     let meili = servers::meili_client(&settings.meili);
     if let Err(error) = servers::check_meili(&meili, &settings.meili, &patience).await {
@@ -277,7 +285,9 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             wait_timeout,
         } => {
             let mut lease_opts = lease_opts;
-            lease_opts.force = force;
+            // A deep comparison is asked for by name: a fresh completion
+            // (which compared no contents) does not satisfy it.
+            lease_opts.force = force || deep;
             lease_opts.request_handover = true;
             lease_opts.wait_timeout = Some(wait_timeout);
             let mut reconciler = reconciler;
@@ -420,7 +430,12 @@ fn finish(outcome: RunOutcome) -> Exit {
 }
 
 async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
-    match reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
+    let planned = async {
+        let mut plan = reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await?;
+        reconcile::plan::librechat_view(&reconciler.db, &reconciler.sync, &mut plan).await?;
+        Ok::<_, reconcile::ReconcileError>(plan)
+    };
+    match planned.await {
         Ok(plan) if json => {
             out!(
                 "{}",
@@ -477,17 +492,37 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
     }
 }
 
-async fn status(db: &mongodb::Database, lease_opts: &lease::LeaseOptions, json: bool) -> Exit {
-    match lease::read_status(db, lease_opts).await {
-        Ok(status) if json => {
+async fn status(
+    db: &mongodb::Database,
+    lease_opts: &lease::LeaseOptions,
+    rules: &meili_reconciler::librechat::Rules,
+    pre_images: meili_reconciler::config::PreImages,
+    json: bool,
+) -> Exit {
+    let read = async {
+        let status = lease::read_status(db, lease_opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        let collections = views::collections(db, rules, pre_images)
+            .await
+            .map_err(|e| format!("counting the chat collections: {e}"))?;
+        Ok::<_, String>((status, collections))
+    };
+    match read.await {
+        Ok((status, collections)) if json => {
+            let mut value = serde_json::to_value(&status).expect("status serializes");
+            value["collections"] = serde_json::to_value(&collections).expect("the views serialize");
             out!(
                 "{}",
-                serde_json::to_string_pretty(&status).expect("status serializes")
+                serde_json::to_string_pretty(&value).expect("status serializes")
             );
             Exit::Done
         }
-        Ok(status) => {
+        Ok((status, collections)) => {
             out!("{status}");
+            for view in &collections {
+                out!("{view}");
+            }
             Exit::Done
         }
         Err(error) => {

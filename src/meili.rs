@@ -724,7 +724,7 @@ fn http_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut source = Some(error);
     while let Some(current) = source {
         if let Some(io) = current.downcast_ref::<std::io::Error>() {
-            return crate::servers::io_cause(io);
+            return crate::cause::io_cause(io);
         }
         source = current.source();
     }

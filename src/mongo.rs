@@ -1,8 +1,7 @@
-//! The chat collections in MongoDB (`messages`, `conversations`): which
-//! documents are indexable (one definition, as a filter and as a Rust
-//! predicate that mirrors it), the counts the plan needs, paging by `_id`,
-//! the document → Meilisearch shape (docs/design.md §3.2), and every write of the
-//! `_meiliIndex` flag.
+//! The chat collections in MongoDB (`messages`, `conversations`): the
+//! queries and writes that LibreChat's rules (`crate::librechat`: what is
+//! searchable, the projection, the markers) turn into — the counts the plan
+//! needs, paging by `_id`, and every write of the markers.
 //!
 //! Queries use the server's clock (`hello.localTime`) for expiry, never
 //! `$$NOW`, and page by `_id` range instead of holding a cursor or sending
@@ -10,10 +9,11 @@
 //! end of this file, checks the lease [`Guard`] first and never touches
 //! `updatedAt`.
 //!
-//! A flag is set only for an exact version ([`set_flags_if_unchanged`]): one
-//! update statement per document, matching its `_id` and the exact
-//! `updatedAt` value that was read (see docs/design.md, "Version-exact
-//! acknowledgement"). The statements of many documents travel in one raw
+//! A document is marked indexed only for an exact version
+//! ([`set_flags_if_unchanged`]): one update statement per document,
+//! matching its `_id`, the exact `updatedAt` value and LibreChat version
+//! token that were read, and the retention branch it was read in (see
+//! docs/design.md, "Version-exact acknowledgement"). The statements of many documents travel in one raw
 //! `update` command (every MongoDB version has it; the driver's `bulk_write`
 //! needs 8.0). Per-document filters never use `$or`: some servers then scan
 //! the collection for every statement.
@@ -25,13 +25,21 @@ use mongodb::bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
 use mongodb::error::ErrorKind;
 use mongodb::{Collection as MongoCollection, Database};
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use crate::flag_retry::{self, Attempt};
-use crate::lease::{Guard, LeaseLost};
+use crate::lease::Guard;
+use crate::librechat::markers::{self, ProgressFilters, SCHEMA_VERSION, VERSION_TOKEN};
+use crate::librechat::searchable::{self, Retention};
+use crate::librechat::{projection, Rules};
 
-/// The flag LibreChat keeps on each document: true = Meilisearch has this version.
-pub const FLAG: &str = "_meiliIndex";
+pub use crate::librechat::projection::{meili_id, to_meili};
+
+pub mod error;
+
+pub use error::MongoError;
+
+/// The flag LibreChat keeps on each document: true = Meilisearch has it.
+pub use crate::librechat::markers::FLAG;
 
 /// The field whose exact value identifies a document's version: LibreChat
 /// (mongoose timestamps) rewrites it with every save.
@@ -40,17 +48,6 @@ pub const VERSION_FIELD: &str = "updatedAt";
 /// Update statements per `update` command (well under the 100,000 a command
 /// may hold and the 16 MiB a message may weigh).
 pub const STATEMENTS_PER_COMMAND: usize = 1_000;
-
-/// Why a MongoDB operation failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum MongoError {
-    #[error("MongoDB is unreachable: {0}")]
-    Unreachable(String),
-    #[error("MongoDB {what} failed: {detail}")]
-    Failed { what: String, detail: String },
-    #[error(transparent)]
-    LeaseLost(#[from] LeaseLost),
-}
 
 /// A flag write's attempt, classified for [`flag_retry::with_retries`].
 fn attempt_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Attempt + '_ {
@@ -93,61 +90,21 @@ fn short(e: &mongodb::error::Error) -> String {
         .to_string()
 }
 
-/// One of the two chat collections and the Meilisearch index it feeds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Collection {
-    Messages,
-    Conversations,
+pub use crate::librechat::Collection;
+
+/// How the chat collections are read.
+trait Handles {
+    fn read_projection(self) -> Document;
+    fn raw_handle(self, db: &Database) -> MongoCollection<RawDocumentBuf>;
+    fn handle(self, db: &Database) -> MongoCollection<Document>;
 }
 
-impl Collection {
-    pub const ALL: [Collection; 2] = [Collection::Messages, Collection::Conversations];
-
-    /// The MongoDB collection name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Collection::Messages => "messages",
-            Collection::Conversations => "conversations",
-        }
-    }
-
-    /// The Meilisearch index name (before the configured prefix).
-    pub fn index_name(self) -> &'static str {
-        match self {
-            Collection::Messages => "messages",
-            Collection::Conversations => "convos",
-        }
-    }
-
-    /// The Meilisearch primary key.
-    pub fn primary_key(self) -> &'static str {
-        match self {
-            Collection::Messages => "messageId",
-            Collection::Conversations => "conversationId",
-        }
-    }
-
-    /// The fields sent to Meilisearch.
-    pub fn fields(self) -> &'static [&'static str] {
-        match self {
-            Collection::Messages => &["messageId", "conversationId", "user", "sender", "text"],
-            Collection::Conversations => &["conversationId", "title", "user", "tags"],
-        }
-    }
-
+impl Handles for Collection {
     /// What to read from MongoDB to build the Meilisearch document, plus
-    /// its version (`updatedAt`).
+    /// its version (`updatedAt`, LibreChat's version token).
     fn read_projection(self) -> Document {
-        let mut projection = doc! { "_id": 1, VERSION_FIELD: 1 };
-        for field in self.fields() {
-            projection.insert(*field, 1);
-        }
-        if self == Collection::Messages {
-            // Only what the text of the parts needs, not images or tool calls.
-            projection.insert("content.type", 1);
-            projection.insert("content.text", 1);
-        }
+        let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1 };
+        projection.extend(projection::read_projection(self));
         projection
     }
 
@@ -182,81 +139,53 @@ pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
     }
 }
 
-/// Documents that belong in Meilisearch at server time `now` (docs/design.md §3.3):
-/// a `user` (not null, not `""`), not `isTemporary: true`, not expired at
-/// `now`, and for messages not `unfinished: true`.
-///
-/// Expiry is written `expiredAt: { $not: { $lte: now } }` — "unset, null or
-/// later than `now`" without an `$or`, so the same conditions can sit inside
-/// a per-document update filter without making any server scan. `$lte`
-/// compares dates with dates only, so an `expiredAt` that is not a date (a
-/// string, a number) counts as "never expires". [`is_indexable`] is the same
-/// rule in Rust, value for value (arrays included, as MongoDB matches them).
-pub fn indexable_filter(collection: Collection, now: DateTime) -> Document {
-    let mut filter = doc! {
-        "user": { "$nin": [Bson::Null, ""] },
-        "isTemporary": { "$ne": true },
-        "expiredAt": { "$not": { "$lte": now } },
-    };
-    if collection == Collection::Messages {
-        filter.insert("unfinished", doc! { "$ne": true });
+/// What to read of a document besides its projection to judge it: the
+/// fields its searchability depends on, its flag and schema version.
+pub fn judging_fields(rules: &Rules, collection: Collection) -> Document {
+    let mut projection = doc! { FLAG: 1, SCHEMA_VERSION: 1 };
+    for field in searchable::read_fields(rules, collection) {
+        projection.insert(field, 1);
     }
-    filter
+    projection
 }
 
-/// Whether `doc` matches [`indexable_filter`] at `now`, decided in Rust with
-/// MongoDB's matching rules: a missing field equals `null`, and a condition
-/// on an array field holds when it holds for the array or for one of its
-/// elements (so `isTemporary: [true]` is temporary, `user: ["a", ""]` has an
-/// empty user). The fields it reads are [`INDEXABILITY_FIELDS`].
-pub fn is_indexable(collection: Collection, doc: &Document, now: DateTime) -> bool {
-    let no_user =
-        |v: &Bson| matches!(v, Bson::Null) || matches!(v, Bson::String(s) if s.is_empty());
-    let is_true = |v: &Bson| matches!(v, Bson::Boolean(true));
-    let expired = |v: &Bson| matches!(v, Bson::DateTime(t) if *t <= now);
-    let user_missing = match doc.get("user") {
-        None => true,
-        Some(value) => matches_or_contains(value, no_user),
-    };
-    let temporary = doc
-        .get("isTemporary")
-        .is_some_and(|v| matches_or_contains(v, is_true));
-    let is_expired = doc
-        .get("expiredAt")
-        .is_some_and(|v| matches_or_contains(v, expired));
-    let unfinished = collection == Collection::Messages
-        && doc
-            .get("unfinished")
-            .is_some_and(|v| matches_or_contains(v, is_true));
-    !(user_missing || temporary || is_expired || unfinished)
+/// What a pass reads of each document: its Meilisearch form's sources, its
+/// version and [`judging_fields`].
+pub fn sync_projection(rules: &Rules, collection: Collection) -> Document {
+    let mut projection = collection.read_projection();
+    projection.extend(judging_fields(rules, collection));
+    projection
 }
 
-/// The fields [`is_indexable`] reads.
-pub const INDEXABILITY_FIELDS: [&str; 4] = ["user", "isTemporary", "expiredAt", "unfinished"];
-
-/// MongoDB's rule for a condition on a field that may hold an array: it
-/// holds for the value itself or for one of its elements (one level).
-fn matches_or_contains(value: &Bson, condition: impl Fn(&Bson) -> bool) -> bool {
-    condition(value) || matches!(value, Bson::Array(items) if items.iter().any(&condition))
+/// Searchable documents that are not processed (not flagged at the current
+/// schema version): what indexing sends.
+pub fn unindexed_filter(rules: &Rules, collection: Collection, now: DateTime) -> Document {
+    doc! { "$and": [
+        markers::unprocessed_filter(rules),
+        searchable::filter(rules, collection, now),
+    ] }
 }
 
-/// Indexable documents whose flag is not set.
-pub fn unindexed_filter(collection: Collection, now: DateTime) -> Document {
-    let mut filter = indexable_filter(collection, now);
-    filter.insert(FLAG, doc! { "$ne": true });
-    filter
+/// Whether `doc` matches [`unindexed_filter`] at `now`, decided in Rust.
+/// `doc` must carry [`judging_fields`].
+pub fn is_unindexed(rules: &Rules, collection: Collection, doc: &Document, now: DateTime) -> bool {
+    !markers::is_processed(rules, doc) && searchable::is_searchable(rules, collection, doc, now)
 }
 
 /// The counts the plan needs. `indexed + unindexed = indexable` always.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Counts {
-    /// Documents that belong in Meilisearch.
+    /// Documents that belong in Meilisearch (searchable).
     pub indexable: u64,
-    /// Of those, flagged as indexed.
+    /// Of those, processed: flagged at the current schema version.
     pub indexed: u64,
-    /// Of those, not flagged.
+    /// Of those, not processed: what indexing sends.
     pub unindexed: u64,
+    /// Of the searchable ones, flagged whatever their schema version: what
+    /// Meilisearch should hold (a document indexed under an older schema
+    /// version is there, and is sent again).
+    pub flagged: u64,
 }
 
 /// Counts the indexable documents at `now` and, of those, the flagged ones,
@@ -270,13 +199,22 @@ pub struct Counts {
 /// `indexable` does not depend on the flags.
 pub async fn counts(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     now: DateTime,
 ) -> Result<Counts, MongoError> {
-    let flagged = doc! { "$cond": [ { "$eq": [ format!("${FLAG}"), true ] }, 1, 0 ] };
+    let is_flagged = doc! { "$eq": [ format!("${FLAG}"), true ] };
+    let at_version = doc! { "$eq": [ format!("${SCHEMA_VERSION}"), rules.schema_version ] };
+    let flagged = doc! { "$cond": [ is_flagged.clone(), 1, 0 ] };
+    let processed = doc! { "$cond": [ { "$and": [is_flagged, at_version] }, 1, 0 ] };
     let pipeline = [
-        doc! { "$match": indexable_filter(collection, now) },
-        doc! { "$group": { "_id": Bson::Null, "indexable": { "$sum": 1 }, "indexed": { "$sum": flagged } } },
+        doc! { "$match": searchable::filter(rules, collection, now) },
+        doc! { "$group": {
+            "_id": Bson::Null,
+            "indexable": { "$sum": 1 },
+            "indexed": { "$sum": processed },
+            "flagged": { "$sum": flagged },
+        } },
     ];
     let row = collection
         .handle(db)
@@ -291,11 +229,13 @@ pub async fn counts(
         return Ok(Counts::default());
     };
     let indexable = count_field(&row, "indexable")?;
-    let indexed = count_field(&row, "indexed")?.min(indexable);
+    let flagged = count_field(&row, "flagged")?.min(indexable);
+    let indexed = count_field(&row, "indexed")?.min(flagged);
     Ok(Counts {
         indexable,
         indexed,
         unindexed: indexable - indexed,
+        flagged,
     })
 }
 
@@ -307,12 +247,13 @@ pub async fn counts(
 /// no partition, so it need not pay for one.
 pub async fn count_unindexed(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     now: DateTime,
 ) -> Result<u64, MongoError> {
     collection
         .handle(db)
-        .count_documents(unindexed_filter(collection, now))
+        .count_documents(unindexed_filter(rules, collection, now))
         .await
         .map_err(mongo_err("count the unindexed documents"))
 }
@@ -337,18 +278,21 @@ fn count_field(row: &Document, field: &str) -> Result<u64, MongoError> {
 /// documents at server time `now`, projected to the fields Meilisearch needs.
 pub async fn read_unindexed_page(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     now: DateTime,
     after: Option<&Bson>,
     limit: usize,
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
+    let mut projection = collection.read_projection();
+    projection.extend(judging_fields(rules, collection));
     read_page(
         db,
         collection,
-        unindexed_filter(collection, now),
+        unindexed_filter(rules, collection, now),
         after,
         limit,
-        collection.read_projection(),
+        projection,
     )
     .await
 }
@@ -358,17 +302,18 @@ pub async fn read_unindexed_page(
 /// forced reindex builds from and what an exact comparison reads.
 pub async fn read_indexable_page(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     now: DateTime,
     after: Option<&Bson>,
     limit: usize,
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
     let mut projection = collection.read_projection();
-    projection.insert(FLAG, 1);
+    projection.extend(judging_fields(rules, collection));
     read_page(
         db,
         collection,
-        indexable_filter(collection, now),
+        searchable::filter(rules, collection, now),
         after,
         limit,
         projection,
@@ -380,9 +325,9 @@ pub async fn read_indexable_page(
 /// reads when most of the collection is unindexed. A plain `_id` order costs
 /// the server only what it returns, whereas the unindexed filter sorted by
 /// `_id` costs some servers (DocumentDB-based ones) time proportional to the
-/// whole collection on every page. Projected like [`read_unindexed_page`]
-/// plus the flag and [`INDEXABILITY_FIELDS`], so the caller keeps what
-/// [`is_unindexed`] (or [`is_indexable`]) accepts.
+/// whole collection on every page. Projected like [`read_unindexed_page`],
+/// so the caller keeps what [`is_unindexed`] (or
+/// `searchable::is_searchable`) accepts.
 ///
 /// Read through one batched cursor (`_id > last`, sorted by `_id`), handed
 /// out in pages: a cursor's `getMore`s cost about half as much as as many
@@ -401,12 +346,9 @@ pub struct Scan {
 
 impl Scan {
     /// A scan of `collection`, fetching `batch_size` documents per round trip.
-    pub fn new(db: &Database, collection: Collection, batch_size: usize) -> Scan {
+    pub fn new(db: &Database, rules: &Rules, collection: Collection, batch_size: usize) -> Scan {
         let mut projection = collection.read_projection();
-        projection.insert(FLAG, 1);
-        for field in INDEXABILITY_FIELDS {
-            projection.insert(field, 1);
-        }
+        projection.extend(judging_fields(rules, collection));
         Scan {
             handle: collection.raw_handle(db),
             projection,
@@ -491,16 +433,6 @@ pub fn raw_id(raw: &RawDocumentBuf) -> Option<Bson> {
         .and_then(|id| Bson::try_from(id).ok())
 }
 
-/// Whether `doc` matches [`unindexed_filter`] at `now`, decided in Rust
-/// (`_meiliIndex: {$ne: true}` with MongoDB's rule for arrays, and
-/// [`is_indexable`]). `doc` must carry the flag and [`INDEXABILITY_FIELDS`].
-pub fn is_unindexed(collection: Collection, doc: &Document, now: DateTime) -> bool {
-    let flagged = doc
-        .get(FLAG)
-        .is_some_and(|v| matches_or_contains(v, |v| matches!(v, Bson::Boolean(true))));
-    !flagged && is_indexable(collection, doc, now)
-}
-
 async fn read_page(
     db: &Database,
     collection: Collection,
@@ -547,32 +479,31 @@ pub struct IdsPage {
 
 /// The next `_id` range page (by ascending `_id`, after `after`, `limit`
 /// documents read) with the ids of its indexable documents at server time
-/// `now`. Read as a plain range and filtered in Rust ([`is_indexable`]):
+/// `now`. Read as a plain range and filtered in Rust (`is_searchable`):
 /// the indexable filter sorted by `_id` costs some servers (DocumentDB-based
 /// ones) time proportional to the whole collection on every page.
 pub async fn indexable_ids_page(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     now: DateTime,
     after: Option<&Bson>,
     limit: usize,
 ) -> Result<IdsPage, MongoError> {
     let pk = collection.primary_key();
-    let mut projection = doc! { "_id": 1, pk: 1, FLAG: 1 };
-    for field in INDEXABILITY_FIELDS {
-        projection.insert(field, 1);
-    }
+    let mut projection = doc! { "_id": 1, pk: 1 };
+    projection.extend(judging_fields(rules, collection));
     let docs = read_page(db, collection, doc! {}, after, limit, projection).await?;
     let last = docs.len() < limit;
     let after = docs.last().and_then(raw_id);
     let mut entries = Vec::new();
     for raw in &docs {
         let d = parse(raw)?;
-        if is_indexable(collection, &d, now) {
+        if searchable::is_searchable(rules, collection, &d, now) {
             entries.push(IdEntry {
                 mongo_id: d.get("_id").cloned().unwrap_or(Bson::Null),
                 meili_id: meili_id(collection, &d),
-                flagged: d.get_bool(FLAG).unwrap_or(false),
+                flagged: markers::is_flagged(&d),
             });
         }
     }
@@ -581,6 +512,36 @@ pub async fn indexable_ids_page(
         after,
         last,
     })
+}
+
+/// The chat collections that keep change-stream pre-images
+/// (`changeStreamPreAndPostImages` on, MongoDB 6.0+): their deletes can name
+/// the deleted document (`listCollections`).
+pub async fn collections_with_pre_images(db: &Database) -> Result<Vec<Collection>, MongoError> {
+    let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
+    let reply = db
+        .run_command(doc! { "listCollections": 1, "filter": { "name": { "$in": names } } })
+        .await
+        .map_err(|e| failed("listCollections", &e))?;
+    let batch = reply
+        .get_document("cursor")
+        .and_then(|c| c.get_array("firstBatch"))
+        .cloned()
+        .unwrap_or_default();
+    Ok(batch
+        .iter()
+        .filter_map(Bson::as_document)
+        .filter(|info| {
+            info.get_document("options")
+                .and_then(|o| o.get_document("changeStreamPreAndPostImages"))
+                .and_then(|p| p.get_bool("enabled"))
+                .unwrap_or(false)
+        })
+        .filter_map(|info| {
+            let name = info.get_str("name").ok()?;
+            Collection::ALL.into_iter().find(|c| c.name() == name)
+        })
+        .collect())
 }
 
 /// The collection's document count from its metadata (cheap; may be off
@@ -599,15 +560,14 @@ pub async fn estimated_count(db: &Database, collection: Collection) -> Result<u6
 /// have `|`, so both spellings are looked up.
 pub async fn indexable_meili_ids_among(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     meili_ids: &[String],
     now: DateTime,
 ) -> Result<HashSet<String>, MongoError> {
     let pk = collection.primary_key();
     let mut projection = doc! { pk: 1 };
-    for field in INDEXABILITY_FIELDS {
-        projection.insert(field, 1);
-    }
+    projection.extend(judging_fields(rules, collection));
     let mut claimed = HashSet::new();
     for chunk in meili_ids.chunks(IDS_PER_QUERY) {
         let mut values: Vec<Bson> = chunk.iter().map(|id| Bson::String(id.clone())).collect();
@@ -631,42 +591,50 @@ pub async fn indexable_meili_ids_among(
         claimed.extend(
             found
                 .iter()
-                .filter(|d| is_indexable(collection, d, now))
+                .filter(|d| searchable::is_searchable(rules, collection, d, now))
                 .filter_map(|d| meili_id(collection, d)),
         );
     }
     Ok(claimed)
 }
 
-/// One version of one document: its `_id` and the exact `updatedAt` value
-/// read with it (`None`: it had no `updatedAt`).
+/// One version of one document: its `_id`, and the exact values of
+/// `updatedAt` and of LibreChat's version token `_meiliIndexVersion` read
+/// with it (`None`: it had none).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DocVersion {
     pub id: Bson,
     pub updated_at: Option<Bson>,
+    pub token: Option<Bson>,
 }
 
 impl DocVersion {
     /// The version of a document as read (it must have been read with its
-    /// `_id` and `updatedAt`).
+    /// `_id`, `updatedAt` and `_meiliIndexVersion`).
     pub fn of(doc: &Document) -> DocVersion {
         DocVersion {
             id: doc.get("_id").cloned().unwrap_or(Bson::Null),
             updated_at: doc.get(VERSION_FIELD).cloned(),
+            token: doc.get(VERSION_TOKEN).cloned(),
         }
     }
 
     /// The filter that matches this document only while it still has this
-    /// version: `_id` and `updatedAt` equal to the values read. A `null`
-    /// must be matched by type (`updatedAt: null` would also match a
-    /// document whose `updatedAt` was since removed).
+    /// version: `_id`, `updatedAt` and `_meiliIndexVersion` equal to the
+    /// values read. A missing value must stay missing and a `null` be
+    /// matched by type (`updatedAt: null` would also match a document whose
+    /// `updatedAt` was since removed).
     fn filter(&self) -> Document {
-        let version = match &self.updated_at {
+        let exactly = |value: &Option<Bson>| match value {
             None => Bson::Document(doc! { "$exists": false }),
             Some(Bson::Null) => Bson::Document(doc! { "$type": "null" }),
             Some(value) => Bson::Document(doc! { "$eq": value.clone() }),
         };
-        doc! { "_id": self.id.clone(), VERSION_FIELD: version }
+        doc! {
+            "_id": self.id.clone(),
+            VERSION_FIELD: exactly(&self.updated_at),
+            VERSION_TOKEN: exactly(&self.token),
+        }
     }
 }
 
@@ -679,26 +647,30 @@ pub struct Updated {
     pub modified: u64,
 }
 
-/// Sets the flag of each document that still has the version given and is
-/// indexable at server time `now`: one statement per document, filter `_id`,
-/// the exact `updatedAt` read and [`indexable_filter`]. Returns how many
-/// statements matched: fewer than `versions.len()` means some document was
-/// changed, deleted or made unindexable since it was read (those keep the
-/// flag the application gave them). Fenced by the guard before each command.
+/// Marks indexed (LibreChat's markers at the current schema version,
+/// [`markers::indexed`]) each document that still has the version given and
+/// is still searchable in the retention branch it was read in, at server
+/// time `now`: one statement per document, filter `_id`, the exact
+/// `updatedAt` and version token read, and the branch's conditions
+/// (`searchable::branch_filter`, no `$or`). Returns how many statements
+/// matched: fewer than `versions.len()` means some document was changed,
+/// deleted or made unsearchable since it was read (those keep the markers
+/// the application gave them). Fenced by the guard before each command.
 pub async fn set_flags_if_unchanged(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
-    versions: &[DocVersion],
+    versions: &[(DocVersion, Retention)],
     now: DateTime,
     guard: &Guard,
 ) -> Result<Updated, MongoError> {
-    let indexable = indexable_filter(collection, now);
+    let update = markers::indexed(rules);
     let statements = versions
         .iter()
-        .map(|version| {
+        .map(|(version, branch)| {
             let mut filter = version.filter();
-            filter.extend(indexable.clone());
-            doc! { "q": filter, "u": { "$set": { FLAG: true } } }
+            filter.extend(searchable::branch_filter(rules, collection, *branch, now));
+            doc! { "q": filter, "u": update.clone() }
         })
         .collect();
     update_each(db, collection, statements, "set flags", guard).await
@@ -709,12 +681,13 @@ pub async fn set_flags_if_unchanged(
 /// matching an `$in` list grows faster than its length).
 const IDS_PER_QUERY: usize = 100;
 
-/// Which of the given documents carry `_meiliIndex: true` now (their
-/// `_id`s): queries by `_id` list, the flag in the filter. Follow mode
-/// asks this just before it sends a micro-batch, to leave out the versions
-/// LibreChat's save hook has indexed meanwhile.
-pub async fn flagged_among(
+/// Which of the given documents are processed now (flagged at the current
+/// schema version; their `_id`s): queries by `_id` list, the markers in the
+/// filter. Follow mode asks this just before it sends a micro-batch, to
+/// leave out the versions LibreChat's save hook has indexed meanwhile.
+pub async fn processed_among(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     ids: &[Bson],
 ) -> Result<Vec<Bson>, MongoError> {
@@ -722,7 +695,7 @@ pub async fn flagged_among(
         db,
         collection,
         ids,
-        doc! { FLAG: true },
+        markers::processed_filter(rules),
         doc! { "_id": 1 },
         "read flags",
     )
@@ -772,7 +745,7 @@ pub async fn clear_flags(
 ) -> Result<u64, MongoError> {
     let statements = ids
         .iter()
-        .map(|id| doc! { "q": { "_id": id.clone(), FLAG: true }, "u": { "$set": { FLAG: false } } })
+        .map(|id| doc! { "q": { "_id": id.clone(), FLAG: true }, "u": markers::unindexed() })
         .collect();
     Ok(
         update_each(db, collection, statements, "clear flags", guard)
@@ -781,10 +754,40 @@ pub async fn clear_flags(
     )
 }
 
+/// Marks removed (LibreChat's cleanup markers, [`markers::removed`]) each
+/// of the given versions that is still the document's version: documents
+/// found not searchable and deleted from Meilisearch. Version-exact, so a
+/// document saved (and perhaps indexed by LibreChat's hook) since it was
+/// judged keeps its markers. Returns how many were marked.
+pub async fn mark_removed(
+    db: &Database,
+    collection: Collection,
+    versions: &[DocVersion],
+    guard: &Guard,
+) -> Result<u64, MongoError> {
+    let statements = versions
+        .iter()
+        .map(|version| doc! { "q": version.filter(), "u": markers::removed() })
+        .collect();
+    Ok(
+        update_each(db, collection, statements, "mark removed", guard)
+            .await?
+            .matched,
+    )
+}
+
 /// Runs update statements as raw `update` commands of at most
 /// [`STATEMENTS_PER_COMMAND`] statements (unordered), checking the guard
 /// before each command. A write error or write-concern error in a reply is
 /// an error: no flag write is silently lost.
+///
+/// A command the server stops for taking too long (code 50,
+/// `MaxTimeMSExpired`: DocumentDB-based servers end every statement after
+/// 10 s, and with LibreChat's ~20 indexes on a collection one document's
+/// update can cost it several milliseconds on a busy machine) is split in
+/// halves, each sent again — the statements are idempotent, and each
+/// `matched` still counts every statement of the command once. One
+/// statement alone that takes too long is a transient failure, retried.
 async fn update_each(
     db: &Database,
     collection: Collection,
@@ -793,24 +796,116 @@ async fn update_each(
     guard: &Guard,
 ) -> Result<Updated, MongoError> {
     let mut total = Updated::default();
-    let mut statements = statements.into_iter();
+    let mut rest: &[Document] = &statements;
+    let mut pending: std::collections::VecDeque<&[Document]> = std::collections::VecDeque::new();
     loop {
-        let chunk: Vec<Document> = statements.by_ref().take(STATEMENTS_PER_COMMAND).collect();
-        if chunk.is_empty() {
-            return Ok(total);
-        }
+        let chunk = match pending.pop_front() {
+            Some(chunk) => chunk,
+            None if rest.is_empty() => return Ok(total),
+            None => {
+                let (chunk, more) = rest.split_at(rest.len().min(COMMAND_SIZE.current()));
+                rest = more;
+                chunk
+            }
+        };
+        let single = chunk.len() == 1;
         let command = doc! { "update": collection.name(), "updates": chunk, "ordered": false };
-        let updated = flag_retry::with_retries(what, guard, || async {
-            let reply = db
-                .run_command(command.clone())
-                .await
-                .map_err(attempt_err(what))?;
-            update_reply(&reply, what)
+        let started = std::time::Instant::now();
+        let sent = flag_retry::with_retries(what, guard, || async {
+            let reply = match db.run_command(command.clone()).await {
+                Ok(reply) => reply,
+                Err(error) if took_too_long(&error) && !single => return Ok(None),
+                Err(error) => return Err(attempt_err(what)(error)),
+            };
+            match update_reply(&reply, what) {
+                Err(Attempt::Final(_)) if reply_took_too_long(&reply) => {
+                    if single {
+                        Err(Attempt::Transient(MongoError::Failed {
+                            what: what.to_string(),
+                            detail: "one statement took longer than the server allows".into(),
+                        }))
+                    } else {
+                        Ok(None)
+                    }
+                }
+                other => other.map(Some),
+            }
         })
         .await?;
-        total.matched += updated.matched;
-        total.modified += updated.modified;
+        match sent {
+            Some(updated) => {
+                COMMAND_SIZE.observe(chunk.len(), started.elapsed());
+                total.matched += updated.matched;
+                total.modified += updated.modified;
+            }
+            None => {
+                tracing::debug!(statements = chunk.len(), %what,
+                    "the server stopped an update command for taking too long: sending it in halves");
+                COMMAND_SIZE.stopped(chunk.len());
+                let (first, second) = chunk.split_at(chunk.len() / 2);
+                pending.push_front(second);
+                pending.push_front(first);
+            }
+        }
     }
+}
+
+/// Statements per `update` command, adapted to how long the server takes:
+/// at most [`STATEMENTS_PER_COMMAND`], halved when a command took longer
+/// than [`SLOW_COMMAND`] or was stopped for taking too long, doubled again
+/// after one well under it. So a server whose statement limit a command of
+/// 1,000 updates would break (DocumentDB's 10 s, with LibreChat's indexes
+/// on a busy machine) gets commands it can finish, without paying the limit
+/// for each of them. One per process: every collection's writes go to the
+/// same server.
+struct CommandSize(std::sync::atomic::AtomicUsize);
+
+/// A command taking longer than this makes the next ones smaller.
+const SLOW_COMMAND: std::time::Duration = std::time::Duration::from_secs(3);
+
+static COMMAND_SIZE: CommandSize =
+    CommandSize(std::sync::atomic::AtomicUsize::new(STATEMENTS_PER_COMMAND));
+
+impl CommandSize {
+    fn current(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed).max(1)
+    }
+
+    fn observe(&self, size: usize, took: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if took > SLOW_COMMAND {
+            self.0.fetch_min((size / 2).max(1), Relaxed);
+        } else if took < SLOW_COMMAND / 4 && size >= self.current() {
+            let grown = (size * 2).min(STATEMENTS_PER_COMMAND);
+            let _ = self
+                .0
+                .fetch_update(Relaxed, Relaxed, |now| (now < grown).then_some(grown));
+        }
+    }
+
+    fn stopped(&self, size: usize) {
+        self.0
+            .fetch_min((size / 2).max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// MongoDB's `MaxTimeMSExpired`: the server stopped the operation for
+/// taking longer than it allows.
+const MAX_TIME_EXPIRED: i32 = 50;
+
+fn took_too_long(error: &mongodb::error::Error) -> bool {
+    matches!(&*error.kind, ErrorKind::Command(c) if c.code == MAX_TIME_EXPIRED)
+}
+
+/// Whether an `update` reply's write errors say the server stopped it for
+/// taking too long.
+fn reply_took_too_long(reply: &Document) -> bool {
+    reply.get_array("writeErrors").is_ok_and(|errors| {
+        errors.iter().filter_map(Bson::as_document).any(|e| {
+            matches!(e.get("code"), Some(Bson::Int32(code)) if *code == MAX_TIME_EXPIRED)
+                || matches!(e.get("code"), Some(Bson::Int64(code)) if *code == i64::from(MAX_TIME_EXPIRED))
+        })
+    })
 }
 
 /// The counts of an `update` command's reply, or its first write error (not
@@ -875,19 +970,19 @@ pub enum ReadBack {
 }
 
 /// The documents of `ids` (one run, see [`ReadBack`]) as they are now, with
-/// their `_id`, version, primary key, flag and the fields [`is_indexable`]
-/// reads — what an acknowledgement that did not match everything reads back
+/// their `_id`, version, primary key, markers and the fields their
+/// searchability depends on — what an acknowledgement that did not match everything reads back
 /// to learn what happened. Only the wanted documents are held.
 pub async fn read_states(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     ids: &[Bson],
     how: ReadBack,
 ) -> Result<Vec<Document>, MongoError> {
-    let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, FLAG: 1, collection.primary_key(): 1 };
-    for field in INDEXABILITY_FIELDS {
-        projection.insert(field, 1);
-    }
+    let mut projection =
+        doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1, collection.primary_key(): 1 };
+    projection.extend(judging_fields(rules, collection));
     read_kept(db, collection, ids, how, projection).await
 }
 
@@ -896,15 +991,13 @@ pub async fn read_states(
 /// enqueued, is rebuilt from to isolate the documents Meilisearch rejects.
 pub async fn read_documents(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     ids: &[Bson],
     how: ReadBack,
 ) -> Result<Vec<Document>, MongoError> {
     let mut projection = collection.read_projection();
-    projection.insert(FLAG, 1);
-    for field in INDEXABILITY_FIELDS {
-        projection.insert(field, 1);
-    }
+    projection.extend(judging_fields(rules, collection));
     read_kept(db, collection, ids, how, projection).await
 }
 
@@ -968,19 +1061,21 @@ async fn read_kept_in_range(
     }
 }
 
-/// Clears the flag of every document that is not indexable at `now` (they
-/// must not be in Meilisearch, so they cannot be "indexed").
+/// Marks removed ([`markers::removed`]) every flagged document that is not
+/// searchable at `now`: it must not be in Meilisearch (the caller has
+/// removed what Meilisearch held of it), so it cannot be "indexed".
 pub async fn clear_flags_of_unindexable(
     db: &Database,
+    rules: &Rules,
     collection: Collection,
     now: DateTime,
     guard: &Guard,
 ) -> Result<u64, MongoError> {
-    let filter = doc! { FLAG: true, "$nor": [ indexable_filter(collection, now) ] };
+    let filter = doc! { FLAG: true, "$nor": [ searchable::filter(rules, collection, now) ] };
     let handle = collection.handle(db);
     flag_retry::with_retries("clear flags", guard, || async {
         let result = handle
-            .update_many(filter.clone(), doc! { "$set": { FLAG: false } })
+            .update_many(filter.clone(), markers::removed())
             .await
             .map_err(attempt_err("clear flags"))?;
         Ok(result.modified_count)
@@ -999,6 +1094,32 @@ pub async fn reset_flags_batch(
     batch: usize,
     guard: &Guard,
 ) -> Result<(u64, Option<Bson>), MongoError> {
+    let mut batch = batch.max(1);
+    loop {
+        match reset_flags_range(db, collection, after, batch, guard).await? {
+            Some(done) => return Ok(done),
+            // The server stopped the update for taking too long (code 50,
+            // see `update_each`): a smaller range.
+            None => {
+                tracing::debug!(
+                    batch,
+                    "resetting flags took the server too long: halving the range"
+                );
+                batch = (batch / 2).max(1);
+            }
+        }
+    }
+}
+
+/// One range of [`reset_flags_batch`]; `None` when the server stopped the
+/// update for taking too long (and more than one document was in it).
+async fn reset_flags_range(
+    db: &Database,
+    collection: Collection,
+    after: Option<&Bson>,
+    batch: usize,
+    guard: &Guard,
+) -> Result<Option<(u64, Option<Bson>)>, MongoError> {
     let handle = collection.handle(db);
     let mut filter = doc! { FLAG: true };
     if let Some(after) = after {
@@ -1029,218 +1150,256 @@ pub async fn reset_flags_batch(
         update_filter.insert("_id", range);
     }
     let cleared = flag_retry::with_retries("reset flags", guard, || async {
-        let result = handle
+        match handle
             .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
             .await
-            .map_err(attempt_err("reset flags"))?;
-        Ok(result.modified_count)
+        {
+            Ok(result) => Ok(Some(result.modified_count)),
+            Err(error) if batch > 1 && update_took_too_long(&error) => Ok(None),
+            Err(error) => Err(attempt_err("reset flags")(error)),
+        }
     })
     .await?;
-    Ok((cleared, upper))
+    Ok(cleared.map(|cleared| (cleared, upper)))
 }
 
-/// The Meilisearch primary-key value of a document, as sent.
-pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
-    let value = bson_to_json(doc.get(collection.primary_key())?);
-    let id = crate::meili::id_string(&value)?;
-    Some(match collection {
-        Collection::Conversations => id.replace('|', "--"),
-        Collection::Messages => id,
+/// Whether an `update_many` failed because the server stopped it for
+/// taking too long (a command error or a write error with code 50).
+fn update_took_too_long(error: &mongodb::error::Error) -> bool {
+    took_too_long(error)
+        || matches!(&*error.kind, ErrorKind::Write(mongodb::error::WriteFailure::WriteError(e)) if e.code == MAX_TIME_EXPIRED)
+}
+
+/// LibreChat's own view of one collection, as its `getSyncProgress()`
+/// reports it (the same four counts, [`ProgressFilters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LibreChatProgress {
+    /// `totalDocuments`: searchable by LibreChat's own rule.
+    pub searchable: u64,
+    /// `totalProcessed`: of those, flagged at the schema version.
+    pub processed: u64,
+    /// `pendingIndexing`: attempted but not flagged, or flagged at another
+    /// schema version.
+    pub pending_indexing: u64,
+    /// `pendingCleanup`: excluded documents that may still be in Meilisearch.
+    pub pending_cleanup: u64,
+    /// `isComplete`: everything processed, no cleanup pending.
+    pub complete: bool,
+}
+
+/// LibreChat's `getSyncProgress()` of `collection` at `now`: four counts,
+/// each over the whole collection (seconds at a million documents).
+pub async fn librechat_progress(
+    db: &Database,
+    rules: &Rules,
+    collection: Collection,
+    now: DateTime,
+) -> Result<LibreChatProgress, MongoError> {
+    let filters = ProgressFilters::new(rules, collection, now);
+    let handle = collection.handle(db);
+    let count = |filter: Document| {
+        let handle = handle.clone();
+        async move {
+            handle
+                .count_documents(filter)
+                .await
+                .map_err(mongo_err("count LibreChat's progress"))
+        }
+    };
+    let searchable = count(filters.searchable).await?;
+    let processed = count(filters.processed).await?;
+    let pending_indexing = count(filters.pending_indexing).await?;
+    let pending_cleanup = match filters.pending_cleanup {
+        Some(filter) => count(filter).await?,
+        None => 0,
+    };
+    Ok(LibreChatProgress {
+        searchable,
+        processed,
+        pending_indexing,
+        pending_cleanup,
+        complete: processed == searchable && pending_cleanup == 0,
     })
 }
 
-/// The Meilisearch document for a MongoDB document (docs/design.md §3.2): only the
-/// sent fields, absent stays absent, `content` parts become `text`, and `|`
-/// in `conversationId` becomes `--`.
-pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
-    let mut out = Map::new();
-    for field in collection.fields() {
-        if let Some(value) = doc.get(*field) {
-            out.insert((*field).to_string(), bson_to_json(value));
-        }
-    }
-    if collection == Collection::Messages {
-        if let Some(Bson::Array(parts)) = doc.get("content") {
-            out.insert("text".into(), Value::String(text_of_parts(parts)));
-        }
-    }
-    if let Some(Value::String(id)) = out.get_mut("conversationId") {
-        if id.contains('|') {
-            *id = id.replace('|', "--");
-        }
-    }
-    out
+/// How many excluded documents may still be in Meilisearch (LibreChat's
+/// pending cleanup; 0 without an exclusion path). On MongoDB LibreChat's
+/// partial indexes (`meili_excluded_*`) serve the query.
+pub async fn count_pending_cleanup(
+    db: &Database,
+    rules: &Rules,
+    collection: Collection,
+) -> Result<u64, MongoError> {
+    let Some(path) = rules.exclusion_path(collection) else {
+        return Ok(0);
+    };
+    collection
+        .handle(db)
+        .count_documents(markers::pending_cleanup_filter(path))
+        .await
+        .map_err(mongo_err("count the excluded documents to clean up"))
 }
 
-/// The parts of type `text`, joined by a space. A part's `text` is a string,
-/// or (older LibreChat) `{ value: string }`.
-fn text_of_parts(parts: &[Bson]) -> String {
-    parts
+/// The next `limit` excluded documents pending cleanup after `after` (by
+/// `_id`), with their `_id` and primary key.
+pub async fn pending_cleanup_page(
+    db: &Database,
+    rules: &Rules,
+    collection: Collection,
+    after: Option<&Bson>,
+    limit: usize,
+) -> Result<Vec<Document>, MongoError> {
+    let Some(path) = rules.exclusion_path(collection) else {
+        return Ok(Vec::new());
+    };
+    let mut filter = markers::pending_cleanup_filter(path);
+    if let Some(after) = after {
+        filter.insert("_id", doc! { "$gt": after.clone() });
+    }
+    collection
+        .handle(db)
+        .find(filter)
+        .sort(doc! { "_id": 1 })
+        .limit(limit as i64)
+        .projection(doc! { "_id": 1, collection.primary_key(): 1 })
+        .await
+        .map_err(mongo_err("read the excluded documents to clean up"))?
+        .try_collect()
+        .await
+        .map_err(mongo_err("read the excluded documents to clean up"))
+}
+
+/// Marks removed ([`markers::removed`]) each of `ids` that still carries
+/// the exclusion path: Meilisearch has just been told to delete them, and a
+/// document that lost the path since (and may have been indexed) is left
+/// alone. Returns how many were marked.
+pub async fn mark_excluded_removed(
+    db: &Database,
+    rules: &Rules,
+    collection: Collection,
+    ids: &[Bson],
+    guard: &Guard,
+) -> Result<u64, MongoError> {
+    let Some(path) = rules.exclusion_path(collection) else {
+        return Ok(0);
+    };
+    let statements = ids
         .iter()
-        .filter_map(|part| {
-            let part = part.as_document()?;
-            if part.get_str("type").ok()? != "text" {
-                return None;
-            }
-            match part.get("text")? {
-                Bson::String(s) => Some(s.as_str()),
-                Bson::Document(d) => d.get_str("value").ok(),
-                _ => None,
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+        .map(|id| doc! { "q": { "_id": id.clone(), path: { "$exists": true } }, "u": markers::removed() })
+        .collect();
+    Ok(
+        update_each(db, collection, statements, "mark removed", guard)
+            .await?
+            .matched,
+    )
 }
 
-/// BSON → JSON as Meilisearch should see it: plain values, ObjectIds as hex.
-fn bson_to_json(value: &Bson) -> Value {
-    match value {
-        Bson::ObjectId(id) => Value::String(id.to_hex()),
-        Bson::Array(items) => Value::Array(items.iter().map(bson_to_json).collect()),
-        Bson::Document(d) => Value::Object(
-            d.iter()
-                .map(|(k, v)| (k.clone(), bson_to_json(v)))
-                .collect(),
-        ),
-        other => other.clone().into_relaxed_extjson(),
-    }
+/// The next page (by `_id`, after `after`) of the documents whose expiry
+/// has passed at `now` and that may still be in Meilisearch by their
+/// markers (`markers::may_be_indexed_filter`), with their version, primary
+/// key and the fields that judge them: what the expiry sweep removes.
+/// LibreChat's TTL index on `expiredAt` serves the range, and it holds only
+/// the documents expired and not yet deleted by MongoDB's TTL monitor.
+pub async fn expired_page(
+    db: &Database,
+    rules: &Rules,
+    collection: Collection,
+    now: DateTime,
+    after: Option<&Bson>,
+    limit: usize,
+) -> Result<Vec<Document>, MongoError> {
+    let mut filter = searchable::expired_filter(now);
+    filter.extend(markers::may_be_indexed_filter());
+    let mut projection =
+        doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1, collection.primary_key(): 1 };
+    projection.extend(judging_fields(rules, collection));
+    read_page(db, collection, filter, after, limit, projection)
+        .await?
+        .iter()
+        .map(parse)
+        .collect()
+}
+
+/// The earliest expiry after `now` of a document that may be in
+/// Meilisearch by its markers: when the next one must leave. One document,
+/// sorted by `expiredAt` — LibreChat's TTL index on it serves the query.
+pub async fn next_expiry(
+    db: &Database,
+    collection: Collection,
+    now: DateTime,
+) -> Result<Option<DateTime>, MongoError> {
+    let mut filter = searchable::expiring_filter(now);
+    filter.extend(markers::may_be_indexed_filter());
+    let next = collection
+        .handle(db)
+        .find_one(filter)
+        .sort(doc! { searchable::EXPIRY: 1 })
+        .projection(doc! { "_id": 0, searchable::EXPIRY: 1 })
+        .await
+        .map_err(mongo_err("read the next expiry"))?;
+    Ok(next.and_then(|d| d.get_datetime(searchable::EXPIRY).ok().copied()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
-    fn message_content_parts_become_text_and_content_is_not_sent() {
-        let doc = doc! {
-            "_id": 1, "messageId": "m1", "conversationId": "a|b|c", "user": "u", "sender": "GPT",
-            "text": "stale", "content": [
-                { "type": "text", "text": "hello" },
-                { "type": "image_url", "image_url": "x" },
-                { "type": "text", "text": { "value": "world" } },
-            ],
-            "isTemporary": false,
-        };
-        let shaped = to_meili(Collection::Messages, &doc);
-        assert_eq!(
-            Value::Object(shaped),
-            json!({"messageId": "m1", "conversationId": "a--b--c", "user": "u", "sender": "GPT", "text": "hello world"})
-        );
-    }
-
-    #[test]
-    fn absent_fields_stay_absent() {
-        let doc = doc! { "_id": 1, "messageId": "m1", "user": "u" };
-        let shaped = to_meili(Collection::Messages, &doc);
-        assert_eq!(
-            Value::Object(shaped),
-            json!({"messageId": "m1", "user": "u"})
-        );
-        let doc = doc! { "_id": 1, "conversationId": "c|1", "user": "u", "tags": ["a", "b"], "model": "x" };
-        let shaped = to_meili(Collection::Conversations, &doc);
-        assert_eq!(
-            Value::Object(shaped),
-            json!({"conversationId": "c--1", "user": "u", "tags": ["a", "b"]})
-        );
-    }
-
-    #[test]
-    fn meili_ids_are_shaped_like_the_documents() {
-        let doc = doc! { "conversationId": "x|y" };
-        assert_eq!(
-            meili_id(Collection::Conversations, &doc).as_deref(),
-            Some("x--y")
-        );
-        let doc = doc! { "messageId": 42_i64 };
-        assert_eq!(meili_id(Collection::Messages, &doc).as_deref(), Some("42"));
-        assert_eq!(meili_id(Collection::Messages, &doc! {}), None);
-    }
-
-    #[test]
-    fn indexability_follows_mongodb_matching_rules() {
-        let now = DateTime::from_millis(1_000_000);
-        let before = DateTime::from_millis(999_999);
-        let after = DateTime::from_millis(1_000_001);
-        let m = |d: Document| is_indexable(Collection::Messages, &d, now);
-        let c = |d: Document| is_indexable(Collection::Conversations, &d, now);
-        assert!(m(doc! { "user": "u" }));
-        // user: absent, null, empty, or an array holding null or "".
-        assert!(!m(doc! {}));
-        assert!(!m(doc! { "user": Bson::Null }));
-        assert!(!m(doc! { "user": "" }));
-        assert!(!m(doc! { "user": ["a", ""] }));
-        assert!(!m(doc! { "user": [Bson::Null] }));
-        assert!(m(doc! { "user": ["a"] }));
-        assert!(m(doc! { "user": Bson::Array(vec![]) }));
-        assert!(m(doc! { "user": 5 }), "any other value is a user");
-        // isTemporary: only true (or an array holding true).
-        assert!(!m(doc! { "user": "u", "isTemporary": true }));
-        assert!(!m(doc! { "user": "u", "isTemporary": [true] }));
-        assert!(m(doc! { "user": "u", "isTemporary": false }));
-        assert!(m(doc! { "user": "u", "isTemporary": 1 }));
-        assert!(m(doc! { "user": "u", "isTemporary": "true" }));
-        assert!(m(doc! { "user": "u", "isTemporary": Bson::Null }));
-        // expiredAt: a date at or before now expires; anything else never does.
-        assert!(!m(doc! { "user": "u", "expiredAt": before }));
-        assert!(!m(doc! { "user": "u", "expiredAt": now }));
-        assert!(m(doc! { "user": "u", "expiredAt": after }));
-        assert!(m(doc! { "user": "u", "expiredAt": Bson::Null }));
-        assert!(m(doc! { "user": "u", "expiredAt": "2001-01-01" }));
-        assert!(m(doc! { "user": "u", "expiredAt": 5 }));
-        assert!(!m(doc! { "user": "u", "expiredAt": [before] }));
-        assert!(m(doc! { "user": "u", "expiredAt": [after, 3] }));
-        assert!(m(doc! { "user": "u", "expiredAt": Bson::Array(vec![]) }));
-        // unfinished: messages only.
-        assert!(!m(doc! { "user": "u", "unfinished": true }));
-        assert!(m(doc! { "user": "u", "unfinished": false }));
-        assert!(c(doc! { "user": "u", "unfinished": true }));
-        assert!(!c(doc! { "user": "u", "isTemporary": true }));
-    }
-
-    #[test]
-    fn unindexed_in_rust_means_unflagged_and_indexable() {
+    fn unindexed_in_rust_means_unprocessed_and_searchable() {
+        let rules = Rules::default();
         let now = DateTime::from_millis(1_000);
         let m = Collection::Messages;
-        assert!(is_unindexed(m, &doc! { "_id": 1, "user": "u" }, now));
-        assert!(is_unindexed(
-            m,
-            &doc! { "_id": 1, "user": "u", FLAG: false },
-            now
+        let unindexed = |d: Document| is_unindexed(&rules, m, &d, now);
+        assert!(unindexed(doc! { "_id": 1, "user": "u" }));
+        assert!(unindexed(doc! { "_id": 1, "user": "u", FLAG: false }));
+        assert!(
+            unindexed(doc! { "_id": 1, "user": "u", FLAG: true }),
+            "an older schema version"
+        );
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", FLAG: true, SCHEMA_VERSION: 1 }
         ));
-        assert!(!is_unindexed(
-            m,
-            &doc! { "_id": 1, "user": "u", FLAG: true },
-            now
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", FLAG: [true], SCHEMA_VERSION: 1 }
         ));
-        assert!(!is_unindexed(
-            m,
-            &doc! { "_id": 1, "user": "u", FLAG: [true] },
-            now
+        assert!(!unindexed(doc! { "_id": 1, "user": "" }));
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", "unfinished": true }
         ));
-        assert!(!is_unindexed(m, &doc! { "_id": 1, "user": "" }, now));
-        assert!(!is_unindexed(
-            m,
-            &doc! { "_id": 1, "user": "u", "unfinished": true },
-            now
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", "subagentTask": {} }
         ));
     }
 
     #[test]
-    fn a_version_filter_matches_the_exact_value_read() {
+    fn a_version_filter_matches_the_exact_values_read() {
         let at = DateTime::from_millis(5);
         let v = DocVersion::of(&doc! { "_id": 1, "updatedAt": at, "text": "x" });
-        assert_eq!(v.filter(), doc! { "_id": 1, "updatedAt": { "$eq": at } });
-        let v = DocVersion::of(&doc! { "_id": 2 });
         assert_eq!(
             v.filter(),
-            doc! { "_id": 2, "updatedAt": { "$exists": false } }
+            doc! { "_id": 1, "updatedAt": { "$eq": at }, VERSION_TOKEN: { "$exists": false } }
         );
-        let v = DocVersion::of(&doc! { "_id": 3, "updatedAt": Bson::Null });
+        let v = DocVersion::of(&doc! { "_id": 2, VERSION_TOKEN: "abc" });
         assert_eq!(
             v.filter(),
-            doc! { "_id": 3, "updatedAt": { "$type": "null" } }
+            doc! { "_id": 2, "updatedAt": { "$exists": false }, VERSION_TOKEN: { "$eq": "abc" } }
         );
+        let v =
+            DocVersion::of(&doc! { "_id": 3, "updatedAt": Bson::Null, VERSION_TOKEN: Bson::Null });
+        assert_eq!(
+            v.filter(),
+            doc! { "_id": 3, "updatedAt": { "$type": "null" }, VERSION_TOKEN: { "$type": "null" } }
+        );
+    }
+
+    #[test]
+    fn a_reply_stopped_for_taking_too_long_is_told_apart() {
+        let stopped = doc! { "ok": 1.0, "n": 0, "writeErrors": [ { "index": 0, "code": 50, "errmsg": "command timeout" } ] };
+        assert!(reply_took_too_long(&stopped));
+        let other = doc! { "ok": 1.0, "n": 0, "writeErrors": [ { "index": 0, "code": 66, "errmsg": "immutable" } ] };
+        assert!(!reply_took_too_long(&other));
+        assert!(!reply_took_too_long(&doc! { "ok": 1.0, "n": 3 }));
     }
 
     #[test]
@@ -1268,12 +1427,5 @@ mod tests {
             update_reply(&concern, "x"),
             Err(Attempt::Transient(_))
         ));
-    }
-
-    #[test]
-    fn content_without_text_parts_gives_empty_text() {
-        let doc = doc! { "messageId": "m", "content": [ { "type": "think", "think": "x" } ] };
-        let shaped = to_meili(Collection::Messages, &doc);
-        assert_eq!(shaped["text"], json!(""));
     }
 }

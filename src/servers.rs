@@ -28,6 +28,7 @@ use mongodb::event::sdam::SdamEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::{ClientOptions, ServerAddress};
 
+use crate::cause::{first_line, io_cause};
 use crate::config::{redact_uri, MeiliSettings, MongoSettings};
 use crate::meili::{Meili, MeiliError};
 
@@ -151,25 +152,6 @@ fn mongo_reason(error: &MongoError, last: &LastHeartbeatFailure, timeout: Durati
         };
     }
     mongo_cause(error)
-}
-
-/// An I/O error as an operator says it: "connection refused", not "os error 111".
-pub fn io_cause(error: &std::io::Error) -> String {
-    use std::io::ErrorKind as Io;
-    match error.kind() {
-        Io::ConnectionRefused => "connection refused".into(),
-        Io::ConnectionReset => "connection reset".into(),
-        Io::ConnectionAborted => "connection aborted".into(),
-        Io::TimedOut => "connection timed out".into(),
-        Io::HostUnreachable => "host unreachable".into(),
-        Io::NetworkUnreachable => "network unreachable".into(),
-        Io::AddrNotAvailable => "address not available".into(),
-        _ => first_line(&error.to_string()),
-    }
-}
-
-fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or("").trim().to_string()
 }
 
 /// Connects to MongoDB and checks it answers `ping`; returns the database.

@@ -75,6 +75,15 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.sync.max_bytes_in_flight, 256 * 1024 * 1024);
     assert_eq!(s.sync.compare_memory, 64 * 1024 * 1024);
     assert_eq!(s.sync.threshold, 1000);
+    // LibreChat's own values (its data layer, 0.0.71).
+    assert_eq!(s.sync.rules, meili_reconciler::librechat::Rules::default());
+    assert_eq!(
+        s.sync
+            .rules
+            .exclusion_path(meili_reconciler::mongo::Collection::Messages),
+        Some("subagentTask")
+    );
+    assert_eq!(s.sync.rules.schema_version, 1);
     assert_eq!(s.sync.delay, Duration::ZERO);
     assert!(s.sync.enabled);
     assert!(!s.sync.plan_only);
@@ -226,6 +235,9 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__SYNC__DELAY", "5ms"),
         ("RECONCILER__SYNC__ENABLED", "true"),
         ("RECONCILER__SYNC__PLAN_ONLY", "1"),
+        ("RECONCILER__SYNC__MESSAGES_EXCLUSION_PATH", "subagentRun"),
+        ("RECONCILER__SYNC__CONVERSATIONS_EXCLUSION_PATH", ""),
+        ("RECONCILER__SYNC__SCHEMA_VERSION", "3"),
         ("RECONCILER__SERVE__LISTEN", "0.0.0.0:1234"),
         ("RECONCILER__SERVE__INTERVAL", "1m"),
         ("RECONCILER__SERVE__GRACE", "2s"),
@@ -287,6 +299,14 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.sync.threshold, 0);
     assert_eq!(s.sync.delay, Duration::from_millis(5));
     assert!(s.sync.plan_only);
+    assert_eq!(
+        s.sync.rules,
+        meili_reconciler::librechat::Rules {
+            messages_exclusion_path: Some("subagentRun".into()),
+            conversations_exclusion_path: None,
+            schema_version: 3,
+        }
+    );
     assert_eq!(s.serve.listen.to_string(), "0.0.0.0:1234");
     assert_eq!(s.serve.interval, Duration::from_secs(60));
     assert_eq!(s.serve.grace, Duration::from_secs(2));
@@ -361,6 +381,33 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
             "lease.ttl",
             "0s",
             "greater than zero",
+        ),
+        (
+            &[("RECONCILER__SYNC__SCHEMA_VERSION", "0")],
+            "sync.schema_version",
+            "0",
+            "whole number from 1",
+        ),
+        (
+            &[("RECONCILER__SYNC__SCHEMA_VERSION", "one")],
+            "sync.schema_version",
+            "one",
+            "re-sends every document",
+        ),
+        (
+            &[(
+                "RECONCILER__SYNC__MESSAGES_EXCLUSION_PATH",
+                "subagentTask.status",
+            )],
+            "sync.messages_exclusion_path",
+            "subagentTask.status",
+            "top-level field name",
+        ),
+        (
+            &[("RECONCILER__SYNC__CONVERSATIONS_EXCLUSION_PATH", "$where")],
+            "sync.conversations_exclusion_path",
+            "$where",
+            "must not start with `$`",
         ),
         (
             &[("RECONCILER__LEASE__WRITE_CONCERN", "all")],

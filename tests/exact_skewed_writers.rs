@@ -170,7 +170,7 @@ impl<'e> Writer<'e> {
                     .unwrap();
                 self.last_hook_task = Some(task);
                 handle
-                    .update_one(doc! { "_id": id }, doc! { "$set": { "_meiliIndex": true } })
+                    .update_one(doc! { "_id": id }, doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } })
                     .await
                     .unwrap();
             }

@@ -39,7 +39,7 @@ async fn a_write_concern_error_on_the_first_flag_update_of_a_rebuild_is_retried(
             .collection::<mongodb::bson::Document>(name)
             .update_many(
                 mongodb::bson::doc! {},
-                mongodb::bson::doc! { "$set": { "_meiliIndex": true } },
+                mongodb::bson::doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } },
             )
             .await
             .unwrap();
@@ -124,4 +124,73 @@ async fn a_run_with_write_concern_errors_on_flag_updates_ends_exact() {
 /// Flag writes sent again so far in this process (the metric's counter).
 fn retries_so_far() -> u64 {
     meili_reconciler::flag_retry::retries()
+}
+
+/// A flag write the server stops for taking too long (code 50
+/// `MaxTimeMSExpired`, as DocumentDB-based servers answer a statement past
+/// their 10 s limit) is sent again in halves, and the run ends exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flag_write_the_server_stops_for_taking_too_long_is_sent_again_in_halves() {
+    let app = unique_name("flags_too_long");
+    let Some(faults) = FailCommand::new(&app).await else {
+        return;
+    };
+    let meili = support::meili();
+    let checker = Env::on(
+        support::mongo_uri(),
+        &meili.host,
+        &meili.key,
+        "flags_too_long",
+    )
+    .await;
+    let (faulty, log) = monitored_client(&app, true, None).await;
+    let env = Env {
+        db: faulty.database(checker.db.name()),
+        meili: checker.meili.clone(),
+        opts: checker.opts.clone(),
+    };
+    seed(&checker, 300, 30).await;
+    checker.run().await.expect("the first run");
+    // A backlog of new messages, never indexed: the next run's only flag
+    // writes are its acknowledgements, in commands of 1,000 statements.
+    let now = server_now(&checker.db).await;
+    let backlog: Vec<_> = (0..2_500)
+        .map(|n| support::follow::new_message("too-long", n, now))
+        .collect();
+    checker
+        .insert(meili_reconciler::mongo::Collection::Messages, backlog)
+        .await;
+    // The first of them is stopped.
+    faults.error_code(&["update"], 50, times(1)).await;
+    let summary = env.run().await;
+    faults.off().await;
+    let summary = summary.expect("the run ends well despite the stopped commands");
+    assert!(summary.indexed() > 0);
+    // The stopped command, then the same statements in two halves.
+    let sent: Vec<(usize, bool)> = log
+        .all()
+        .iter()
+        .filter(|s| s.name == "update" && s.collection() == Some("messages"))
+        .filter_map(|s| {
+            let size = s.command.get_array("updates").ok()?.len();
+            let stopped = matches!(&s.reply, Some(Err(_)))
+                || matches!(&s.reply, Some(Ok(r)) if r.get_i32("code") == Ok(50));
+            Some((size, stopped))
+        })
+        .collect();
+    let at = sent
+        .iter()
+        .position(|(_, stopped)| *stopped)
+        .unwrap_or_else(|| panic!("no command was stopped: {sent:?}"));
+    let whole = sent[at].0;
+    assert!(whole > 1, "{sent:?}");
+    assert_eq!(
+        [sent[at + 1].0, sent[at + 2].0],
+        [whole / 2, whole - whole / 2],
+        "the stopped command of {whole} statements was sent again as halves: {sent:?}"
+    );
+    checker
+        .assert_in_step(server_now(&checker.db).await, &[])
+        .await;
+    checker.cleanup().await;
 }

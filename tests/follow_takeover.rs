@@ -65,6 +65,9 @@ async fn token_saved_at(target: &Target) -> Option<mongodb::bson::DateTime> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_follower_is_resumed_from_its_token_and_the_index_ends_exact() {
+    if support::server::skip_without_change_streams().await {
+        return;
+    }
     let target = fleet("follow_kill");
     let env = Env::for_target(&target).await;
     seed(&env, 60, 10).await;
@@ -115,6 +118,9 @@ async fn a_killed_follower_is_resumed_from_its_token_and_the_index_ends_exact() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_owner_stopped_past_its_lease_writes_nothing_after_it_resumes() {
+    if support::server::skip_without_change_streams().await {
+        return;
+    }
     let target = fleet("follow_sigstop");
     let env = Env::for_target(&target).await;
     seed(&env, 40, 10).await;
@@ -245,6 +251,9 @@ async fn an_owner_stopped_past_its_lease_writes_nothing_after_it_resumes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn once_gets_the_lease_handed_over_and_following_resumes_after_it() {
+    if support::server::skip_without_change_streams().await {
+        return;
+    }
     handover_then_resume(
         "follow_handover",
         &["once", "--force", "--wait-timeout", "60s"],
@@ -257,6 +266,9 @@ async fn once_gets_the_lease_handed_over_and_following_resumes_after_it() {
 /// it, and follows again (from its token) once the reindex completed.
 #[tokio::test(flavor = "multi_thread")]
 async fn reindex_gets_the_lease_handed_over_and_following_resumes_after_it() {
+    if support::server::skip_without_change_streams().await {
+        return;
+    }
     handover_then_resume(
         "follow_handover_reindex",
         &["reindex", "--wait-timeout", "60s"],

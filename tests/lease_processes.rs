@@ -18,6 +18,7 @@ use mongodb::Database;
 use nix::sys::signal::Signal;
 use serde_json::json;
 use support::lease_harness::*;
+use support::timing::headroom;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +31,7 @@ fn wall_clock_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// Child timings: ttl 1 s, renew 200 ms, margin 300 ms, poll 100 ms.
+/// Child timings: the suite's (`support::timing`), as the parent's.
 fn child_options(job: &str, owner: &str) -> LeaseOptions {
     fast_options(job, owner)
 }
@@ -273,8 +274,9 @@ async fn a_killed_owner_is_replaced_within_ttl_and_poll() {
     assert_eq!(claimed.owner.as_deref(), Some("doomed"));
 
     let follower = follower_in_process(&db, opts.clone()).await;
-    // The live owner keeps the lease past its ttl.
-    tokio::time::sleep(opts.ttl * 2).await;
+    // The live owner keeps the lease past its ttl (and the headroom a
+    // follower's claim of an unrenewed lease would take).
+    tokio::time::sleep(opts.ttl + headroom()).await;
     assert!(
         !follower.is_finished(),
         "the follower waits while the owner lives"
@@ -298,7 +300,7 @@ async fn a_killed_owner_is_replaced_within_ttl_and_poll() {
         "the takeover has a higher epoch"
     );
     let after = started.unwrap().duration_since(killed_at);
-    let bound = opts.ttl + opts.poll_every + Duration::from_millis(1500);
+    let bound = opts.ttl + opts.poll_every + headroom();
     assert!(
         after <= bound,
         "took over {after:?} after the kill (bound {bound:?})"
@@ -333,20 +335,19 @@ fn assert_skew(offset_ms: i64, hours: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
     if !faketime_available() {
-        eprintln!("skipped: `faketime` is not on PATH (apt-get install -y faketime)");
-        return;
+        return support::skip::skip("`faketime` is not on PATH (apt-get install -y faketime)");
     }
     let db = database("lease_skew").await;
 
     // 1. A live lease on the true clock: followers 5 h ahead and 5 h behind
     //    wait for its completion and never run the job.
     let opts = child_options("skew-live", "true-clock");
-    let mut long_opts = opts.clone();
-    long_opts.renew_every = Duration::from_millis(200);
+    let long_opts = opts.clone();
+    let ttl = opts.ttl;
     let owner_db = same_database(&db).await;
     let owner = tokio::spawn(async move {
         let mut work = |guard: Guard, _progress: Progress| async move {
-            tokio::time::sleep(Duration::from_secs(4)).await; // 4 × ttl
+            tokio::time::sleep(ttl + headroom()).await;
             guard.check()?;
             Ok(json!({ "by": "true-clock" }))
         };
@@ -410,7 +411,7 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
         "expiresAt {expires_in} ms away"
     );
     let follower = follower_in_process(&db, opts.clone()).await;
-    tokio::time::sleep(opts.ttl * 2).await;
+    tokio::time::sleep(opts.ttl + headroom()).await;
     assert!(
         !follower.is_finished(),
         "the true-clock follower does not steal the live lease"
@@ -475,7 +476,7 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
     let ran = late.expect("ran", Duration::from_secs(20)).await;
     assert!(ran.is_empty());
     let after = killed_at.elapsed();
-    let bound = opts.ttl + opts.poll_every + Duration::from_millis(1500);
+    let bound = opts.ttl + opts.poll_every + headroom();
     assert!(
         after <= bound,
         "took over {after:?} after the kill (bound {bound:?})"

@@ -5,39 +5,47 @@
 mod support;
 
 use mongodb::bson::doc;
+use mongodb::error::ErrorKind;
 use support::cli::Target;
-
-/// `uri` (credentials it has dropped) with `user:password@` and `authSource`.
-fn with_credentials(uri: &str, user: &str, password: &str, auth_db: &str) -> String {
-    let (scheme, rest) = uri.split_once("://").expect("a URI with a scheme");
-    let before_options = rest.split('?').next().unwrap_or("");
-    let rest = match before_options.rfind('@') {
-        Some(at) => &rest[at + 1..],
-        None => rest,
-    };
-    let separator = if rest.contains('?') { '&' } else { '?' };
-    format!("{scheme}://{user}:{password}@{rest}{separator}authSource={auth_db}")
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rejected_mongodb_credentials_are_reported_at_once_without_the_password() {
     let target = Target::new("mongo_auth");
     let db = target.db().await;
     let user = format!("u_{}", target.database);
-    db.run_command(doc! {
-        "createUser": &user,
-        "pwd": "right-pass-1234",
-        "roles": [{ "role": "readWrite", "db": &target.database }],
-    })
-    .await
-    .expect("createUser");
+    // A user of the test's database. DocumentDB grants no role of one
+    // database (code 31 RoleNotFound): there it is a reader of every
+    // database, kept in `admin` — all this test needs is a password.
+    let created = db
+        .run_command(doc! {
+            "createUser": &user,
+            "pwd": "right-pass-1234",
+            "roles": [{ "role": "readWrite", "db": &target.database }],
+        })
+        .await;
+    let (users_db, auth_db) = match created {
+        Ok(_) => (db.clone(), target.database.clone()),
+        Err(error) if matches!(&*error.kind, ErrorKind::Command(c) if c.code == 31) => {
+            let admin = db.client().database("admin");
+            admin
+                .run_command(doc! {
+                    "createUser": &user,
+                    "pwd": "right-pass-1234",
+                    "roles": [{ "role": "readAnyDatabase", "db": "admin" }],
+                })
+                .await
+                .expect("createUser in admin");
+            (admin, "admin".to_string())
+        }
+        Err(error) => panic!("createUser: {error}"),
+    };
 
     // The server checks passwords: the right one gets in, the wrong one not.
-    let right = with_credentials(
+    let right = support::server::uri_with_credentials(
         &target.mongo_uri,
         &user,
         "right-pass-1234",
-        &target.database,
+        &auth_db,
     );
     let client = mongodb::Client::with_uri_str(&right).await.unwrap();
     client
@@ -45,11 +53,11 @@ async fn rejected_mongodb_credentials_are_reported_at_once_without_the_password(
         .run_command(doc! { "ping": 1 })
         .await
         .expect("the right password is accepted");
-    let wrong = with_credentials(
+    let wrong = support::server::uri_with_credentials(
         &target.mongo_uri,
         &user,
         "wrong-pass-do-not-print",
-        &target.database,
+        &auth_db,
     );
 
     // `once` retries an unreachable server five times, logging each retry;
@@ -61,7 +69,8 @@ async fn rejected_mongodb_credentials_are_reported_at_once_without_the_password(
         String::from_utf8_lossy(&out.stderr)
     );
     // Before asserting: the user outlives its database.
-    db.run_command(doc! { "dropUser": &user })
+    users_db
+        .run_command(doc! { "dropUser": &user })
         .await
         .expect("dropUser");
     target.cleanup().await;

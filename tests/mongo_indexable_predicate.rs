@@ -1,13 +1,20 @@
-//! `mongo::is_indexable` (the Rust predicate) says exactly what
-//! `mongo::indexable_filter` (the MongoDB filter) selects, document by
-//! document, on the seeder's edge cases plus odd values a real database may
-//! hold (arrays, non-date `expiredAt`, non-boolean flags).
+//! The Rust side of LibreChat's rules says exactly what their MongoDB
+//! filters select, document by document, on the seeder's edge cases plus odd
+//! values a real database may hold (arrays, non-date `expiredAt`,
+//! non-boolean flags, `null` exclusion paths, numbers of every type as
+//! schema versions): `searchable::is_searchable` and `searchable::filter`,
+//! each retention branch (`Retention::of` and `Retention::filter`, what an
+//! acknowledgement statement re-checks), `markers::is_processed` and
+//! `markers::processed_filter`, and `mongo::is_unindexed` and
+//! `mongo::unindexed_filter`.
 
 mod support;
 
 use std::collections::BTreeSet;
 
 use futures::TryStreamExt;
+use meili_reconciler::librechat::searchable::{self, Retention};
+use meili_reconciler::librechat::{markers, Rules};
 use meili_reconciler::mongo::{self, Collection};
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use support::seeder::{seed, SeedSpec};
@@ -16,7 +23,11 @@ fn odd_documents(collection: Collection, now: DateTime) -> Vec<Document> {
     let before = DateTime::from_millis(now.timestamp_millis() - 60_000);
     let after = DateTime::from_millis(now.timestamp_millis() + 3_600_000);
     let pk = collection.primary_key();
-    let variants: Vec<Document> = vec![
+    let excluded = match collection {
+        Collection::Messages => "subagentTask",
+        Collection::Conversations => "subagentThread",
+    };
+    let mut variants: Vec<Document> = vec![
         doc! { "user": "" },
         doc! { "user": Bson::Null },
         doc! {},
@@ -25,22 +36,80 @@ fn odd_documents(collection: Collection, now: DateTime) -> Vec<Document> {
         doc! { "user": ["a"] },
         doc! { "user": Bson::Array(vec![]) },
         doc! { "user": 5 },
-        doc! { "user": "u", "isTemporary": [true] },
-        doc! { "user": "u", "isTemporary": 1 },
-        doc! { "user": "u", "isTemporary": "true" },
-        doc! { "user": "u", "isTemporary": Bson::Null },
-        doc! { "user": "u", "isTemporary": Bson::Array(vec![]) },
-        doc! { "user": "u", "expiredAt": before },
-        doc! { "user": "u", "expiredAt": after },
-        doc! { "user": "u", "expiredAt": "2001-01-01T00:00:00Z" },
-        doc! { "user": "u", "expiredAt": 5 },
-        doc! { "user": "u", "expiredAt": [before] },
-        doc! { "user": "u", "expiredAt": [after, 3] },
-        doc! { "user": "u", "expiredAt": Bson::Array(vec![]) },
         doc! { "user": "u", "unfinished": true },
         doc! { "user": "u", "unfinished": [true] },
         doc! { "user": "u", "unfinished": "yes" },
+        doc! { "user": "u", excluded: { "status": "running" } },
+        doc! { "user": "u", excluded: Bson::Null },
+        doc! { "user": "u", excluded: Bson::Array(vec![]) },
+        doc! { "user": "u", "isTemporary": false, "expiredAt": after, excluded: {} },
     ];
+    // Every retention combination the filter's three branches tell apart.
+    let temporaries = [
+        None,
+        Some(Bson::Boolean(false)),
+        Some(Bson::Boolean(true)),
+        Some(Bson::Null),
+        Some(Bson::Array(vec![Bson::Boolean(true)])),
+        Some(Bson::Array(vec![Bson::Boolean(true), Bson::Boolean(false)])),
+        Some(Bson::Array(vec![Bson::Null])),
+        Some(Bson::Array(vec![])),
+        Some(Bson::Int32(0)),
+        Some(Bson::Int32(1)),
+        Some(Bson::String("false".into())),
+    ];
+    let expiries = [
+        None,
+        Some(Bson::Null),
+        Some(Bson::DateTime(before)),
+        Some(Bson::DateTime(after)),
+        Some(Bson::String("2100-01-01T00:00:00Z".into())),
+        Some(Bson::Int32(5)),
+        Some(Bson::Array(vec![Bson::DateTime(before)])),
+        Some(Bson::Array(vec![Bson::DateTime(after), Bson::Int32(3)])),
+        Some(Bson::Array(vec![Bson::Null])),
+        Some(Bson::Array(vec![])),
+    ];
+    for temporary in &temporaries {
+        for expiry in &expiries {
+            let mut d = doc! { "user": "u" };
+            if let Some(t) = temporary {
+                d.insert("isTemporary", t.clone());
+            }
+            if let Some(e) = expiry {
+                d.insert("expiredAt", e.clone());
+            }
+            variants.push(d);
+        }
+    }
+    // Markers: the flag and the schema version, in every type.
+    let flags = [
+        None,
+        Some(Bson::Boolean(true)),
+        Some(Bson::Boolean(false)),
+        Some(Bson::Array(vec![Bson::Boolean(true)])),
+    ];
+    let versions = [
+        None,
+        Some(Bson::Int32(1)),
+        Some(Bson::Int64(1)),
+        Some(Bson::Double(1.0)),
+        Some(Bson::Int32(2)),
+        Some(Bson::String("1".into())),
+        Some(Bson::Array(vec![Bson::Int32(1)])),
+    ];
+    for flag in &flags {
+        for version in &versions {
+            let mut d = doc! { "user": "u", "isTemporary": false };
+            if let Some(f) = flag {
+                d.insert(markers::FLAG, f.clone());
+            }
+            if let Some(v) = version {
+                d.insert(markers::SCHEMA_VERSION, v.clone());
+            }
+            variants.push(d);
+        }
+    }
     variants
         .into_iter()
         .enumerate()
@@ -51,14 +120,58 @@ fn odd_documents(collection: Collection, now: DateTime) -> Vec<Document> {
         .collect()
 }
 
+/// The `_id` keys of the documents of `handle` that `filter` selects.
+async fn selected(handle: &mongodb::Collection<Document>, filter: Document) -> BTreeSet<String> {
+    handle
+        .find(filter)
+        .projection(doc! { "_id": 1 })
+        .await
+        .unwrap()
+        .try_collect::<Vec<Document>>()
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| mongo::id_key(d.get("_id").unwrap()))
+        .collect()
+}
+
+/// Asserts that `predicate` holds for exactly the documents `by_filter` names.
+fn assert_same(
+    what: &str,
+    all: &[Document],
+    by_filter: &BTreeSet<String>,
+    predicate: impl Fn(&Document) -> bool,
+) {
+    let disagree: Vec<_> = all
+        .iter()
+        .filter(|d| {
+            let key = mongo::id_key(d.get("_id").unwrap());
+            by_filter.contains(&key) != predicate(d)
+        })
+        .collect();
+    assert!(
+        disagree.is_empty(),
+        "{what}: the predicate and the filter disagree on {disagree:#?}"
+    );
+    // Both sides saw the edge cases: some selected, some not.
+    assert!(
+        !by_filter.is_empty() && by_filter.len() < all.len(),
+        "{what}: {} of {}",
+        by_filter.len(),
+        all.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_predicate_selects_what_the_filter_selects() {
     let db = support::lease_harness::database("indexable").await;
+    let rules = Rules::default();
     let report = seed(
         &db,
         &SeedSpec {
             messages: 2_000,
             conversations: 300,
+            flag_true: 0.1,
             ..SeedSpec::default()
         },
     )
@@ -66,22 +179,12 @@ async fn the_predicate_selects_what_the_filter_selects() {
     .unwrap();
     let now = mongo::server_time(&db).await.unwrap();
     for collection in Collection::ALL {
-        let handle = db.collection::<Document>(collection.name());
+        let name = collection.name();
+        let handle = db.collection::<Document>(name);
         handle
             .insert_many(odd_documents(collection, now))
             .await
             .unwrap();
-        let by_filter: BTreeSet<String> = handle
-            .find(mongo::indexable_filter(collection, now))
-            .projection(doc! { "_id": 1 })
-            .await
-            .unwrap()
-            .try_collect::<Vec<Document>>()
-            .await
-            .unwrap()
-            .iter()
-            .map(|d| mongo::id_key(d.get("_id").unwrap()))
-            .collect();
         let all: Vec<Document> = handle
             .find(doc! {})
             .await
@@ -89,30 +192,76 @@ async fn the_predicate_selects_what_the_filter_selects() {
             .try_collect()
             .await
             .unwrap();
-        let by_predicate: BTreeSet<String> = all
-            .iter()
-            .filter(|d| mongo::is_indexable(collection, d, now))
-            .map(|d| mongo::id_key(d.get("_id").unwrap()))
-            .collect();
-        let disagree: Vec<_> = all
-            .iter()
-            .filter(|d| {
-                let key = mongo::id_key(d.get("_id").unwrap());
-                by_filter.contains(&key) != by_predicate.contains(&key)
-            })
-            .collect();
-        assert!(
-            disagree.is_empty(),
-            "{}: the predicate and the filter disagree on {disagree:#?}",
-            collection.name()
-        );
-        // Both sides saw the edge cases: some indexable, some not.
+
+        let searchable = selected(&handle, searchable::filter(&rules, collection, now)).await;
+        assert_same(&format!("{name} searchable"), &all, &searchable, |d| {
+            searchable::is_searchable(&rules, collection, d, now)
+        });
+        for branch in [Retention::Permanent, Retention::Expiring, Retention::Legacy] {
+            let in_branch = selected(
+                &handle,
+                searchable::branch_filter(&rules, collection, branch, now),
+            )
+            .await;
+            // A document may match two branches (arrays); the predicate
+            // names the first, the acknowledgement re-checks that one.
+            assert_same(
+                &format!("{name} branch {branch:?}"),
+                &all,
+                &in_branch,
+                |d| {
+                    searchable::is_searchable(&rules, collection, d, now)
+                        && matches_branch(d, branch, now)
+                },
+            );
+        }
+        let processed = selected(&handle, markers::processed_filter(&rules)).await;
+        assert_same(&format!("{name} processed"), &all, &processed, |d| {
+            markers::is_processed(&rules, d)
+        });
+        let unindexed = selected(&handle, mongo::unindexed_filter(&rules, collection, now)).await;
+        assert_same(&format!("{name} unindexed"), &all, &unindexed, |d| {
+            mongo::is_unindexed(&rules, collection, d, now)
+        });
+
         let seeded = match collection {
             Collection::Messages => &report.messages,
             Collection::Conversations => &report.conversations,
         };
-        assert!(by_filter.len() >= seeded.indexable, "{}", collection.name());
-        assert!(by_filter.len() < all.len());
+        // The seeder's own count of searchable documents is among them
+        // (the odd documents add more).
+        let seeded_searchable = all
+            .iter()
+            .filter(|d| {
+                !d.get_str(collection.primary_key())
+                    .unwrap_or("")
+                    .starts_with("odd-")
+            })
+            .filter(|d| searchable.contains(&mongo::id_key(d.get("_id").unwrap())))
+            .count();
+        assert_eq!(
+            seeded_searchable, seeded.indexable,
+            "{name}: the seeder's independent count"
+        );
     }
     db.drop().await.unwrap();
+}
+
+/// Whether `d` is in `branch`, by the branch's own conditions (not only the
+/// first it matches).
+fn matches_branch(d: &Document, branch: Retention, now: DateTime) -> bool {
+    let t = d.get("isTemporary");
+    let e = d.get("expiredAt");
+    let contains = |v: Option<&Bson>, is: &dyn Fn(&Bson) -> bool| {
+        v.is_some_and(|v| is(v) || matches!(v, Bson::Array(items) if items.iter().any(is)))
+    };
+    let is_null = |v: Option<&Bson>| v.is_none() || contains(v, &|x| matches!(x, Bson::Null));
+    let temporary_false = contains(t, &|x| matches!(x, Bson::Boolean(false)));
+    match branch {
+        Retention::Permanent => temporary_false && is_null(e),
+        Retention::Expiring => {
+            temporary_false && contains(e, &|x| matches!(x, Bson::DateTime(at) if *at > now))
+        }
+        Retention::Legacy => is_null(t) && is_null(e),
+    }
 }

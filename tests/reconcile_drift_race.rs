@@ -1,12 +1,13 @@
-//! The drift repair reads MongoDB's ids first and Meilisearch's once after
+//! The drift repair reads Meilisearch's ids first and MongoDB's after
 //! (docs/design.md §4.4): a message LibreChat saves and indexes in between
-//! is in Meilisearch but not among the ids read, and must not be taken for
-//! an orphan. The pause between the two reads is deterministic
-//! (`RECONCILER_TEST_PAUSE_AFTER=drift-mongo-ids`, resumed by a file).
+//! is in Meilisearch but was not listed, and must not be taken for an
+//! orphan; a message deleted in between was listed and is not claimed by
+//! MongoDB, so it goes. The pause between the two reads is deterministic
+//! (`RECONCILER_TEST_PAUSE_AFTER=drift-meili-ids`, resumed by a file).
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use meili_reconciler::mongo::Collection;
 use mongodb::bson::doc;
@@ -21,6 +22,10 @@ async fn a_message_saved_and_indexed_during_the_id_comparison_is_not_deleted_as_
     seed(&env, 300, 30).await;
     let out = target.run("first", &["once"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // An orphan from before the run (its MongoDB document is gone).
+    let uid = env.uid(Collection::Messages);
+    let ghost = json!({"messageId": "ghost-early", "user": "user-1", "text": "gone"});
+    env.put_docs(&uid, &[ghost]).await;
 
     let resume = tempfile::tempdir().unwrap();
     let resume_file = resume.path().join("resume");
@@ -28,37 +33,32 @@ async fn a_message_saved_and_indexed_during_the_id_comparison_is_not_deleted_as_
         "forced",
         &["once", "--force"],
         &[
-            ("RECONCILER_TEST_PAUSE_AFTER", "drift-mongo-ids"),
+            ("RECONCILER_TEST_PAUSE_AFTER", "drift-meili-ids"),
             ("RECONCILER_TEST_RESUME_FILE", resume_file.to_str().unwrap()),
         ],
     );
-    let waited = Instant::now();
-    while !forced
-        .stderr_so_far()
-        .contains("test hook: paused after drift-mongo-ids")
-    {
-        if let Some(status) = forced.child.try_wait().unwrap() {
-            panic!(
-                "once exited ({status}) before pausing: {}",
-                forced.stderr_so_far()
-            );
-        }
-        assert!(waited.elapsed() < Duration::from_secs(60), "no pause");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    forced
+        .await_pause("drift-meili-ids", Duration::from_secs(60))
+        .await;
 
     // LibreChat saves a message and its save hook indexes it and sets the
-    // flag — after the repair read MongoDB's ids, before it reads Meilisearch's.
+    // flag — after the repair listed Meilisearch's ids, before it reads MongoDB's.
     let now = server_now(&env.db).await;
     let mut late = message(10_001, now);
     late.insert("messageId", "msg-late");
     late.insert("_meiliIndex", true);
+    late.insert("_meiliIndexSchemaVersion", 1);
     env.insert(Collection::Messages, vec![late.clone()]).await;
     let (_, projection) = expected(Collection::Messages, &late, now).expect("indexable");
-    let uid = env.uid(Collection::Messages);
-    // And a real orphan appears (its MongoDB document is gone).
-    let ghost = json!({"messageId": "ghost-late", "user": "user-1", "text": "gone"});
-    env.put_docs(&uid, &[projection, ghost]).await;
+    env.put_docs(&uid, &[projection]).await;
+    // And an indexed message is deleted without a hook (it was listed).
+    let gone = env
+        .db
+        .collection::<mongodb::bson::Document>("messages")
+        .delete_one(doc! { "messageId": "msg-0" })
+        .await
+        .unwrap();
+    assert_eq!(gone.deleted_count, 1);
     std::fs::write(&resume_file, b"").unwrap();
 
     let status = wait_exit(&mut forced, Duration::from_secs(120));
@@ -69,14 +69,18 @@ async fn a_message_saved_and_indexed_during_the_id_comparison_is_not_deleted_as_
         in_meili.contains_key("msg-late"),
         "the message saved during the comparison was deleted as an orphan: {stderr}"
     );
-    assert!(!in_meili.contains_key("ghost-late"), "the orphan stays");
+    assert!(!in_meili.contains_key("ghost-early"), "the orphan stays");
+    assert!(
+        !in_meili.contains_key("msg-0"),
+        "the message deleted during the comparison stays searchable"
+    );
     let flagged = env
         .db
         .collection::<mongodb::bson::Document>("messages")
         .count_documents(doc! { "messageId": "msg-late", "_meiliIndex": true })
         .await
         .unwrap();
-    assert_eq!(flagged, 1, "its flag is left as the save hook set it");
+    assert_eq!(flagged, 1, "it ends flagged, as the save hook left it");
     env.assert_in_step(server_now(&env.db).await, &[]).await;
     env.cleanup().await;
 }

@@ -56,7 +56,7 @@ async fn meilisearch_ends_equal_to_the_indexable_projection() {
         .collection::<Document>("messages")
         .update_many(
             doc! { "messageId": { "$in": ["msg-3", "msg-5", "msg-8", "msg-9"] } },
-            doc! { "$set": { "_meiliIndex": true } },
+            doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } },
         )
         .await
         .unwrap();

@@ -51,14 +51,31 @@ async fn second_run_changes_nothing() {
     env.cleanup().await;
 }
 
-/// The count aggregations (`aggregate` is what `mongo::counts` runs, and
-/// nothing else of a run) among `sent`, per collection.
+/// The count aggregations among `sent`, per collection: the aggregations
+/// that `$group` (what `mongo::counts` runs, reading every searchable
+/// document) — not the driver's `count_documents` of the excluded documents
+/// pending cleanup (`$match` then `$group` over the exclusion path's
+/// documents only, which LibreChat's partial indexes serve).
 fn count_aggregations(sent: &[Sent]) -> Vec<(String, usize)> {
     let mut counts: Vec<(String, usize)> = Collection::ALL
         .iter()
         .map(|c| (c.name().to_string(), 0))
         .collect();
-    for sent in sent.iter().filter(|s| s.name == "aggregate") {
+    let reads_every_searchable_document = |sent: &&Sent| {
+        let first_match = sent
+            .command
+            .get_array("pipeline")
+            .ok()
+            .and_then(|p| p.first())
+            .and_then(|stage| stage.as_document()?.get_document("$match").ok());
+        // The searchable filter asks for a user; the cleanup's does not.
+        first_match.is_some_and(|m| m.contains_key("user"))
+    };
+    for sent in sent
+        .iter()
+        .filter(|s| s.name == "aggregate")
+        .filter(reads_every_searchable_document)
+    {
         let on = sent.collection().unwrap_or_default();
         match counts.iter_mut().find(|(name, _)| name == on) {
             Some((_, n)) => *n += 1,

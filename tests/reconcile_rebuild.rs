@@ -22,7 +22,7 @@ async fn missing_index_is_created_and_filled_even_when_flags_say_indexed() {
     for c in Collection::ALL {
         env.db
             .collection::<Document>(c.name())
-            .update_many(doc! {}, doc! { "$set": { "_meiliIndex": true } })
+            .update_many(doc! {}, doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } })
             .await
             .unwrap();
     }
@@ -72,7 +72,7 @@ async fn a_crash_during_the_flag_reset_is_resumed() {
             .collection::<Document>(c.name())
             .update_many(
                 doc! { "_id": { "$lt": middle } },
-                doc! { "$set": { "_meiliIndex": true } },
+                doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } },
             )
             .await
             .unwrap();
@@ -105,7 +105,7 @@ async fn an_interrupted_rebuild_completes_on_the_next_run() {
     env.create_index(&messages, "id").await;
     env.db
         .collection::<Document>("messages")
-        .update_many(doc! {}, doc! { "$set": { "_meiliIndex": true } })
+        .update_many(doc! {}, doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } })
         .await
         .unwrap();
 

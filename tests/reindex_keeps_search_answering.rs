@@ -139,7 +139,7 @@ async fn search_answers_from_a_complete_index_throughout() {
     messages
         .update_one(
             doc! { "_id": first.get("_id").unwrap() },
-            doc! { "$set": { "_meiliIndex": true } },
+            doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } },
         )
         .await
         .unwrap();

@@ -103,7 +103,7 @@ async fn killed_after(step: &str) {
     messages
         .update_one(
             doc! { "_id": edited_id },
-            doc! { "$set": { "_meiliIndex": true } },
+            doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } },
         )
         .await
         .unwrap();
@@ -131,21 +131,7 @@ async fn killed_after(step: &str) {
     assert!(!swapped, "the changes must land before the swap");
     knobs.set_per_document_cost(0).await;
 
-    let paused = format!("test hook: paused after {step}");
-    let waited = std::time::Instant::now();
-    while !reindex.stderr_so_far().contains(&paused) {
-        if let Some(status) = reindex.child.try_wait().unwrap() {
-            panic!(
-                "reindex exited ({status}) before pausing: {}",
-                reindex.stderr_so_far()
-            );
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(120),
-            "no pause after {step}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    reindex.await_pause(step, Duration::from_secs(120)).await;
     reindex.child.kill().expect("SIGKILL the reindex");
     reindex.child.wait().unwrap();
 

@@ -53,11 +53,22 @@ async fn run_answers_health_ready_status_and_metrics() {
         "{status}"
     );
     assert_eq!(status["role"], "idle");
-    // Follow mode (the default): the owner keeps the lease and follows.
-    let status =
-        support::follow::await_follow_state(&base, "following", Duration::from_secs(30)).await;
-    assert_eq!(status["lease"]["state"], "following");
-    assert_eq!(status["lease"]["owner"], status["replica"], "{status}");
+    // Follow mode (the default): the owner keeps the lease and follows. On
+    // a server without change streams (DocumentDB) `run` says so and
+    // reconciles on its interval instead: its first run completed the lease.
+    let status = if support::server::no_change_streams().await.is_none() {
+        let status =
+            support::follow::await_follow_state(&base, "following", Duration::from_secs(30)).await;
+        assert_eq!(status["lease"]["state"], "following");
+        assert_eq!(status["lease"]["owner"], status["replica"], "{status}");
+        status
+    } else {
+        let status =
+            support::follow::await_follow_state(&base, "unsupported", Duration::from_secs(30))
+                .await;
+        assert_eq!(status["lease"]["state"], "completed", "{status}");
+        status
+    };
     assert!(status["lease"]["epoch"].as_i64().unwrap() >= 1);
     assert!(status["nextRunInSecs"].as_u64().unwrap() > 3000, "{status}");
     let indexed: u64 = status["lastRun"]["summary"]["collections"]
@@ -401,7 +412,7 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
     };
     // Slow tasks keep the first owner busy long enough to be interrupted.
     standin.knobs().set_latency(300).await;
-    let poll = Duration::from_millis(200);
+    let poll = support::timing::lease().poll_every;
     let target = Target::new("run_sigterm")
         .with_meili(&standin.host, &standin.key)
         .set("RECONCILER__SYNC__BATCH_DOCS", "50")
@@ -474,12 +485,15 @@ async fn sigterm_releases_the_lease_and_another_replica_takes_over_within_a_poll
         .expect("the owner released its lease");
     let claimed = lease.get_datetime("claimedAt").unwrap();
     let gap = claimed.timestamp_millis() - released.timestamp_millis();
-    // Within one poll (jittered ≤ poll) plus a round trip of slack. A claim
-    // carries its poll's server time, read just before the document: a poll
-    // whose clock read came before the release and whose document read came
-    // after it claims "before" the release by up to that round trip.
+    // Within one poll (jittered ≤ poll) plus a round trip, which may take a
+    // headroom (support::timing) on a loaded machine — far from the 60 s
+    // ttl. A claim carries its poll's server time, read just before the
+    // document: a poll whose clock read came before the release and whose
+    // document read came after it claims "before" the release by up to that
+    // round trip.
+    let round_trip = support::timing::headroom().as_millis() as i64;
     assert!(
-        (-500..=poll.as_millis() as i64 + 700).contains(&gap),
+        (-round_trip..=poll.as_millis() as i64 + round_trip).contains(&gap),
         "claimed {gap} ms after the release; poll is {poll:?}"
     );
 

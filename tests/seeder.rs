@@ -115,7 +115,16 @@ async fn assert_common_counts(
             doc! { "expiredAt": { "$exists": false } },
             counts.expired_absent,
         ),
-        ("flag_true", doc! { "_meiliIndex": true }, counts.flag_true),
+        (
+            "subagent",
+            doc! { "$or": [ { "subagentTask": { "$exists": true } }, { "subagentThread": { "$exists": true } } ] },
+            counts.subagent,
+        ),
+        (
+            "flag_true",
+            doc! { "_meiliIndex": true, "_meiliIndexSchemaVersion": 1 },
+            counts.flag_true,
+        ),
         (
             "flag_false",
             doc! { "_meiliIndex": false },
@@ -141,13 +150,22 @@ async fn assert_common_counts(
     }
 }
 
-/// docs/design.md §3.3, computed from the stored document (independently of the seeder).
+/// docs/design.md §3.3, computed from the stored document (independently of
+/// the seeder): a user, no subagent record, LibreChat's retention (not
+/// temporary and not expired, or a legacy record with neither the flag nor
+/// an expiry), not unfinished.
 fn indexable(doc: &Document, now: DateTime) -> bool {
     let has_user = matches!(doc.get("user"), Some(Bson::String(_)));
-    let temporary = doc.get_bool("isTemporary").unwrap_or(false);
-    let expired = matches!(doc.get("expiredAt"), Some(Bson::DateTime(at)) if *at <= now);
+    let no_expiry = matches!(doc.get("expiredAt"), None | Some(Bson::Null));
+    let later = matches!(doc.get("expiredAt"), Some(Bson::DateTime(at)) if *at > now);
+    let retained = match doc.get("isTemporary") {
+        Some(Bson::Boolean(false)) => no_expiry || later,
+        None => no_expiry,
+        _ => false,
+    };
+    let subagent = doc.contains_key("subagentTask") || doc.contains_key("subagentThread");
     let unfinished = doc.get_bool("unfinished").unwrap_or(false);
-    has_user && !temporary && !expired && !unfinished
+    has_user && retained && !subagent && !unfinished
 }
 
 fn valid_meili_id(id: &str) -> bool {
@@ -340,8 +358,9 @@ async fn seeds_exactly_the_requested_edge_cases_and_reports_them() {
         .insert_one(doc! { "messageId": duplicate.get_str("messageId").unwrap() })
         .await
         .expect_err("messageId is unique");
+    let text = err.to_string();
     assert!(
-        err.to_string().contains("E11000") || err.to_string().contains("duplicate"),
+        text.contains("11000") || text.to_lowercase().contains("duplicate"),
         "{err}"
     );
 

@@ -168,10 +168,10 @@ async fn a_read_back_by_id_list_finds_what_a_range_read_finds() {
     assert!(wanted.len() > 200, "several `$in` lists: {}", wanted.len());
 
     let m = Collection::Messages;
-    let by_ids = read_states(&env.db, m, &wanted, ReadBack::Ids)
+    let by_ids = read_states(&env.db, &Default::default(), m, &wanted, ReadBack::Ids)
         .await
         .unwrap();
-    let by_range = read_states(&env.db, m, &wanted, ReadBack::Range)
+    let by_range = read_states(&env.db, &Default::default(), m, &wanted, ReadBack::Range)
         .await
         .unwrap();
     let ids = |docs: &[Document]| {

@@ -10,7 +10,7 @@ use std::fmt;
 
 use percent_encoding::percent_decode_str;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// A MongoDB connection string, validated by the driver's own parser, whose
 /// `Debug`/`Display` hide its credentials and secret-bearing options.

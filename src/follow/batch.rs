@@ -64,6 +64,9 @@ impl MicroBatch {
                 meili_id: change.meili_id.or(earlier.meili_id),
                 // Only an acknowledgement after an acknowledgement is one.
                 flag_only: earlier.flag_only.and(change.flag_only),
+                // A version written around the hooks may be what the
+                // index holds until this document is sent.
+                around_hooks: earlier.around_hooks || change.around_hooks,
                 ..change
             },
         };
@@ -112,6 +115,7 @@ mod tests {
                 .and_then(|d| mongo::meili_id(Collection::Messages, d)),
             full,
             flag_only: None,
+            around_hooks: false,
             token: doc! { "_data": n.to_string() },
             at: Some(DateTime::from_millis(n)),
         }

@@ -18,6 +18,8 @@
 //!   reads it;
 //! - `batch`: micro-batching (last change per document, when to flush);
 //! - `apply`: what one micro-batch does to Meilisearch and MongoDB;
+//! - `expiry`: when the next document expires, and the sweep at that time
+//!   (expiry writes nothing to the stream);
 //! - `owner`: the lease owner's job (start, follow, periodic runs,
 //!   handover);
 //! - `replica`: a `run` replica's loop around it (wait for the lease,
@@ -26,6 +28,7 @@
 
 mod apply;
 mod batch;
+mod expiry;
 mod owner;
 pub mod replica;
 pub mod status;
@@ -33,20 +36,8 @@ mod stream;
 
 use std::time::Duration;
 
+pub use crate::config::PreImages;
 pub use status::{FollowState, FollowStatus};
-
-/// `follow.pre_images`: whether change events carry the document as it was
-/// before the change (`changeStreamPreAndPostImages`, MongoDB 6.0+), which
-/// is how a delete names the Meilisearch document it removes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreImages {
-    /// Use them on collections that have them enabled.
-    Auto,
-    /// Enable them at start (`collMod`, needs that privilege), then use them.
-    Enable,
-    /// Never ask for them.
-    Off,
-}
 
 /// The knobs of follow mode, from the settings.
 #[derive(Clone, Debug)]

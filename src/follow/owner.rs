@@ -17,7 +17,17 @@
 //! Every `serve.interval` (±10%) it stops applying (the stream waits on the
 //! server), reconciles, records the run (`lease.record_run`) and goes on.
 //! Deletes whose Meilisearch id is unknown (no pre-image) are left to the
-//! id-set comparison, at most once per `follow.orphan_check_every`.
+//! id-set comparison, at once for the first and then at most once per
+//! `follow.orphan_check_every`. That a comparison is owed is recorded in the
+//! lease (`followOrphanChecks`, fenced, with the MongoDB time of the
+//! micro-batch) before the resume token is saved past such a delete, and
+//! cleared only by a comparison that started after that time: an owner that
+//! resumes from the token or takes over compares at once, so no delete is
+//! lost between owners.
+//!
+//! Expiry writes nothing to the stream: the owner knows when the next
+//! document that may be in Meilisearch expires (`expiry`) and sweeps at
+//! that moment.
 //!
 //! A lost lease cancels the guard: the job is dropped at its next await
 //! (its reader with it), and every write checks the guard first.
@@ -27,11 +37,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mongodb::bson::Document;
+use mongodb::bson::{DateTime, Document};
 use tracing::{debug, info, warn};
 
 use super::apply::{self, Target};
 use super::batch::MicroBatch;
+use super::expiry::{self, ExpiryClock};
 use super::status::{FollowState, FollowStatus};
 use super::stream::{self, Reader, StreamConfig, StreamError, StreamItem};
 use super::FollowOptions;
@@ -40,7 +51,7 @@ use crate::lease::store::JobStore;
 use crate::lease::{clock, Guard, HandOver, LeaseHandle, LeaseLost, LeaseOptions, LeaseWriteError};
 use crate::mongo::Collection;
 use crate::progress::Progress;
-use crate::reconcile::{self, Ctx, ReconcileError};
+use crate::reconcile::{self, ReconcileError};
 use crate::serve::state::{ReplicaState, Role};
 
 /// While nothing is applied, the furthest safe resume token is saved at
@@ -107,6 +118,18 @@ impl Owner {
         }
     }
 
+    /// What a micro-batch, a sweep or a comparison is applied with.
+    fn target<'a>(&'a self, guard: &'a Guard, progress: &'a Progress) -> Target<'a> {
+        let r = &self.reconciler;
+        Target {
+            db: &r.db,
+            meili: &r.meili,
+            sync: &r.sync,
+            guard,
+            progress,
+        }
+    }
+
     fn stream_config(&self, pre_images: bool) -> StreamConfig {
         StreamConfig {
             pre_images,
@@ -115,6 +138,7 @@ impl Owner {
                 .max_wait
                 .clamp(Duration::from_millis(50), Duration::from_secs(1)),
             capacity: self.options.max_docs.saturating_mul(2),
+            rules: self.reconciler.sync.rules.clone(),
         }
     }
 
@@ -142,7 +166,8 @@ impl Owner {
         let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard)
             .await
             .map_err(|e| self.engine_error(e.into()))?;
-        let config = self.stream_config(pre_images);
+        self.status().deletes(&pre_images);
+        let config = self.stream_config(!pre_images.is_empty());
         if !reconcile_first {
             if let Some(token) = self.resumable_token().await? {
                 match stream::open(db, &token, &config).await {
@@ -219,7 +244,7 @@ impl Owner {
         guard: &Guard,
         progress: &Progress,
     ) -> anyhow::Result<Begun> {
-        super::replica::log_unsupported(why);
+        stream::log_unsupported(why);
         self.unsupported.store(true, Ordering::SeqCst);
         self.status().set_state(FollowState::Unsupported);
         let summary = self.reconcile(guard, progress).await?;
@@ -238,7 +263,7 @@ impl Owner {
         self.replica.set_role(Role::Idle);
         let summary = result.map_err(|e| self.engine_error(e))?;
         let outcome = job::record_completed(&summary);
-        crate::serve::update_backlog(r).await;
+        crate::between_runs::update_backlog(r).await;
         self.replica
             .finished(outcome, self.options.interval.as_secs());
         Ok(serde_json::to_value(&summary)?)
@@ -252,15 +277,37 @@ impl Owner {
         (mut reader, config): (Reader, StreamConfig),
         saved: Document,
     ) -> anyhow::Result<Ended> {
-        self.status().set_state(FollowState::Following);
-        progress.phase("follow", 0);
         let opts = &self.options;
         let mut pending = Pending {
             batch: MicroBatch::default(),
             tokens: Tokens::new(Some(saved)),
             orphans: OrphanChecks::new(opts.orphan_check_every),
+            unrecorded: Vec::new(),
+            expiry: ExpiryClock::default(),
         };
-        let mut next_run = Instant::now() + crate::serve::jittered(opts.interval);
+        self.sweep_expired(guard, progress, &mut pending.expiry)
+            .await?;
+        self.status().set_state(FollowState::Following);
+        progress.phase("follow", 0);
+        // Comparisons a previous owner (or this one, before a restart) owed:
+        // its deletes are behind the token this stream resumed from.
+        let owed = match lease.orphan_checks_owed().await {
+            Ok(names) => Collection::ALL
+                .into_iter()
+                .filter(|c| names.iter().any(|n| n == c.name()))
+                .collect(),
+            Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+            Err(error) => {
+                warn!(%error, "could not read which id-set comparisons are owed: comparing both collections");
+                Collection::ALL.to_vec()
+            }
+        };
+        if !owed.is_empty() {
+            info!(collections = ?owed.iter().map(|c| c.name()).collect::<Vec<_>>(),
+                "an id-set comparison is owed for deletes without a pre-image applied before this stream's resume point: comparing at once");
+            pending.orphans.owed(&owed);
+        }
+        let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
         let mut next_handover_check = Instant::now() + opts.poll_every;
         loop {
             let wake = [
@@ -268,6 +315,7 @@ impl Owner {
                 Some(next_handover_check),
                 Some(next_run),
                 pending.orphans.due(),
+                pending.expiry.due(),
             ]
             .into_iter()
             .flatten()
@@ -298,7 +346,7 @@ impl Owner {
                         }
                         self.status().caught_up();
                         if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
-                            pending.tokens.save(guard, lease).await?;
+                            pending.save_token(guard, lease).await?;
                         }
                     }
                     Some(StreamItem::Restart(reason)) => return Ok(Ended::Restart(reason)),
@@ -333,7 +381,7 @@ impl Owner {
                         self.status().set_state(FollowState::HandingOver);
                         info!(%to, "another replica asked for the lease: handing it over after the current micro-batch");
                         self.flush(guard, progress, lease, &mut pending).await?;
-                        pending.tokens.save(guard, lease).await?;
+                        pending.save_token(guard, lease).await?;
                         return Ok(Ended::HandOver(to));
                     }
                     Ok(None) => {}
@@ -343,7 +391,12 @@ impl Owner {
             }
             if pending.orphans.due().is_some_and(|due| now >= due) {
                 self.flush(guard, progress, lease, &mut pending).await?;
-                self.repair_orphans(guard, progress, &mut pending.orphans)
+                self.repair_orphans(guard, progress, lease, &mut pending)
+                    .await?;
+            }
+            if pending.expiry.due().is_some_and(|due| now >= due) {
+                self.flush(guard, progress, lease, &mut pending).await?;
+                self.sweep_expired(guard, progress, &mut pending.expiry)
                     .await?;
             }
             if now >= next_run {
@@ -358,9 +411,15 @@ impl Owner {
                         warn!(%error, "could not record the periodic reconciliation in the lease")
                     }
                 }
+                pending
+                    .expiry
+                    .plan(&self.reconciler.db)
+                    .await
+                    .map_err(|e| self.engine_error(e))?;
+                self.status().next_expiry(pending.expiry.next());
                 self.status().set_state(FollowState::Following);
                 progress.phase("follow", 0);
-                next_run = Instant::now() + crate::serve::jittered(opts.interval);
+                next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
             }
         }
     }
@@ -402,6 +461,30 @@ impl Owner {
         }
     }
 
+    /// Sweeps what has expired out of Meilisearch, then asks when the next
+    /// document expires.
+    async fn sweep_expired(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+        clock: &mut ExpiryClock,
+    ) -> anyhow::Result<()> {
+        let removed = expiry::sweep(&self.target(guard, progress))
+            .await
+            .map_err(|e| self.engine_error(e))?;
+        if removed > 0 {
+            let mut by_op = std::collections::BTreeMap::new();
+            by_op.insert("expired", removed);
+            self.status().applied(&by_op, None);
+        }
+        clock
+            .plan(&self.reconciler.db)
+            .await
+            .map_err(|e| self.engine_error(e))?;
+        self.status().next_expiry(clock.next());
+        Ok(())
+    }
+
     /// Applies what the micro-batch holds, then saves the resume token of
     /// its last change.
     async fn flush(
@@ -416,29 +499,29 @@ impl Owner {
         let docs = drained.changes.len();
         let started = Instant::now();
         if work {
-            let r = &self.reconciler;
-            let target = Target {
-                db: &r.db,
-                meili: &r.meili,
-                sync: &r.sync,
-                guard,
-                progress,
-            };
-            let applied = apply::apply(&target, drained.changes)
+            let soonest_expiry = expiry::soonest(&drained.changes);
+            let applied = apply::apply(&self.target(guard, progress), drained.changes)
                 .await
                 .map_err(|e| self.engine_error(e))?;
             if let Some(now) = applied.now {
                 self.status().server_time(now);
+                pending.expiry.consider(soonest_expiry, now);
+                self.status().next_expiry(pending.expiry.next());
             }
             self.status().applied(&applied.by_op, drained.newest);
             pending.orphans.note(&applied.unresolved);
+            if let Some(now) = applied.now {
+                pending
+                    .unrecorded
+                    .extend(applied.unresolved.iter().map(|c| (*c, now)));
+            }
         }
         if let Some(token) = drained.token {
             pending.tokens.applied(token);
         }
         if work {
             let applied_in = started.elapsed();
-            pending.tokens.save(guard, lease).await?;
+            pending.save_token(guard, lease).await?;
             debug!(
                 docs,
                 apply_ms = applied_in.as_millis() as u64,
@@ -450,32 +533,81 @@ impl Owner {
     }
 
     /// The id-set comparison of each collection that had deletes without a
-    /// Meilisearch id.
+    /// Meilisearch id; each comparison that completes clears, in the lease,
+    /// what was owed up to when it started.
     async fn repair_orphans(
         &self,
         guard: &Guard,
         progress: &Progress,
-        orphans: &mut OrphanChecks,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
     ) -> anyhow::Result<()> {
-        let r = &self.reconciler;
-        for collection in orphans.take() {
-            let ctx = Ctx::new(
-                &r.db,
-                &r.meili,
-                &r.sync,
-                guard,
-                progress,
-                collection,
-                r.sync.index_uid(collection),
-            );
+        let target = self.target(guard, progress);
+        for collection in pending.orphans.take() {
+            let ctx = target.ctx(collection);
+            let started = match lease.server_now().await {
+                Ok(now) => now,
+                Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+                Err(error) => {
+                    return Err(
+                        self.engine_error(ReconcileError::MongoUnreachable(error.to_string()))
+                    )
+                }
+            };
             let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx)
                 .await
                 .map_err(|e| self.engine_error(e))?;
             info!(index = %ctx.uid, deleted, flags_cleared,
                 "deletes without a pre-image: compared the index's ids with the collection's");
             crate::metrics::documents(&ctx.uid, 0, deleted, 0);
+            // Recorded debts first: a clear must not overtake the record of
+            // a delete applied after this comparison began.
+            pending.record_owed(guard, lease).await?;
+            match lease
+                .orphan_check_done(guard, collection.name(), started)
+                .await
+            {
+                Ok(()) => {}
+                Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+                Err(error) => warn!(%error, collection = collection.name(),
+                    "could not clear the owed id-set comparison in the lease (the next owner compares once more)"),
+            }
         }
         progress.phase("follow", 0);
+        Ok(())
+    }
+}
+
+impl Pending {
+    /// Records the owed comparisons not yet in the lease. `false`: some
+    /// could not be (not confirmed); they are tried again with the next save.
+    async fn record_owed(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<bool, LeaseLost> {
+        while let Some(&(collection, since)) = self.unrecorded.first() {
+            match lease
+                .owe_orphan_check(guard, collection.name(), since)
+                .await
+            {
+                Ok(()) => {
+                    self.unrecorded.remove(0);
+                }
+                Err(LeaseWriteError::Lost(lost)) => return Err(lost),
+                Err(error) => {
+                    warn!(%error, collection = collection.name(),
+                        "could not record an owed id-set comparison in the lease; the resume token waits until it is");
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Saves the safe resume token — only once every comparison owed for
+    /// the deletes behind it is recorded in the lease, so that an owner
+    /// resuming from the token, or taking over, still makes it.
+    async fn save_token(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<(), LeaseLost> {
+        if self.record_owed(guard, lease).await? {
+            self.tokens.save(guard, lease).await?;
+        }
         Ok(())
     }
 }
@@ -489,6 +621,12 @@ struct Pending {
     batch: MicroBatch,
     tokens: Tokens,
     orphans: OrphanChecks,
+    /// Id-set comparisons owed (a delete without a pre-image applied at
+    /// that MongoDB time) and not yet recorded in the lease: the resume
+    /// token is not saved past them until they are.
+    unrecorded: Vec<(Collection, DateTime)>,
+    /// When the next document expires (a sweep is due then).
+    expiry: ExpiryClock,
 }
 
 struct Tokens {
@@ -568,6 +706,17 @@ impl OrphanChecks {
         }
     }
 
+    /// Comparisons owed from before this stream began (the lease says so):
+    /// due at once.
+    fn owed(&mut self, collections: &[Collection]) {
+        for collection in collections {
+            if !self.pending.contains(collection) {
+                self.pending.push(*collection);
+            }
+        }
+        self.due = Some(Instant::now());
+    }
+
     /// When the comparison is due (`None`: nothing waits for it).
     fn due(&self) -> Option<Instant> {
         self.due
@@ -600,6 +749,13 @@ mod tests {
         assert!(
             checks.due().unwrap() >= Instant::now() + Duration::from_secs(59),
             "debounced"
+        );
+        // Owed by an earlier owner: at once, whatever the period.
+        checks.owed(&[Collection::Messages]);
+        assert!(checks.due().unwrap() <= Instant::now());
+        assert_eq!(
+            checks.take(),
+            vec![Collection::Conversations, Collection::Messages]
         );
     }
 }

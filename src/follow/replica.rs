@@ -13,7 +13,7 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::owner::Owner;
-use super::stream::{self, StreamError};
+use super::stream::{self, log_unsupported, StreamError};
 use super::{FollowOptions, FollowState};
 use crate::job::{self, Reconciler, RunOutcome};
 use crate::lease::{self, Guard, LeaseOptions};
@@ -29,13 +29,6 @@ pub enum FollowEnd {
     Stopped,
     /// The server does not serve change streams: reconcile on the interval.
     Unsupported,
-}
-
-/// The one line an operator sees when following is not possible here.
-pub(crate) fn log_unsupported(why: &str) {
-    warn!(reason = %why,
-        "MongoDB does not serve change streams here (a standalone server, or one without them): \
-         not following; reconciling every serve.interval instead");
 }
 
 /// Waits for the lease and follows as its owner, again and again, until
@@ -113,7 +106,7 @@ pub async fn run(
                 warn!(%error, "not following any more; waiting for the lease again");
                 match &outcome {
                     RunOutcome::LeaseLost { .. } => Duration::ZERO,
-                    _ => crate::serve::retry_delay(reconciler, &lease)
+                    _ => crate::between_runs::retry_delay(reconciler, &lease)
                         .await
                         .unwrap_or(options.interval),
                 }

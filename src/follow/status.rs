@@ -1,5 +1,6 @@
 //! What follow mode shows: `follow` in `/status` (`state`, `lagSecs`,
-//! `lastEventAt`, `applied`) and the metrics `reconciler_follow_events_total`
+//! `lastEventAt`, `applied`, `deletes`: how each collection's deletes reach
+//! Meilisearch, `nextExpiryAt`) and the metrics `reconciler_follow_events_total`
 //! and `reconciler_follow_lag_seconds`.
 //!
 //! **Lag** is MongoDB's time now minus the point up to which every change is
@@ -17,6 +18,8 @@ use mongodb::bson::DateTime;
 use serde::Serialize;
 
 use crate::metrics;
+use crate::mongo::Collection;
+use crate::views::DeleteRegime;
 
 /// Where this replica stands in follow mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -59,6 +62,13 @@ pub struct FollowView {
     /// Documents this replica applied since it started, by the kind of their
     /// last change (`skipped`: already indexed by LibreChat's save hook).
     pub applied: BTreeMap<&'static str, u64>,
+    /// Per collection, how its deletes reach Meilisearch (by pre-image, or
+    /// by the id-set comparison), as the owner found the collections when it
+    /// began following; empty on replicas that do not own the stream.
+    pub deletes: BTreeMap<&'static str, DeleteRegime>,
+    /// When (MongoDB's clock, RFC 3339) the next document that may be in
+    /// Meilisearch expires: the owner sweeps it out then.
+    pub next_expiry_at: Option<String>,
 }
 
 #[derive(Debug)]
@@ -70,6 +80,8 @@ struct Inner {
     /// MongoDB's clock minus the local one, in ms, as last measured.
     server_offset_ms: i64,
     applied: BTreeMap<&'static str, u64>,
+    deletes: BTreeMap<&'static str, DeleteRegime>,
+    next_expiry_at: Option<DateTime>,
 }
 
 /// Shared between the owner's loop and the HTTP handlers. Cheap to clone.
@@ -92,6 +104,8 @@ impl FollowStatus {
                 last_event_at: None,
                 server_offset_ms: 0,
                 applied: metrics::FOLLOW_OPS.iter().map(|op| (*op, 0)).collect(),
+                deletes: BTreeMap::new(),
+                next_expiry_at: None,
             })),
         }
     }
@@ -117,6 +131,22 @@ impl FollowStatus {
     /// MongoDB's clock read now (keeps the estimate of its time current).
     pub(crate) fn server_time(&self, now: DateTime) {
         self.with(|inner| inner.server_offset_ms = now.timestamp_millis() - local_now_ms());
+    }
+
+    /// The collections whose deletes come with pre-images (the others' go
+    /// through the id-set comparison).
+    pub(crate) fn deletes(&self, with_pre_images: &[Collection]) {
+        self.with(|inner| {
+            inner.deletes = Collection::ALL
+                .into_iter()
+                .map(|c| (c.name(), DeleteRegime::of(with_pre_images.contains(&c))))
+                .collect();
+        });
+    }
+
+    /// When the next document expires (MongoDB's clock).
+    pub(crate) fn next_expiry(&self, at: Option<DateTime>) {
+        self.with(|inner| inner.next_expiry_at = at);
     }
 
     /// A change arrived that is not applied yet.
@@ -181,6 +211,18 @@ impl FollowStatus {
                     .unwrap_or_else(|_| at.to_string())
             }),
             applied: inner.applied.clone(),
+            deletes: if inner.state.owns_the_stream() {
+                inner.deletes.clone()
+            } else {
+                BTreeMap::new()
+            },
+            next_expiry_at: inner
+                .next_expiry_at
+                .filter(|_| inner.state.owns_the_stream())
+                .map(|at| {
+                    at.try_to_rfc3339_string()
+                        .unwrap_or_else(|_| at.to_string())
+                }),
         })
     }
 }

@@ -23,8 +23,9 @@ use mongodb::Database;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::PreImages;
+use crate::config::PreImages;
 use crate::lease::Guard;
+use crate::librechat::{markers, projection, Rules};
 use crate::mongo::{self, Collection, MongoError};
 
 /// What a stream error means for following.
@@ -79,6 +80,13 @@ pub(crate) fn classify(error: &mongodb::error::Error, resuming: bool) -> StreamE
     }
 }
 
+/// The one line an operator sees when following is not possible here.
+pub(crate) fn log_unsupported(why: &str) {
+    tracing::warn!(reason = %why,
+        "MongoDB does not serve change streams here (a standalone server, or one without them): \
+         not following; reconciling every serve.interval instead");
+}
+
 /// How the stream is opened.
 #[derive(Clone, Debug)]
 pub(crate) struct StreamConfig {
@@ -89,15 +97,18 @@ pub(crate) struct StreamConfig {
     pub max_await: Duration,
     /// Changes read ahead of the owner.
     pub capacity: usize,
+    /// LibreChat's rules (the schema version acknowledgements write).
+    pub rules: Rules,
 }
 
 /// The filter: changes to documents of the chat collections, and whatever
 /// invalidates following them (a drop or rename of one of them, a dropped
-/// database) — but not updates that only set `_meiliIndex: true`: those are
-/// acknowledgements (ours, after every document sent, or LibreChat's save
-/// hook's) and ask for no work; filtering them on the server spares a lookup
-/// each. (An update that clears the flag still comes: it asks for a re-send.)
-fn pipeline() -> Vec<Document> {
+/// database) — but not updates that only mark a document indexed (any of
+/// `markers::acknowledgement_shapes`): those are acknowledgements (ours,
+/// after every document sent, or LibreChat's save hook's) and ask for no
+/// work; filtering them on the server spares a lookup each. (An update that
+/// clears the flag still comes: it asks for a re-send.)
+fn pipeline(rules: &Rules) -> Vec<Document> {
     let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
     vec![doc! { "$match": {
         "$or": [
@@ -110,7 +121,7 @@ fn pipeline() -> Vec<Document> {
         ],
         "$nor": [ {
             "operationType": "update",
-            "updateDescription.updatedFields": { mongo::FLAG: true },
+            "updateDescription.updatedFields": { "$in": markers::acknowledgement_shapes(rules) },
             "updateDescription.removedFields": { "$size": 0 },
         } ],
     } }]
@@ -123,7 +134,7 @@ async fn watch(
 ) -> mongodb::error::Result<ChangeStream<ChangeStreamEvent<Document>>> {
     let mut watch = db
         .watch()
-        .pipeline(pipeline())
+        .pipeline(pipeline(&config.rules))
         .full_document(FullDocumentType::UpdateLookup)
         .max_await_time(config.max_await)
         .resume_after(after);
@@ -140,6 +151,7 @@ pub(crate) async fn probe(db: &Database) -> Result<(), StreamError> {
         pre_images: false,
         max_await: Duration::from_millis(100),
         capacity: 1,
+        rules: Rules::default(),
     };
     watch(db, None, &config)
         .await
@@ -185,7 +197,7 @@ pub(crate) async fn open(
         .await
         .map_err(|e| classify(&e, true))?;
     let (tx, rx) = mpsc::channel(config.capacity.max(1));
-    let task = AbortOnDropHandle::new(tokio::spawn(read(stream, tx)));
+    let task = AbortOnDropHandle::new(tokio::spawn(read(stream, tx, config.rules.clone())));
     Ok(Reader { rx, _task: task })
 }
 
@@ -202,15 +214,16 @@ fn resume_token(doc: &Document) -> Result<ResumeToken, String> {
         .map_err(|e| format!("the saved resume token does not parse: {e}"))
 }
 
-/// Whether pre-images are asked for, per `follow.pre_images`: `auto` when a
-/// chat collection has them enabled, `enable` after turning them on
-/// (`collMod`, fenced by the guard; a refusal is logged and that collection
-/// goes without), `off` never.
+/// The collections whose deletes come with pre-images, per
+/// `follow.pre_images`: under `auto` those that have them enabled, under
+/// `enable` the same after turning them on (`collMod`, fenced by the guard;
+/// a refusal is logged and that collection goes without), under `off` none.
+/// Pre-images are asked for when the list is not empty.
 pub(crate) async fn prepare_pre_images(
     db: &Database,
     mode: PreImages,
     guard: &Guard,
-) -> Result<bool, MongoError> {
+) -> Result<Vec<Collection>, MongoError> {
     if mode == PreImages::Enable {
         for collection in Collection::ALL {
             guard.check()?;
@@ -226,9 +239,9 @@ pub(crate) async fn prepare_pre_images(
         }
     }
     if mode == PreImages::Off {
-        return Ok(false);
+        return Ok(Vec::new());
     }
-    let enabled = collections_with_pre_images(db).await?;
+    let enabled = mongo::collections_with_pre_images(db).await?;
     for collection in Collection::ALL {
         let has = enabled.contains(&collection);
         tracing::info!(
@@ -242,34 +255,7 @@ pub(crate) async fn prepare_pre_images(
             }
         );
     }
-    Ok(!enabled.is_empty())
-}
-
-async fn collections_with_pre_images(db: &Database) -> Result<Vec<Collection>, MongoError> {
-    let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
-    let reply = db
-        .run_command(doc! { "listCollections": 1, "filter": { "name": { "$in": names } } })
-        .await
-        .map_err(|e| mongo::failed("listCollections", &e))?;
-    let batch = reply
-        .get_document("cursor")
-        .and_then(|c| c.get_array("firstBatch"))
-        .cloned()
-        .unwrap_or_default();
-    Ok(batch
-        .iter()
-        .filter_map(Bson::as_document)
-        .filter(|info| {
-            info.get_document("options")
-                .and_then(|o| o.get_document("changeStreamPreAndPostImages"))
-                .and_then(|p| p.get_bool("enabled"))
-                .unwrap_or(false)
-        })
-        .filter_map(|info| {
-            let name = info.get_str("name").ok()?;
-            Collection::ALL.into_iter().find(|c| c.name() == name)
-        })
-        .collect())
+    Ok(enabled)
 }
 
 /// The kind of change to one document.
@@ -304,9 +290,17 @@ pub(crate) struct Change {
     pub full: Option<Document>,
     /// The Meilisearch id, from the document or its pre-image, when known.
     pub meili_id: Option<String>,
-    /// `Some(v)`: an update that only set `_meiliIndex` to `v` (an
-    /// acknowledgement, ours or LibreChat's save hook's).
+    /// `Some(true)`: an update that only marked the document indexed (an
+    /// acknowledgement, ours or LibreChat's save hook's); `Some(false)`:
+    /// one that only cleared its flag or recorded its removal
+    /// (`markers::marker_only_update`).
     pub flag_only: Option<bool>,
+    /// An update that changed a field of the document's Meilisearch form
+    /// without LibreChat's markers (no new version token, the flag left as
+    /// it was): made around LibreChat's save hooks (its own
+    /// `updateMessageText` is a plain `updateOne`; an admin script), so a
+    /// flag set earlier does not vouch for this version.
+    pub around_hooks: bool,
     /// Where to resume after this change.
     pub token: Document,
     /// When MongoDB applied it (`wallTime`, else `clusterTime`).
@@ -345,10 +339,14 @@ impl Reader {
     }
 }
 
-async fn read(mut stream: ChangeStream<ChangeStreamEvent<Document>>, tx: mpsc::Sender<StreamItem>) {
+async fn read(
+    mut stream: ChangeStream<ChangeStreamEvent<Document>>,
+    tx: mpsc::Sender<StreamItem>,
+    rules: Rules,
+) {
     loop {
         let item = match stream.next_if_any().await {
-            Ok(Some(event)) => match convert(event) {
+            Ok(Some(event)) => match convert(event, &rules) {
                 Converted::Change(change) => StreamItem::Change(change),
                 Converted::Restart(reason) => {
                     let _ = tx.send(StreamItem::Restart(reason)).await;
@@ -376,7 +374,7 @@ enum Converted {
     Ignored,
 }
 
-fn convert(event: ChangeStreamEvent<Document>) -> Converted {
+fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
     let op = match &event.operation_type {
         OperationType::Insert => Op::Insert,
         OperationType::Update => Op::Update,
@@ -421,16 +419,20 @@ fn convert(event: ChangeStreamEvent<Document>) -> Converted {
                 .and_then(|d| mongo::meili_id(collection, d))
         });
     let flag_only = event.update_description.as_ref().and_then(|change| {
-        let only_flag = change.removed_fields.is_empty()
-            && change.updated_fields.len() == 1
-            && change
-                .truncated_arrays
-                .as_ref()
-                .is_none_or(|arrays| arrays.is_empty());
-        only_flag
-            .then(|| change.updated_fields.get_bool(mongo::FLAG).ok())
+        let untruncated = change
+            .truncated_arrays
+            .as_ref()
+            .is_none_or(|arrays| arrays.is_empty());
+        untruncated
+            .then(|| {
+                markers::marker_only_update(rules, &change.updated_fields, &change.removed_fields)
+            })
             .flatten()
     });
+    let around_hooks = op == Op::Update
+        && event.update_description.as_ref().is_some_and(|change| {
+            edited_around_hooks(collection, &change.updated_fields, &change.removed_fields)
+        });
     let at = event.wall_time.or_else(|| {
         event
             .cluster_time
@@ -443,14 +445,61 @@ fn convert(event: ChangeStreamEvent<Document>) -> Converted {
         full: event.full_document,
         meili_id,
         flag_only,
+        around_hooks,
         token,
         at,
     }))
 }
 
+/// Whether an update (its `updatedFields` and `removedFields`) changed a
+/// field the document's Meilisearch form is built from without touching
+/// LibreChat's markers: every save through LibreChat's models writes a new
+/// version token and clears the flag, so such an update went around them.
+fn edited_around_hooks(collection: Collection, updated: &Document, removed: &[String]) -> bool {
+    let touched = |field: &str| {
+        updated.keys().chain(removed.iter()).any(|k| {
+            k == field
+                || k.strip_prefix(field)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
+    };
+    projection::source_fields(collection).any(touched)
+        && !touched(markers::FLAG)
+        && !touched(markers::VERSION_TOKEN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn edits_around_librechat_s_hooks_are_told_from_its_saves() {
+        let m = Collection::Messages;
+        let around = |updated: Document, removed: &[&str]| {
+            let removed: Vec<String> = removed.iter().map(|s| s.to_string()).collect();
+            edited_around_hooks(m, &updated, &removed)
+        };
+        // LibreChat's updateMessageText: a plain updateOne.
+        assert!(around(doc! { "text": "new", "updatedAt": 1 }, &[]));
+        assert!(around(doc! { "content.0.text": "new" }, &[]));
+        assert!(around(doc! {}, &["sender"]));
+        // A save through its models: a new token and the flag cleared.
+        assert!(!around(
+            doc! { "text": "new", "_meiliIndex": false, "_meiliIndexVersion": "x" },
+            &[]
+        ));
+        assert!(!around(
+            doc! { "text": "new", "_meiliIndexVersion": "x" },
+            &[]
+        ));
+        // Fields the form is not built from.
+        assert!(!around(doc! { "tokenCount": 5, "textual": 1 }, &[]));
+        assert!(edited_around_hooks(
+            Collection::Conversations,
+            &doc! { "title": "t" },
+            &[]
+        ));
+    }
 
     #[test]
     fn tokens_round_trip_through_the_lease_document() {

@@ -4,16 +4,23 @@
 //! renewal task moves the local safety deadline forward after each successful
 //! renewal and cancels the guard when the lease is lost; the job calls
 //! [`Guard::check`] before each Meilisearch or MongoDB write and selects on
-//! [`Guard::cancelled`] while it waits, so it stops at once. An owner's guard
-//! also carries the [`LeaseHandle`] for the job's own writes to the lease
-//! document (follow mode).
+//! [`Guard::cancelled`] while it waits, so it stops at once.
+//!
+//! An owner's guard also carries its [`LeaseHandle`] (`guard.lease()`): what
+//! the job may write to its own lease document besides the runner's
+//! claim/renew/complete/fail/release — the follow-mode writes (docs/design.md
+//! §5.12) — each made under the same fence and local deadline as the job's
+//! other side effects. The guard and the handle live in one module because
+//! each refers to the other (the guard holds the handle; every handle write
+//! checks, and on a lost lease cancels, the guard).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use mongodb::bson::Document;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::handle::LeaseHandle;
+use super::store::{Fence, JobStore};
 
 /// Why the job must stop writing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,6 +145,159 @@ impl Guard {
     pub fn deadline(&self) -> Option<Instant> {
         self.state.lock().expect("guard state poisoned").deadline
     }
+}
+
+/// Why an owner write to the lease document did not happen.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LeaseWriteError {
+    #[error("lease lost: {0}")]
+    Lost(#[from] LeaseLost),
+    /// Unknown outcome (write-concern error, timeout, lost reply): the job
+    /// may retry — every write here is idempotent.
+    #[error("MongoDB did not confirm the lease write: {0}")]
+    Unconfirmed(String),
+}
+
+/// The owner's view of its own lease.
+#[derive(Clone, Debug)]
+pub struct LeaseHandle {
+    store: JobStore,
+    fence: Fence,
+}
+
+impl LeaseHandle {
+    pub(crate) fn new(store: JobStore, fence: Fence) -> Self {
+        LeaseHandle { store, fence }
+    }
+
+    /// Our owner id and epoch.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// The run's reconciliation is done (`summary`; `None` when a fresh one
+    /// was relied on) and this owner now follows change streams, keeping
+    /// the lease.
+    pub async fn start_following(
+        &self,
+        guard: &Guard,
+        summary: Option<&serde_json::Value>,
+    ) -> Result<(), LeaseWriteError> {
+        self.fenced(guard, |now| {
+            self.store.start_following(&self.fence, now, summary)
+        })
+        .await
+    }
+
+    /// A periodic reconciliation while following finished.
+    pub async fn record_run(
+        &self,
+        guard: &Guard,
+        summary: &serde_json::Value,
+    ) -> Result<(), LeaseWriteError> {
+        self.fenced(guard, |now| {
+            self.store.record_run(&self.fence, now, summary)
+        })
+        .await
+    }
+
+    /// Where the next owner resumes the change stream.
+    pub async fn save_follow_token(
+        &self,
+        guard: &Guard,
+        token: &Document,
+    ) -> Result<(), LeaseWriteError> {
+        self.fenced(guard, |now| {
+            self.store.save_follow_token(&self.fence, now, token)
+        })
+        .await
+    }
+
+    /// Records that an id-set comparison of `collection` is owed for deletes
+    /// without a pre-image applied at MongoDB time `since` — before the
+    /// resume token is saved past them, so that a replica taking over or
+    /// resuming honours it.
+    pub async fn owe_orphan_check(
+        &self,
+        guard: &Guard,
+        collection: &str,
+        since: mongodb::bson::DateTime,
+    ) -> Result<(), LeaseWriteError> {
+        self.fenced(guard, |now| {
+            self.store
+                .owe_orphan_check(&self.fence, now, collection, since)
+        })
+        .await
+    }
+
+    /// A comparison of `collection` that started at MongoDB time `started`
+    /// completed: clears what was owed up to then.
+    pub async fn orphan_check_done(
+        &self,
+        guard: &Guard,
+        collection: &str,
+        started: mongodb::bson::DateTime,
+    ) -> Result<(), LeaseWriteError> {
+        self.fenced(guard, |now| {
+            self.store
+                .orphan_check_done(&self.fence, now, collection, started)
+        })
+        .await
+    }
+
+    /// The id-set comparisons owed (collection names), as the lease
+    /// document records them (read at the start of following).
+    pub async fn orphan_checks_owed(&self) -> Result<Vec<String>, LeaseWriteError> {
+        let record = self.store.read().await.map_err(unconfirmed)?;
+        Ok(record
+            .map(|r| r.orphan_checks_owed.into_iter().map(|(c, _)| c).collect())
+            .unwrap_or_default())
+    }
+
+    /// MongoDB's clock (the lease's time source).
+    pub async fn server_now(&self) -> Result<mongodb::bson::DateTime, LeaseWriteError> {
+        self.store.server_now().await.map_err(unconfirmed)
+    }
+
+    /// The saved resume token, if any (read at the start of following).
+    pub async fn follow_token(&self) -> Result<Option<Document>, LeaseWriteError> {
+        let record = self.store.read().await.map_err(unconfirmed)?;
+        Ok(record.and_then(|r| r.follow_token))
+    }
+
+    /// Who asked for the lease while we follow, if anyone did since we
+    /// claimed it (one read of the document).
+    pub async fn handover_requested_by(&self) -> Result<Option<String>, LeaseWriteError> {
+        let record = self.store.read().await.map_err(unconfirmed)?;
+        Ok(record
+            .filter(|r| r.is_held_under(&self.fence))
+            .and_then(|r| r.handover_requested_by))
+    }
+
+    /// One fenced write at a fresh server time, after the guard's check. A
+    /// write that matches nothing means the lease is gone: the guard is
+    /// cancelled so the job stops at once.
+    async fn fenced<F, Fut>(&self, guard: &Guard, write: F) -> Result<(), LeaseWriteError>
+    where
+        F: FnOnce(mongodb::bson::DateTime) -> Fut,
+        Fut: std::future::Future<Output = mongodb::error::Result<bool>>,
+    {
+        guard.check()?;
+        let now = self.store.server_now().await.map_err(unconfirmed)?;
+        guard.check()?;
+        match write(now).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                guard.cancel(LeaseLost::TakenOver);
+                Err(LeaseLost::TakenOver.into())
+            }
+            Err(error) => Err(unconfirmed(error)),
+        }
+    }
+}
+
+fn unconfirmed(error: mongodb::error::Error) -> LeaseWriteError {
+    LeaseWriteError::Unconfirmed(error.to_string())
 }
 
 #[cfg(test)]

@@ -15,14 +15,13 @@
 //! - `follower`: polling, freshness, `retryAt`, takeover, wait timeout;
 //! - `renewer`: the renewal timer and self-fencing;
 //! - `runner`: the owner's life cycle and how a run is recorded;
-//! - `guard`: what the job checks before each side effect;
-//! - `handle`: the owner job's own writes to the document (follow mode);
+//! - `guard`: what the job checks before each side effect, and the owner
+//!   job's own writes to the document (follow mode) made under it;
 //! - `status`: the operator's view.
 
 pub mod clock;
 mod follower;
 pub mod guard;
-mod handle;
 mod job;
 mod options;
 mod outcome;
@@ -32,10 +31,9 @@ mod runner;
 pub mod status;
 pub mod store;
 
-pub use guard::{Guard, LeaseLost};
-pub use handle::{HandOver, LeaseHandle, LeaseWriteError};
+pub use guard::{Guard, LeaseHandle, LeaseLost, LeaseWriteError};
 pub use job::LeasedJob;
 pub use options::{default_owner_id, labelled_owner_id, LeaseOptions, LeaseWriteConcern};
-pub use outcome::{LeaseError, Outcome};
+pub use outcome::{HandOver, LeaseError, Outcome};
 pub use runner::run_single_flight;
 pub use status::{read_status, LeaseState, LeaseStatus};

@@ -122,3 +122,12 @@ impl LeaseError {
         }
     }
 }
+
+/// Returned (as the job's error) by a job that stops because another replica
+/// asked for the lease: the runner releases it for `to` instead of
+/// recording a failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("handing the lease over to {to}, which asked for it")]
+pub struct HandOver {
+    pub to: String,
+}

@@ -10,11 +10,10 @@ use tracing::{error, info, warn};
 
 use super::clock;
 use super::follower::{self, Claimed, Turn};
-use super::guard::{Guard, LeaseLost};
-use super::handle::{HandOver, LeaseHandle};
+use super::guard::{Guard, LeaseHandle, LeaseLost};
 use super::job::LeasedJob;
 use super::options::LeaseOptions;
-use super::outcome::{LeaseError, Outcome};
+use super::outcome::{HandOver, LeaseError, Outcome};
 use super::renewer::{RenewTiming, Renewer};
 use super::retry;
 use super::store::{Fence, JobStatus, JobStore};

@@ -71,6 +71,17 @@ pub struct LeaseStatus {
     pub handover_requested_by: Option<String>,
     /// When the follower last saved where the change stream resumes.
     pub follow_token_saved_at: Option<String>,
+    /// Follow mode: collections whose id-set comparison is owed for deletes
+    /// without a pre-image, with the time since when (RFC 3339).
+    pub orphan_checks_owed: Vec<OwedCheck>,
+}
+
+/// An id-set comparison the follower owes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwedCheck {
+    pub collection: String,
+    pub since: String,
 }
 
 /// Reads the job's lease document and the server's clock.
@@ -128,6 +139,7 @@ impl LeaseStatus {
                 released_at: None,
                 handover_requested_by: None,
                 follow_token_saved_at: None,
+                orphan_checks_owed: Vec::new(),
             };
         };
         let live = record.is_live(now, librechat_clock_skew);
@@ -164,6 +176,14 @@ impl LeaseStatus {
             released_at: rfc3339(record.released_at),
             handover_requested_by: record.handover_requested_by.clone().filter(|_| following),
             follow_token_saved_at: rfc3339(record.follow_token_saved_at),
+            orphan_checks_owed: record
+                .orphan_checks_owed
+                .iter()
+                .map(|(collection, since)| OwedCheck {
+                    collection: collection.clone(),
+                    since: rfc3339(Some(*since)).unwrap_or_default(),
+                })
+                .collect(),
         }
     }
 }
@@ -240,6 +260,13 @@ impl fmt::Display for LeaseStatus {
         }
         if let Some(at) = &self.follow_token_saved_at {
             writeln!(f, "resume token saved: {at}")?;
+        }
+        for owed in &self.orphan_checks_owed {
+            writeln!(
+                f,
+                "id-set comparison owed: {} (deletes without a pre-image since {})",
+                owed.collection, owed.since
+            )?;
         }
         if let Some(by) = &self.handover_requested_by {
             writeln!(f, "handover asked by: {by}")?;

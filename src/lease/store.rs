@@ -5,7 +5,8 @@
 //! following, claimedAt, renewedAt, leaseExpiresAt, expiresAt,
 //! writtenExpiresAt, updatedAt, completedAt, failedAt, releasedAt,
 //! releasedFor, error, attempt, retryAt, progress, summary, followToken,
-//! followTokenSavedAt, handoverRequestedBy, handoverRequestedAt }`
+//! followTokenSavedAt, followOrphanChecks, handoverRequestedBy,
+//! handoverRequestedAt }`
 //! (docs/design.md §5.1).
 //!
 //! The lease is **held** while `status` is `running` (a run), or while
@@ -136,6 +137,10 @@ pub struct JobRecord {
     /// Where a follower resumes the change stream.
     pub follow_token: Option<Document>,
     pub follow_token_saved_at: Option<DateTime>,
+    /// Follow mode: per collection name, id-set comparisons owed for
+    /// deletes without a pre-image, since that MongoDB time (a comparison
+    /// that starts later clears it). Kept across owners.
+    pub orphan_checks_owed: Vec<(String, DateTime)>,
     /// A replica that needs the lease (`once`, `reindex`) asked the following
     /// owner to hand it over.
     pub handover_requested_by: Option<String>,
@@ -143,6 +148,9 @@ pub struct JobRecord {
     /// The fields a claim compares, exactly as read (see [`JobStore::claim`]).
     judged: Document,
 }
+
+/// Where follow mode records the id-set comparisons it owes.
+const ORPHAN_CHECKS: &str = "followOrphanChecks";
 
 /// The fields every write by either protocol changes at least one of.
 const JUDGED_FIELDS: [&str; 4] = ["status", "owner", "epoch", "expiresAt"];
@@ -198,6 +206,17 @@ impl JobRecord {
             released_for: text("releasedFor"),
             follow_token: doc.get_document("followToken").ok().cloned(),
             follow_token_saved_at: time("followTokenSavedAt"),
+            orphan_checks_owed: doc
+                .get_document(ORPHAN_CHECKS)
+                .map(|owed| {
+                    owed.iter()
+                        .filter_map(|(name, at)| match at {
+                            Bson::DateTime(at) => Some((name.clone(), *at)),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             handover_requested_by: text("handoverRequestedBy"),
             handover_requested_at: time("handoverRequestedAt"),
             judged,
@@ -588,6 +607,43 @@ impl JobStore {
         self.fenced_update(fence, now, doc! { "$set": set }).await
     }
 
+    /// Follow mode: an id-set comparison of `collection` is owed for deletes
+    /// without a pre-image applied at MongoDB time `since` (recorded before
+    /// the resume token moves past them; the later time is kept).
+    pub async fn owe_orphan_check(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        collection: &str,
+        since: DateTime,
+    ) -> mongodb::error::Result<bool> {
+        let field = format!("{ORPHAN_CHECKS}.{collection}");
+        self.fenced_update(fence, now, doc! { "$max": { field: since } })
+            .await
+    }
+
+    /// Follow mode: a comparison of `collection` that started at MongoDB
+    /// time `started` completed: what was owed up to then is paid. A debt
+    /// recorded later (a delete applied since) stays. `Ok(false)`: the
+    /// lease is lost.
+    pub async fn orphan_check_done(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        collection: &str,
+        started: DateTime,
+    ) -> mongodb::error::Result<bool> {
+        let field = format!("{ORPHAN_CHECKS}.{collection}");
+        let mut filter = self.fence_filter(fence, now);
+        filter.insert(field.as_str(), doc! { "$lte": started });
+        let update = doc! { "$unset": { field.as_str(): "" } };
+        if self.jobs.update_one(filter, update).await?.matched_count == 1 {
+            return Ok(true);
+        }
+        // Nothing owed up to `started` (or owed since): still ours?
+        self.still_held(fence).await
+    }
+
     /// A replica that needs the lease (`once`, `reindex`) asks the owner
     /// following change streams to hand it over. Not fenced (the asker holds
     /// nothing) and touching only the two request fields; matches only a
@@ -612,15 +668,22 @@ impl JobStore {
         now: DateTime,
         update: Document,
     ) -> mongodb::error::Result<bool> {
-        let filter = doc! {
+        let result = self
+            .jobs
+            .update_one(self.fence_filter(fence, now), update)
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+
+    /// The lease document as long as `fence` holds it at `now`.
+    fn fence_filter(&self, fence: &Fence, now: DateTime) -> Document {
+        doc! {
             "_id": &self.job,
             "owner": &fence.owner,
             "epoch": fence.epoch,
             "leaseExpiresAt": { "$gt": now },
             "$or": [ { "status": JobStatus::Running.as_str() }, { "following": true } ],
-        };
-        let result = self.jobs.update_one(filter, update).await?;
-        Ok(result.matched_count == 1)
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! Version-exact acknowledgement and in-flight changes (docs/design.md,
 //! "Version-exact acknowledgement" and "Documents changed while in flight").
 //!
-//! After a batch's task succeeded, the flag of each accepted document is set
-//! by one update statement that matches its `_id`, the exact `updatedAt`
-//! value that was read and sent, and the indexability conditions at
+//! After a batch's task succeeded, each accepted document is marked indexed
+//! (LibreChat's markers) by one update statement that matches its `_id`,
+//! the exact `updatedAt` value and LibreChat version token that were read
+//! and sent, and the conditions of the retention branch it was read in at
 //! MongoDB's current time ([`mongo::set_flags_if_unchanged`]). Nothing is
 //! compared with any clock: a statement matches only the version that
 //! Meilisearch now holds, so application clocks cannot make it flag another.
@@ -12,20 +13,26 @@
 //! not all match, its documents are read back — by `_id` range when they
 //! came from a pass in `_id` order, by `_id` list when they are scattered
 //! (follow mode; `Ctx::read_back`) — and each sent document is classified:
-//! - gone, or no longer indexable → deleted from Meilisearch (by its
-//!   Meilisearch id, the task awaited) and its flag cleared: the version we
-//!   just added must not stay searchable;
+//! - gone, or no longer searchable → deleted from Meilisearch (by its
+//!   Meilisearch id, the task awaited) and, if still there, marked removed
+//!   (LibreChat's cleanup markers, for the version read back): the version
+//!   we just added must not stay searchable;
 //! - another version → its flag cleared (whatever set it: LibreChat's own
 //!   save hook may have indexed the newer version and set the flag before
 //!   our older batch landed on top of it), so indexing sends it again;
-//! - same version and indexable → it matched; nothing to do.
+//! - same version, searchable but not marked (it moved to another branch
+//!   of the retention filter without a new version) → sent again, like a
+//!   changed one;
+//! - same version, marked → it matched; nothing to do.
 
 use std::collections::HashMap;
 
 use mongodb::bson::{Bson, DateTime, Document};
 
-use super::sync::{id_key, BatchDoc};
-use super::{Ctx, ReconcileError};
+use super::batch::{id_key, BatchDoc};
+use super::ctx::Ctx;
+use super::error::ReconcileError;
+use crate::librechat::{markers, searchable, Rules};
 use crate::mongo::{self, DocVersion};
 
 /// What acknowledging some documents did.
@@ -56,10 +63,16 @@ pub(crate) async fn acknowledge(
     for chunk in docs.chunks(mongo::STATEMENTS_PER_COMMAND) {
         let started = std::time::Instant::now();
         let now = mongo::server_time(ctx.db).await?;
-        let versions: Vec<DocVersion> = chunk.iter().map(|d| d.version()).collect();
-        let updated =
-            mongo::set_flags_if_unchanged(ctx.db, ctx.collection, &versions, now, ctx.guard)
-                .await?;
+        let versions: Vec<_> = chunk.iter().map(|d| (d.version(), d.branch())).collect();
+        let updated = mongo::set_flags_if_unchanged(
+            ctx.db,
+            &ctx.opts.rules,
+            ctx.collection,
+            &versions,
+            now,
+            ctx.guard,
+        )
+        .await?;
         acked.flagged += updated.matched;
         tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
             ms = started.elapsed().as_millis() as u64, "acknowledged");
@@ -70,6 +83,7 @@ pub(crate) async fn acknowledge(
             acked.changed.extend(changed.changed);
         }
     }
+    super::test_hook::pause_after("acknowledged").await;
     Ok(acked)
 }
 
@@ -83,6 +97,7 @@ enum Fate {
 }
 
 fn fate(
+    rules: &Rules,
     collection: mongo::Collection,
     sent: &BatchDoc,
     now_state: Option<&Document>,
@@ -90,8 +105,13 @@ fn fate(
 ) -> Fate {
     match now_state {
         None => Fate::Gone,
-        Some(state) if !mongo::is_indexable(collection, state, now) => Fate::Unindexable,
+        Some(state) if !searchable::is_searchable(rules, collection, state, now) => {
+            Fate::Unindexable
+        }
         Some(state) if DocVersion::of(state) != sent.version() => Fate::Changed,
+        // The statement did not match this version: its retention branch
+        // moved without a new version. Sent again, it is marked in its own.
+        Some(state) if !markers::is_processed(rules, state) => Fate::Changed,
         Some(_) => Fate::Unchanged,
     }
 }
@@ -103,22 +123,24 @@ async fn handle_changed(
     chunk: &[&BatchDoc],
     now: DateTime,
 ) -> Result<Acked, ReconcileError> {
+    let rules = &ctx.opts.rules;
     let mut states: HashMap<String, Document> = HashMap::new();
     for run in same_type_runs(chunk) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
-        let found = mongo::read_states(ctx.db, ctx.collection, &ids, ctx.read_back).await?;
+        let found = mongo::read_states(ctx.db, rules, ctx.collection, &ids, ctx.read_back).await?;
         for state in found {
             let key = id_key(state.get("_id").unwrap_or(&Bson::Null));
             states.insert(key, state);
         }
     }
     let mut to_delete = Vec::new();
+    let mut to_mark_removed = Vec::new();
     let mut to_clear = Vec::new();
     let mut changed = Vec::new();
     let mut counts: HashMap<&str, u64> = HashMap::new();
     for doc in chunk {
         let state = states.get(&id_key(&doc.mongo_id()));
-        match fate(ctx.collection, doc, state, now) {
+        match fate(rules, ctx.collection, doc, state, now) {
             Fate::Gone => {
                 *counts.entry("deleted").or_default() += 1;
                 to_delete.extend(doc.meili_id());
@@ -126,7 +148,7 @@ async fn handle_changed(
             Fate::Unindexable => {
                 *counts.entry("unindexable").or_default() += 1;
                 to_delete.extend(doc.meili_id());
-                to_clear.push(doc.mongo_id());
+                to_mark_removed.extend(state.map(DocVersion::of));
             }
             Fate::Changed => {
                 *counts.entry("changed").or_default() += 1;
@@ -144,7 +166,8 @@ async fn handle_changed(
         "documents changed while their batch was in flight: removing what must not be searchable, re-sending what changed"
     );
     let deleted = ctx.delete_documents(&to_delete).await?;
-    let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?;
+    let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?
+        + mongo::mark_removed(ctx.db, ctx.collection, &to_mark_removed, ctx.guard).await?;
     Ok(Acked {
         flagged: 0,
         deleted,
@@ -167,32 +190,68 @@ mod tests {
     use mongodb::bson::doc;
 
     fn sent(id: Bson, updated_at: Option<Bson>) -> BatchDoc {
-        BatchDoc::new(&DocVersion { id, updated_at }, Some("m".into()))
+        sent_with_token(id, updated_at, None)
+    }
+
+    fn sent_with_token(id: Bson, updated_at: Option<Bson>, token: Option<Bson>) -> BatchDoc {
+        let version = DocVersion {
+            id,
+            updated_at,
+            token,
+        };
+        BatchDoc::new(&version, searchable::Retention::Legacy, Some("m".into()))
     }
 
     #[test]
-    fn read_back_documents_are_classified_by_version_and_indexability() {
+    fn read_back_documents_are_classified_by_version_and_searchability() {
+        let rules = Rules::default();
         let now = DateTime::from_millis(1_000);
         let at = Bson::DateTime(DateTime::from_millis(500));
         let later = Bson::DateTime(DateTime::from_millis(400)); // an app clock behind
         let m = mongo::Collection::Messages;
+        let fate = |sent: &BatchDoc, state: Option<&Document>| fate(&rules, m, sent, state, now);
+        let marked = |mut d: Document| {
+            d.insert("_meiliIndex", true);
+            d.insert("_meiliIndexSchemaVersion", 1);
+            d
+        };
         let doc_sent = sent(Bson::Int32(1), Some(at.clone()));
-        assert_eq!(fate(m, &doc_sent, None, now), Fate::Gone);
-        let same = doc! { "_id": 1, "updatedAt": at.clone(), "user": "u" };
-        assert_eq!(fate(m, &doc_sent, Some(&same), now), Fate::Unchanged);
+        assert_eq!(fate(&doc_sent, None), Fate::Gone);
+        let same = marked(doc! { "_id": 1, "updatedAt": at.clone(), "user": "u" });
+        assert_eq!(fate(&doc_sent, Some(&same)), Fate::Unchanged);
+        let unmarked =
+            doc! { "_id": 1, "updatedAt": at.clone(), "user": "u", "isTemporary": false };
+        assert_eq!(
+            fate(&doc_sent, Some(&unmarked)),
+            Fate::Changed,
+            "same version, statement unmatched"
+        );
         let edited = doc! { "_id": 1, "updatedAt": later, "user": "u" };
-        assert_eq!(fate(m, &doc_sent, Some(&edited), now), Fate::Changed);
+        assert_eq!(fate(&doc_sent, Some(&edited)), Fate::Changed);
         let temporary =
             doc! { "_id": 1, "updatedAt": at.clone(), "user": "u", "isTemporary": true };
-        assert_eq!(fate(m, &doc_sent, Some(&temporary), now), Fate::Unindexable);
-        let expired = doc! { "_id": 1, "updatedAt": at, "user": "u", "expiredAt": now };
-        assert_eq!(fate(m, &doc_sent, Some(&expired), now), Fate::Unindexable);
+        assert_eq!(fate(&doc_sent, Some(&temporary)), Fate::Unindexable);
+        let expired = doc! { "_id": 1, "updatedAt": at.clone(), "user": "u", "isTemporary": false, "expiredAt": now };
+        assert_eq!(fate(&doc_sent, Some(&expired)), Fate::Unindexable);
+        let subagent = doc! { "_id": 1, "updatedAt": at.clone(), "user": "u", "subagentTask": {} };
+        assert_eq!(fate(&doc_sent, Some(&subagent)), Fate::Unindexable);
         // No updatedAt sent, one now: another version.
         let doc_sent = sent(Bson::Int32(1), None);
-        let stamped = doc! { "_id": 1, "updatedAt": 5, "user": "u" };
-        assert_eq!(fate(m, &doc_sent, Some(&stamped), now), Fate::Changed);
-        let unstamped = doc! { "_id": 1, "user": "u" };
-        assert_eq!(fate(m, &doc_sent, Some(&unstamped), now), Fate::Unchanged);
+        let stamped = marked(doc! { "_id": 1, "updatedAt": 5, "user": "u" });
+        assert_eq!(fate(&doc_sent, Some(&stamped)), Fate::Changed);
+        let unstamped = marked(doc! { "_id": 1, "user": "u" });
+        assert_eq!(fate(&doc_sent, Some(&unstamped)), Fate::Unchanged);
+        // The same updatedAt with another version token (two saves in one
+        // millisecond through LibreChat's models): another version.
+        let token = |t: &str| Some(Bson::String(t.into()));
+        let doc_sent = sent_with_token(Bson::Int32(1), Some(at.clone()), token("a"));
+        let resaved = marked(
+            doc! { "_id": 1, "updatedAt": at.clone(), "_meiliIndexVersion": "b", "user": "u" },
+        );
+        assert_eq!(fate(&doc_sent, Some(&resaved)), Fate::Changed);
+        let same =
+            marked(doc! { "_id": 1, "updatedAt": at, "_meiliIndexVersion": "a", "user": "u" });
+        assert_eq!(fate(&doc_sent, Some(&same)), Fate::Unchanged);
     }
 
     #[test]

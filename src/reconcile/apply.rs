@@ -3,7 +3,7 @@
 //! does the rest exactly as a reconciliation does.
 //!
 //! [`index_documents`] sends MongoDB documents through the sync's own sender
-//! ([`sync::send_batches`]): the same projection, batches cut by
+//! ([`send_batches`]): the same projection, batches cut by
 //! `sync.batch_docs` / `sync.batch_bytes`, poison documents isolated, and
 //! each accepted document acknowledged version-exactly by [`super::ack`] —
 //! including its handling of documents deleted, made unindexable or edited
@@ -13,31 +13,41 @@
 
 use std::cmp::Ordering;
 
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::{Bson, DateTime, Document};
 use tokio::sync::mpsc;
 
-use super::sync::{self, Batch, Settled};
-use super::{orphans, Ctx, ReconcileError};
+use super::batch::{ndjson_line, Batch};
+use super::ctx::Ctx;
+use super::error::ReconcileError;
+use super::orphans;
+use super::send::{send_batches, Settled};
+use crate::librechat::searchable;
 
-/// Sends `docs` (full MongoDB documents, each indexable and read with its
-/// `_id` and `updatedAt`) into `ctx.uid` and acknowledges each accepted one
-/// version-exactly. Returns what the sender did.
+/// Sends `docs` (full MongoDB documents read with their version fields,
+/// each searchable at MongoDB's time `now`) into `ctx.uid` and acknowledges
+/// each accepted one version-exactly. Returns what the sender did.
 pub(crate) async fn index_documents(
     ctx: &Ctx<'_>,
     docs: Vec<Document>,
+    now: DateTime,
 ) -> Result<Settled, ReconcileError> {
     if docs.is_empty() {
         return Ok(Settled::default());
     }
+    let rules = &ctx.opts.rules;
     let mut batches = Vec::new();
     for run in acknowledgement_runs(docs) {
         let mut batch = Batch::new();
         for doc in &run {
-            let line = sync::ndjson_line(ctx.collection, doc)?;
+            let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
+            else {
+                continue;
+            };
+            let line = ndjson_line(ctx.collection, doc)?;
             if batch.is_full_for(line.len(), ctx.opts) {
                 batches.push(std::mem::replace(&mut batch, Batch::new()));
             }
-            batch.push_document(ctx.collection, doc, &line);
+            batch.push_document(ctx.collection, doc, branch, &line);
         }
         if !batch.is_empty() {
             batches.push(batch);
@@ -49,7 +59,7 @@ pub(crate) async fn index_documents(
             .expect("the channel holds every batch of the call");
     }
     drop(tx);
-    sync::send_batches(ctx, true, rx).await
+    send_batches(ctx, true, rx).await
 }
 
 /// The id-set comparison of the index with the collection (a

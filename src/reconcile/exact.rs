@@ -42,12 +42,16 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::ack;
+use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
+use super::ctx::Ctx;
+use super::error::ReconcileError;
 use super::orphans::{id_hash, Partitions};
 use super::rejects::Rejected;
-use super::sync::{self, id_key, Batch, BatchDoc};
-use super::{Ctx, ReconcileError};
+use super::send::send_batches;
+use crate::librechat::markers;
+use crate::librechat::searchable::{self, Retention};
 use crate::meili;
-use crate::mongo::{self, FLAG};
+use crate::mongo;
 
 /// Documents per page read from Meilisearch (whole documents, so fewer than
 /// the id pages of pass 3).
@@ -175,7 +179,9 @@ pub(crate) async fn compare(
         Partitions::for_comparison(ctx, in_meili.unwrap_or(0), BYTES_PER_DOCUMENT).await?;
     comparison.partitions = partitions.0;
     let mut now = mongo::server_time(ctx.db).await?;
-    let indexable = mongo::counts(ctx.db, ctx.collection, now).await?.indexable;
+    let indexable = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now)
+        .await?
+        .indexable;
     for part in 0..partitions.0 {
         let part = Part {
             partitions,
@@ -206,7 +212,7 @@ pub(crate) async fn compare(
                 };
                 let (tally, settled) = tokio::try_join!(
                     compare_mongo(ctx, now, part, &mut meili, &mut comparison, Some(repair)),
-                    sync::send_batches(ctx, true, rx)
+                    send_batches(ctx, true, rx)
                 )?;
                 repairs.flags_set += tally.acked.flagged;
                 repairs.deleted += tally.acked.deleted + settled.deleted;
@@ -223,8 +229,14 @@ pub(crate) async fn compare(
         }
     }
     if let Mode::Repair { .. } = mode {
-        repairs.flags_cleared +=
-            mongo::clear_flags_of_unindexable(ctx.db, ctx.collection, now, ctx.guard).await?;
+        repairs.flags_cleared += mongo::clear_flags_of_unindexable(
+            ctx.db,
+            &ctx.opts.rules,
+            ctx.collection,
+            now,
+            ctx.guard,
+        )
+        .await?;
     }
     tracing::info!(
         index = %ctx.uid,
@@ -370,6 +382,7 @@ impl Repair<'_> {
         &mut self,
         ctx: &Ctx<'_>,
         doc: &Document,
+        branch: Retention,
         flagged: bool,
     ) -> Result<bool, ReconcileError> {
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
@@ -380,11 +393,11 @@ impl Repair<'_> {
         if skipped {
             return Ok(true);
         }
-        let line = sync::ndjson_line(ctx.collection, doc)?;
+        let line = ndjson_line(ctx.collection, doc)?;
         if self.batch.is_full_for(line.len(), ctx.opts) && !self.send(ctx).await? {
             return Ok(false);
         }
-        self.batch.push_document(ctx.collection, doc, &line);
+        self.batch.push_document(ctx.collection, doc, branch, &line);
         Ok(true)
     }
 }
@@ -401,21 +414,28 @@ async fn compare_mongo(
     mut repair: Option<Repair<'_>>,
 ) -> Result<Tally, ReconcileError> {
     let page_size = ctx.opts.batch_docs.max(1);
+    let rules = &ctx.opts.rules;
     let mut after: Option<Bson> = None;
     loop {
-        let page =
-            mongo::read_indexable_page(ctx.db, ctx.collection, now, after.as_ref(), page_size)
-                .await?;
+        let page = ctx.read_page(false, now, after.as_ref()).await?;
         let full = page.len() == page_size;
         after = page.last().and_then(mongo::raw_id);
         for raw in &page {
             let doc = &mongo::parse(raw)?;
             let meili_id = mongo::meili_id(ctx.collection, doc);
+            // The page is the searchable documents at `now` (the same rule).
+            let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
+            else {
+                continue;
+            };
             if !part.holds(meili_id.as_deref()) {
                 continue;
             }
             comparison.mongo_indexable += 1;
-            let flagged = doc.get_bool(FLAG).unwrap_or(false);
+            // Marked indexed at the current schema version; a flagged one
+            // of another version is pending work too (it is sent again).
+            let processed = markers::is_processed(rules, doc);
+            let flagged = markers::is_flagged(doc);
             let found = meili_id.as_deref().and_then(|id| meili.find(id));
             let same =
                 found.is_some_and(|(_, d)| d == digest(&mongo::to_meili(ctx.collection, doc)));
@@ -434,20 +454,23 @@ async fn compare_mongo(
             match (found, same) {
                 (Some(_), true) => {
                     comparison.matching += 1;
-                    if let Some(r) = repair.as_mut().filter(|_| !flagged) {
-                        r.to_flag
-                            .push(BatchDoc::new(&mongo::DocVersion::of(doc), meili_id));
+                    if let Some(r) = repair.as_mut().filter(|_| !processed) {
+                        r.to_flag.push(BatchDoc::new(
+                            &mongo::DocVersion::of(doc),
+                            branch,
+                            meili_id,
+                        ));
                         if r.to_flag.len() >= mongo::STATEMENTS_PER_COMMAND {
                             r.flag(ctx).await?;
                         }
                     }
                 }
-                (Some(_), false) => comparison.stale.note(&shown, flagged),
-                (None, _) => comparison.missing.note(&shown, flagged),
+                (Some(_), false) => comparison.stale.note(&shown, processed),
+                (None, _) => comparison.missing.note(&shown, processed),
             }
             if !same {
                 if let Some(r) = repair.as_mut() {
-                    if !r.resend(ctx, doc, flagged).await? {
+                    if !r.resend(ctx, doc, branch, flagged).await? {
                         return Ok(Tally::default());
                     }
                 }

@@ -16,7 +16,7 @@ use mongodb::bson::{doc, Document};
 use mongodb::options::UpdateOptions;
 use mongodb::Database;
 
-use super::SyncOptions;
+use super::options::SyncOptions;
 use crate::lease::Guard;
 use crate::mongo::{self, MongoError};
 

@@ -1,21 +1,25 @@
 //! Drift both ways (docs/design.md §4.4): documents in Meilisearch whose MongoDB
 //! document is gone or no longer indexable are deleted, and documents
 //! flagged in MongoDB but missing from Meilisearch get their flags cleared so
-//! indexing sends them.
+//! indexing sends them. A run does this after indexing, so that what was
+//! deleted while the run read, sent and acknowledged is found too.
 //!
-//! One read of each side, memory bounded by `sync.compare_memory`:
-//! 1. MongoDB, by plain `_id` range pages filtered in Rust: the Meilisearch
-//!    id of every indexable document as a 64-bit hash whose lowest bit holds
-//!    the flag, sorted ([`MongoIds`]: 8 bytes and a seen-bit per document);
-//! 2. the Meilisearch ids, page by page, **once**: an id found in step 1 is
-//!    marked seen; one not found is an orphan candidate. Candidates are
-//!    checked against MongoDB by primary key before they are deleted (a
-//!    message LibreChat saved and indexed after step 1 read past its `_id`
-//!    is no orphan), and deleted as they pile up; the paging offset steps
-//!    back by the number deleted;
-//! 3. only when some flagged document was not seen: MongoDB again, clearing
-//!    the flags of those (Meilisearch lacks them);
+//! Meilisearch first, then MongoDB, memory bounded by `sync.compare_memory`:
+//! 1. the Meilisearch ids, page by page ([`MeiliIds`]: a 64-bit hash and a
+//!    seen-bit per document);
+//! 2. MongoDB's indexable ids, by plain `_id` range pages filtered in Rust:
+//!    an id listed in step 1 is marked seen (claimed); a flagged document
+//!    step 1 did not list gets its flag cleared (Meilisearch lacks it);
+//! 3. only when some listed id was not claimed: the Meilisearch ids again,
+//!    the unclaimed ones checked against MongoDB by primary key (a message
+//!    LibreChat saved and indexed after step 2 read past its `_id` is no
+//!    orphan) and deleted as they pile up, the paging offset stepping back
+//!    by the number deleted;
 //! 4. the flags of documents that are not indexable are cleared.
+//!
+//! In this order a document deleted at any time before step 2 reads its
+//! page is not claimed, so it goes. (MongoDB first, as before, "saw" a
+//! document that was deleted after its page was read, and kept it.)
 //!
 //! When more ids are expected than fit the budget, they are split by hash
 //! into partitions, each compared by its own passes: memory stays bounded by
@@ -30,7 +34,8 @@ use std::hash::{Hash, Hasher};
 
 use mongodb::bson::{Bson, DateTime};
 
-use super::{Ctx, ReconcileError};
+use super::ctx::Ctx;
+use super::error::ReconcileError;
 use crate::mongo;
 
 /// Ids per page read from either side, and orphans per deletion task.
@@ -99,33 +104,30 @@ impl Partitions {
     }
 }
 
-/// The indexable MongoDB documents of one partition, as sorted keys (the id
-/// hash with the flag in the lowest bit) and a seen-bit each.
+/// The Meilisearch ids of one partition, as sorted 64-bit hashes, and a
+/// seen-bit each (set when MongoDB has an indexable document with that id).
 #[derive(Debug, Default)]
-struct MongoIds {
+struct MeiliIds {
     keys: Vec<u64>,
     seen: Vec<u64>,
 }
 
-impl MongoIds {
-    fn key(hash: u64, flagged: bool) -> u64 {
-        (hash & !1) | u64::from(flagged)
+impl MeiliIds {
+    fn push(&mut self, hash: u64) {
+        self.keys.push(hash);
     }
 
-    fn push(&mut self, hash: u64, flagged: bool) {
-        self.keys.push(MongoIds::key(hash, flagged));
-    }
-
-    /// Sorts the keys; call once after the last push.
+    /// Sorts the keys (a document listed twice, as a concurrent addition
+    /// can make the offset listing do, counts once); call once after the
+    /// last push.
     fn seal(&mut self) {
         self.keys.sort_unstable();
+        self.keys.dedup();
         self.seen = vec![0; self.keys.len().div_ceil(64)];
     }
 
-    /// Where the id with this hash is (flag ignored).
     fn position(&self, hash: u64) -> Option<usize> {
-        let wanted = hash & !1;
-        self.keys.binary_search_by_key(&wanted, |k| k & !1).ok()
+        self.keys.binary_search(&hash).ok()
     }
 
     fn mark_seen(&mut self, position: usize) {
@@ -136,15 +138,40 @@ impl MongoIds {
         self.seen[position / 64] & (1 << (position % 64)) != 0
     }
 
-    fn is_flagged(&self, position: usize) -> bool {
-        self.keys[position] & 1 == 1
+    /// Whether the id with this hash was listed and MongoDB did not claim it.
+    fn is_unclaimed(&self, hash: u64) -> bool {
+        self.position(hash).is_some_and(|p| !self.is_seen(p))
     }
 
-    /// Flagged documents Meilisearch did not list.
-    fn flagged_unseen(&self) -> usize {
-        (0..self.keys.len())
-            .filter(|&p| self.is_flagged(p) && !self.is_seen(p))
-            .count()
+    /// Listed ids MongoDB did not claim: the orphan candidates.
+    fn unclaimed(&self) -> usize {
+        (0..self.keys.len()).filter(|&p| !self.is_seen(p)).count()
+    }
+}
+
+/// The index's ids, page by page, by offset (primary key only).
+#[derive(Default)]
+struct IdPages {
+    offset: u64,
+}
+
+impl IdPages {
+    /// The next page; `None` at the end.
+    async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Vec<String>>, ReconcileError> {
+        let pk = ctx.collection.primary_key();
+        let (page, _) = ctx
+            .meili
+            .document_ids(&ctx.uid, pk, self.offset, PAGE as u64)
+            .await?;
+        self.offset += page.len() as u64;
+        Ok((!page.is_empty()).then_some(page))
+    }
+
+    /// `n` documents listed so far were deleted: every one of them was
+    /// listed before the offset, so the ones after it moved up by as many
+    /// places.
+    fn deleted(&mut self, n: u64) {
+        self.offset = self.offset.saturating_sub(n);
     }
 }
 
@@ -155,19 +182,23 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
     let partitions = Partitions::for_comparison(ctx, in_meili, BYTES_PER_ID).await?;
     outcome.partitions = partitions.0;
     ctx.phase("compare ids", in_meili * partitions.0);
-    let now = mongo::server_time(ctx.db).await?;
     for part in 0..partitions.0 {
         let in_part = |hash: u64| partitions.of(hash) == part;
-        let (mut ids, cleared) = read_mongo_ids(ctx, now, &in_part, part == 0).await?;
-        outcome.flags_cleared += cleared;
+        let mut ids = read_meili_ids(ctx, &in_part).await?;
+        super::test_hook::pause_after("drift-meili-ids").await;
+        // MongoDB's clock after Meilisearch was listed: a document that
+        // expired since is an orphan too.
+        let now = mongo::server_time(ctx.db).await?;
+        outcome.flags_cleared += mark_mongo_ids(ctx, now, &mut ids, &in_part, part == 0).await?;
         super::test_hook::pause_after("drift-mongo-ids").await;
-        outcome.deleted += delete_orphans(ctx, &mut ids, now, &in_part).await?;
-        if ids.flagged_unseen() > 0 {
-            outcome.flags_cleared += clear_unseen_flags(ctx, &ids, now, &in_part).await?;
+        if ids.unclaimed() > 0 {
+            outcome.deleted += delete_orphans(ctx, &ids, &in_part).await?;
         }
     }
+    let now = mongo::server_time(ctx.db).await?;
     outcome.flags_cleared +=
-        mongo::clear_flags_of_unindexable(ctx.db, ctx.collection, now, ctx.guard).await?;
+        mongo::clear_flags_of_unindexable(ctx.db, &ctx.opts.rules, ctx.collection, now, ctx.guard)
+            .await?;
 
     if outcome.deleted + outcome.flags_cleared > 0 {
         tracing::info!(
@@ -180,47 +211,66 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
     Ok(outcome)
 }
 
-/// Step 1: the partition's indexable ids. When `clear_idless`, the flags of
-/// flagged documents without a Meilisearch id (never searchable) are cleared
-/// on the way. Returns the ids and the flags cleared.
-async fn read_mongo_ids(
+/// Step 1: the partition's Meilisearch ids (the whole index listed by
+/// offset, primary key only).
+async fn read_meili_ids(
     ctx: &Ctx<'_>,
-    now: DateTime,
     in_part: &impl Fn(u64) -> bool,
-    clear_idless: bool,
-) -> Result<(MongoIds, u64), ReconcileError> {
-    let mut ids = MongoIds::default();
-    let cleared = clear_flags_while_reading_ids(ctx, now, |entry| match &entry.meili_id {
-        Some(id) => {
-            let hash = id_hash(id);
+) -> Result<MeiliIds, ReconcileError> {
+    let mut ids = MeiliIds::default();
+    let mut pages = IdPages::default();
+    while let Some(page) = pages.next(ctx).await? {
+        ctx.advance(page.len() as u64);
+        for id in page {
+            let hash = id_hash(&id);
             if in_part(hash) {
-                ids.push(hash, entry.flagged);
+                ids.push(hash);
             }
-            None
         }
-        None => (entry.flagged && clear_idless).then_some(entry.mongo_id),
-    })
-    .await?;
+    }
     ids.seal();
-    Ok((ids, cleared))
+    Ok(ids)
 }
 
-/// One pass over MongoDB's indexable ids (plain `_id` range pages), clearing
-/// the flags of the documents `visit` returns the `_id` of (a few thousand
-/// at a time). Returns the flags cleared.
-async fn clear_flags_while_reading_ids(
+/// Step 2: one pass over MongoDB's indexable ids (plain `_id` range pages
+/// at server time `now`), marking the listed ids MongoDB claims and
+/// clearing the flags of flagged documents Meilisearch did not list (and,
+/// when `clear_idless`, of flagged documents without a Meilisearch id,
+/// never searchable). Returns the flags cleared.
+async fn mark_mongo_ids(
     ctx: &Ctx<'_>,
     now: DateTime,
-    mut visit: impl FnMut(mongo::IdEntry) -> Option<Bson>,
+    ids: &mut MeiliIds,
+    in_part: &impl Fn(u64) -> bool,
+    clear_idless: bool,
 ) -> Result<u64, ReconcileError> {
     let mut to_clear: Vec<Bson> = Vec::new();
     let mut cleared = 0;
     let mut after: Option<Bson> = None;
     loop {
-        let page =
-            mongo::indexable_ids_page(ctx.db, ctx.collection, now, after.as_ref(), PAGE).await?;
+        let page = mongo::indexable_ids_page(
+            ctx.db,
+            &ctx.opts.rules,
+            ctx.collection,
+            now,
+            after.as_ref(),
+            PAGE,
+        )
+        .await?;
         after = page.after;
-        to_clear.extend(page.entries.into_iter().filter_map(&mut visit));
+        for entry in page.entries {
+            match entry.meili_id.as_deref().map(id_hash) {
+                Some(hash) if in_part(hash) => match ids.position(hash) {
+                    Some(position) => ids.mark_seen(position),
+                    // Flagged, and Meilisearch lacks it: indexing sends it.
+                    None if entry.flagged => to_clear.push(entry.mongo_id),
+                    None => {}
+                },
+                Some(_) => {}
+                None if entry.flagged && clear_idless => to_clear.push(entry.mongo_id),
+                None => {}
+            }
+        }
         if to_clear.len() >= CLEAR_FLUSH || page.last {
             cleared += mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?;
             to_clear.clear();
@@ -231,62 +281,48 @@ async fn clear_flags_while_reading_ids(
     }
 }
 
-/// Step 2: one pass over the Meilisearch ids of the partition, marking the
-/// ones MongoDB has and deleting the orphans. Returns how many were deleted.
+/// Step 3, only when some listed id was not claimed: Meilisearch's ids
+/// again, the unclaimed ones of step 1 confirmed against MongoDB by primary
+/// key and deleted as they pile up (the paging offset steps back by the
+/// number deleted). An id listed now but not in step 1 was added since and
+/// is left alone. Returns how many were deleted.
 async fn delete_orphans(
     ctx: &Ctx<'_>,
-    ids: &mut MongoIds,
-    now: DateTime,
+    ids: &MeiliIds,
     in_part: &impl Fn(u64) -> bool,
 ) -> Result<u64, ReconcileError> {
-    let pk = ctx.collection.primary_key();
     let mut candidates: Vec<String> = Vec::new();
     let mut deleted = 0;
-    let mut offset = 0u64;
-    loop {
-        let (page, _) = ctx
-            .meili
-            .document_ids(&ctx.uid, pk, offset, PAGE as u64)
-            .await?;
-        if page.is_empty() {
-            break;
-        }
-        offset += page.len() as u64;
-        ctx.advance(page.len() as u64);
-        for id in page {
-            let hash = id_hash(&id);
-            if !in_part(hash) {
-                continue;
-            }
-            match ids.position(hash) {
-                Some(position) => ids.mark_seen(position),
-                None => candidates.push(id),
-            }
-        }
+    let mut pages = IdPages::default();
+    while let Some(page) = pages.next(ctx).await? {
+        candidates.extend(page.into_iter().filter(|id| {
+            let hash = id_hash(id);
+            in_part(hash) && ids.is_unclaimed(hash)
+        }));
         if candidates.len() >= PAGE {
-            let gone = delete_confirmed(ctx, &mut candidates, now).await?;
+            let gone = delete_confirmed(ctx, &mut candidates).await?;
             deleted += gone;
-            // Every deleted document was listed before `offset`: the ones
-            // after it moved up by as many places.
-            offset = offset.saturating_sub(gone);
+            pages.deleted(gone);
         }
     }
-    deleted += delete_confirmed(ctx, &mut candidates, now).await?;
+    deleted += delete_confirmed(ctx, &mut candidates).await?;
     Ok(deleted)
 }
 
 /// Deletes the candidates that no indexable MongoDB document claims now
 /// (the check by primary key closes the race with documents saved after
-/// step 1 read past them). Empties `candidates`; returns how many went.
+/// step 2 read past them). Empties `candidates`; returns how many went.
 async fn delete_confirmed(
     ctx: &Ctx<'_>,
     candidates: &mut Vec<String>,
-    now: DateTime,
 ) -> Result<u64, ReconcileError> {
     if candidates.is_empty() {
         return Ok(0);
     }
-    let claimed = mongo::indexable_meili_ids_among(ctx.db, ctx.collection, candidates, now).await?;
+    let now = mongo::server_time(ctx.db).await?;
+    let claimed =
+        mongo::indexable_meili_ids_among(ctx.db, &ctx.opts.rules, ctx.collection, candidates, now)
+            .await?;
     if !claimed.is_empty() {
         tracing::debug!(index = %ctx.uid, kept = claimed.len(),
             "ids MongoDB gained after its ids were read: not orphans");
@@ -296,27 +332,6 @@ async fn delete_confirmed(
         .filter(|id| !claimed.contains(id))
         .collect();
     ctx.delete_documents(&orphans).await
-}
-
-/// Step 3: clears the flags of flagged documents of the partition that
-/// Meilisearch did not list (and that are still flagged and indexable).
-async fn clear_unseen_flags(
-    ctx: &Ctx<'_>,
-    ids: &MongoIds,
-    now: DateTime,
-    in_part: &impl Fn(u64) -> bool,
-) -> Result<u64, ReconcileError> {
-    clear_flags_while_reading_ids(ctx, now, |entry| {
-        let hash = entry.meili_id.as_deref().map(id_hash)?;
-        // Flagged when step 1 read it (and now), and Meilisearch did not list it.
-        let missing = entry.flagged
-            && in_part(hash)
-            && ids
-                .position(hash)
-                .is_some_and(|p| ids.is_flagged(p) && !ids.is_seen(p));
-        missing.then_some(entry.mongo_id)
-    })
-    .await
 }
 
 #[cfg(test)]
@@ -349,27 +364,23 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_found_whatever_their_flag_and_remember_it() {
-        let mut ids = MongoIds::default();
+    fn listed_ids_are_found_once_and_remember_whether_mongodb_claimed_them() {
+        let mut ids = MeiliIds::default();
         let (a, b, c) = (id_hash("a"), id_hash("b"), id_hash("c"));
-        ids.push(a, true);
-        ids.push(b, false);
-        ids.push(c, true);
+        ids.push(a);
+        ids.push(b);
+        ids.push(a); // listed twice (a concurrent addition moved the offset)
+        ids.push(c);
         ids.seal();
-        let pa = ids.position(a).unwrap();
-        let pb = ids.position(b).unwrap();
-        assert!(ids.is_flagged(pa) && !ids.is_flagged(pb));
-        assert_eq!(ids.position(a | 1), Some(pa), "the flag bit is ignored");
+        assert_eq!(ids.keys.len(), 3, "duplicates count once");
         assert_eq!(ids.position(id_hash("z")), None);
-        assert_eq!(ids.flagged_unseen(), 2);
-        ids.mark_seen(pa);
-        assert!(ids.is_seen(pa) && !ids.is_seen(pb));
-        assert_eq!(ids.flagged_unseen(), 1);
-        ids.mark_seen(pb);
-        assert_eq!(
-            ids.flagged_unseen(),
-            1,
-            "an unflagged document seen changes nothing"
+        assert_eq!(ids.unclaimed(), 3);
+        ids.mark_seen(ids.position(a).unwrap());
+        assert!(!ids.is_unclaimed(a) && ids.is_unclaimed(b));
+        assert!(
+            !ids.is_unclaimed(id_hash("z")),
+            "an id not listed in step 1 is never a candidate"
         );
+        assert_eq!(ids.unclaimed(), 2);
     }
 }

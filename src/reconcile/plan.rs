@@ -2,15 +2,18 @@
 //! like and what a reconciliation would do. It writes nothing, takes no lease,
 //! and costs a health check, two index lookups (the index and a leftover
 //! `<uid>_reindex`), a settings read and a stats read per index, one count
-//! aggregation per collection, and one read of the reindex marker.
+//! aggregation and one count of the excluded documents pending cleanup per
+//! collection, and one read of the reindex marker. The `plan` command adds
+//! LibreChat's own view ([`librechat_view`]: four more counts per collection).
 //!
 //! JSON shape (stable; camelCase):
 //! `{ meiliHealth, serverTime, nothingToDo, indexes: [ { collection, indexUid,
 //! exists, primaryKey, expectedPrimaryKey, meiliDocuments, mongo: { indexable,
-//! indexed, unindexed }, settingsToApply: {…}, rebuild: null | { reason:
-//! indexMissing | wrongPrimaryKey | indexLost, … }, driftSuspected,
-//! exactComparisonPending, leftoverBuildIndex, documentsToIndex,
-//! skippedByThreshold } ] }`.
+//! indexed, unindexed, flagged }, pendingCleanup, settingsToApply: {…},
+//! rebuild: null | { reason: indexMissing | wrongPrimaryKey | indexLost, … },
+//! driftSuspected, exactComparisonPending, leftoverBuildIndex,
+//! documentsToIndex, skippedByThreshold, librechat: null | { searchable,
+//! processed, pendingIndexing, pendingCleanup, complete } } ] }`.
 
 use std::fmt;
 
@@ -18,9 +21,11 @@ use mongodb::Database;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{marker, reindex, settings, ReconcileError, SyncOptions};
+use super::error::ReconcileError;
+use super::options::{build_uid, SyncOptions};
+use super::{marker, settings};
 use crate::meili::Meili;
-use crate::mongo::{self, Collection, Counts};
+use crate::mongo::{self, Collection, Counts, LibreChatProgress};
 
 /// Why an index must be rebuilt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -85,6 +90,9 @@ pub struct IndexPlan {
     /// Documents in the index (0 when it does not exist).
     pub meili_documents: u64,
     pub mongo: Counts,
+    /// Excluded documents (subagent records) that may still be in
+    /// Meilisearch, by LibreChat's markers: they will be removed and marked.
+    pub pending_cleanup: u64,
     /// The settings `PATCH` that would be sent (empty: settings are right).
     pub settings_to_apply: Map<String, Value>,
     pub rebuild: Option<RebuildReason>,
@@ -99,6 +107,9 @@ pub struct IndexPlan {
     pub documents_to_index: u64,
     /// Unindexed documents below the threshold are left for a later run.
     pub skipped_by_threshold: bool,
+    /// LibreChat's own `getSyncProgress()` of the collection, when asked
+    /// for ([`librechat_view`]).
+    pub librechat: Option<LibreChatProgress>,
 }
 
 /// The whole plan.
@@ -128,11 +139,10 @@ pub async fn plan(
     for collection in Collection::ALL {
         let index_uid = opts.index_uid(collection);
         let info = meili.index(&index_uid).await?;
-        let leftover_build_index = meili
-            .index(&reindex::build_uid(&index_uid))
-            .await?
-            .is_some();
-        let counts = mongo::counts(mongo_db, collection, now).await?;
+        let leftover_build_index = meili.index(&build_uid(&index_uid)).await?.is_some();
+        let counts = mongo::counts(mongo_db, &opts.rules, collection, now).await?;
+        let pending_cleanup =
+            mongo::count_pending_cleanup(mongo_db, &opts.rules, collection).await?;
         let (meili_documents, actual_settings) = match &info {
             Some(_) => (
                 meili.document_count(&index_uid).await?,
@@ -151,10 +161,12 @@ pub async fn plan(
         );
         index.exact_comparison_pending = pending.contains(&index.index_uid);
         index.leftover_build_index = leftover_build_index;
+        index.pending_cleanup = pending_cleanup;
         indexes.push(index);
     }
     let nothing_to_do = indexes.iter().all(|i| {
         i.settings_to_apply.is_empty()
+            && i.pending_cleanup == 0
             && i.rebuild.is_none()
             && !i.drift_suspected
             && !i.exact_comparison_pending
@@ -189,16 +201,17 @@ pub(crate) fn decide(
         Some(pk) if pk.as_deref() != Some(expected) => {
             Some(RebuildReason::WrongPrimaryKey { actual: pk.clone() })
         }
-        // "Much smaller": less than half of what MongoDB says is indexed.
-        Some(_) if mongo.indexed > 0 && meili_documents.saturating_mul(2) < mongo.indexed => {
+        // "Much smaller": less than half of what MongoDB says is in it
+        // (flagged, whatever the schema version).
+        Some(_) if mongo.flagged > 0 && meili_documents.saturating_mul(2) < mongo.flagged => {
             Some(RebuildReason::IndexLost {
                 meili_documents,
-                mongo_indexed: mongo.indexed,
+                mongo_indexed: mongo.flagged,
             })
         }
         Some(_) => None,
     };
-    let drift_suspected = rebuild.is_none() && meili_documents != mongo.indexed;
+    let drift_suspected = rebuild.is_none() && meili_documents != mongo.flagged;
     let exempt = opts.force || rebuild.is_some() || mongo.indexed == 0;
     let skipped_by_threshold =
         mongo.unindexed > 0 && mongo.unindexed < opts.threshold && !exempt && !drift_suspected;
@@ -217,6 +230,7 @@ pub(crate) fn decide(
         expected_primary_key: expected.to_string(),
         meili_documents,
         mongo,
+        pending_cleanup: 0,
         settings_to_apply,
         rebuild,
         drift_suspected,
@@ -224,7 +238,24 @@ pub(crate) fn decide(
         leftover_build_index: false,
         documents_to_index,
         skipped_by_threshold,
+        librechat: None,
     }
+}
+
+/// Adds LibreChat's own view to `plan`: its `getSyncProgress()` of each
+/// collection (four counts each, over the whole collection), so an operator
+/// sees whether LibreChat agrees with us.
+pub async fn librechat_view(
+    mongo_db: &Database,
+    opts: &SyncOptions,
+    plan: &mut Plan,
+) -> Result<(), ReconcileError> {
+    let now = mongo::server_time(mongo_db).await?;
+    for index in &mut plan.indexes {
+        index.librechat =
+            Some(mongo::librechat_progress(mongo_db, &opts.rules, index.collection, now).await?);
+    }
+    Ok(())
 }
 
 impl fmt::Display for Plan {
@@ -250,9 +281,19 @@ impl fmt::Display for Plan {
             }
             writeln!(
                 f,
-                "  mongo:     {} indexable, {} indexed, {} unindexed",
+                "  mongo:     {} searchable, {} indexed, {} to index",
                 i.mongo.indexable, i.mongo.indexed, i.mongo.unindexed
             )?;
+            if let Some(lc) = &i.librechat {
+                writeln!(f, "  librechat: {}", librechat_line(lc))?;
+            }
+            if i.pending_cleanup > 0 {
+                writeln!(
+                    f,
+                    "  cleanup:   {} excluded documents would be removed from Meilisearch and marked",
+                    i.pending_cleanup
+                )?;
+            }
             if i.settings_to_apply.is_empty() {
                 writeln!(f, "  settings:  as desired")?;
             } else {
@@ -275,7 +316,7 @@ impl fmt::Display for Plan {
                 writeln!(
                     f,
                     "  reindex:   {} left by an interrupted reindex would be dropped",
-                    reindex::build_uid(&i.index_uid)
+                    build_uid(&i.index_uid)
                 )?;
             }
             if i.skipped_by_threshold {
@@ -297,6 +338,19 @@ impl fmt::Display for Plan {
     }
 }
 
+/// LibreChat's `getSyncProgress()` in one line, as `plan` and `status`
+/// show it.
+pub fn librechat_line(p: &LibreChatProgress) -> String {
+    format!(
+        "{} of {} processed, {} pending indexing, {} pending cleanup — {} (its getSyncProgress())",
+        p.processed,
+        p.searchable,
+        p.pending_indexing,
+        p.pending_cleanup,
+        if p.complete { "complete" } else { "incomplete" }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,6 +360,7 @@ mod tests {
             indexable,
             indexed,
             unindexed: indexable - indexed,
+            flagged: indexed,
         }
     }
 

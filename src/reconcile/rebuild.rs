@@ -8,13 +8,15 @@
 //! empty (or far smaller) while flags remain set, so the next plan decides on
 //! a rebuild again and the reset continues with the documents still flagged.
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::lease::Guard;
 use crate::meili::{Meili, MeiliError};
 use crate::mongo;
 
-/// Flags cleared per range update.
-const RESET_BATCH: usize = 10_000;
+/// Flags cleared per range update (halved while the server stops an update
+/// for taking too long: DocumentDB-based servers allow a statement 10 s, and
+/// with LibreChat's indexes one document's update can cost milliseconds).
+const RESET_BATCH: usize = 2_000;
 
 /// Creates `uid` with `primary_key`, deleting it first when it `exists`.
 pub async fn recreate_index(

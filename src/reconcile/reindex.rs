@@ -52,20 +52,22 @@ use std::time::Instant;
 use mongodb::Database;
 use serde_json::{Map, Value};
 
+use super::ctx::Ctx;
+use super::error::ReconcileError;
+use super::options::SyncOptions;
 use super::phases::PhaseClock;
+use super::plan::RebuildReason;
+use super::run::{finish, prepare_index, reconcile_collection};
+use super::summary::{CollectionSummary, RunSummary};
 use super::sync::{self, Feed};
 use super::test_hook::pause_after;
-use super::{
-    exact, finish, marker, plan, prepare_index, rebuild, reconcile_collection, settings,
-    CollectionSummary, Ctx, RebuildReason, ReconcileError, RunSummary, SyncOptions,
-};
+use super::{exact, excluded, marker, plan, rebuild, settings};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::{self, Collection};
 use crate::progress::Progress;
 
-/// Suffix of the index a zero-downtime reindex builds.
-pub const BUILD_SUFFIX: &str = "_reindex";
+pub use super::options::{build_uid, BUILD_SUFFIX};
 
 /// What to reindex and how.
 #[derive(Clone, Debug, Default)]
@@ -84,12 +86,6 @@ impl ReindexOptions {
             None => Collection::ALL.to_vec(),
         }
     }
-}
-
-/// The index a zero-downtime reindex of `live_uid` builds (and, after the
-/// swap, the old index until it is dropped).
-pub fn build_uid(live_uid: &str) -> String {
-    format!("{live_uid}{BUILD_SUFFIX}")
 }
 
 /// A forced full reindex as lease owner (see the module documentation).
@@ -223,7 +219,7 @@ async fn build_and_swap(
 
     // 2. Build from every indexable document; flags untouched.
     let build_began = mongo::server_time(ctx.db).await?;
-    let counts = mongo::counts(ctx.db, ctx.collection, build_began).await?;
+    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, build_began).await?;
     let build = ctx.on_index(target.clone());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %live, target = %target, documents = counts.indexable, "reindex: building");
@@ -264,11 +260,16 @@ async fn build_and_swap(
     rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
     summary.rejected.extend(repairs.rejected);
     summary.verified = Some(comparison);
+    let cleaned = excluded::clean_up(ctx).await?;
+    summary.deleted += cleaned.deleted;
+    summary.flags_cleared += cleaned.marked;
     pause_after("flags").await;
 
     // 6. Whatever is still unflagged goes through ordinary indexing.
     let now = mongo::server_time(ctx.db).await?;
-    let unindexed = mongo::counts(ctx.db, ctx.collection, now).await?.unindexed;
+    let unindexed = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now)
+        .await?
+        .unindexed;
     if unindexed > 0 {
         let indexed = sync::index_unindexed(ctx, unindexed, &rejected).await?;
         summary.indexed += indexed.indexed;

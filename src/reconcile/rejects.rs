@@ -9,8 +9,9 @@ use std::ops::Range;
 
 use serde::Serialize;
 
-use super::sync::{Batch, BatchDoc};
-use super::{Ctx, ReconcileError};
+use super::batch::{id_key, Batch, BatchDoc};
+use super::ctx::Ctx;
+use super::error::ReconcileError;
 use crate::meili::TaskError;
 
 /// A document Meilisearch refused.
@@ -35,7 +36,7 @@ impl Rejected {
             mongo_id: doc.mongo_id().into_relaxed_extjson().to_string(),
             code: error.code,
             message: error.message,
-            mongo_id_key: super::sync::id_key(&doc.mongo_id()),
+            mongo_id_key: id_key(&doc.mongo_id()),
         }
     }
 }

@@ -26,11 +26,13 @@ use std::time::Instant;
 use mongodb::Database;
 use serde::Serialize;
 
+use super::ctx::Ctx;
+use super::error::ReconcileError;
 use super::exact::{self, Comparison, Difference};
-use super::{
-    finish, marker, plan, prepare_index, reindex, settings, CollectionSummary, Ctx, ReconcileError,
-};
-use super::{RunSummary, SyncOptions};
+use super::options::{build_uid, SyncOptions};
+use super::run::{finish, prepare_index};
+use super::summary::{CollectionSummary, RunSummary};
+use super::{excluded, marker, plan, settings};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::Collection;
@@ -150,14 +152,16 @@ pub async fn repair(
         summary.flags_set = repairs.flags_set;
         summary.flags_cleared = repairs.flags_cleared;
         summary.rejected = repairs.rejected;
+        let cleaned = excluded::clean_up(&ctx).await?;
+        summary.deleted += cleaned.deleted;
+        summary.flags_cleared += cleaned.marked;
         // The comparison an interrupted reindex asked for is done, and a
         // leftover build index is not live (we hold the lease).
         if index.exact_comparison_pending {
             marker::clear(db, opts, &index.index_uid, guard).await?;
         }
         if index.leftover_build_index {
-            ctx.drop_index(&reindex::build_uid(&index.index_uid))
-                .await?;
+            ctx.drop_index(&build_uid(&index.index_uid)).await?;
         }
         summaries.push(summary);
     }

@@ -19,16 +19,18 @@ pub mod state;
 
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::net::TcpListener;
 
+use crate::between_runs::{jittered, retry_delay};
 use crate::config::Settings;
 use crate::job::{self, Reconciler, RunOutcome};
-use crate::lease::{self, LeaseOptions};
-use crate::mongo::{self, Collection};
+use crate::lease::LeaseOptions;
+use crate::mongo::Collection;
 use crate::progress::Progress;
 use crate::shutdown::Shutdown;
 use state::{ReplicaState, Role};
+
+pub use crate::between_runs::update_backlog;
 
 /// `run` could not start.
 #[derive(Debug, thiserror::Error)]
@@ -179,31 +181,4 @@ async fn log_plan_only(reconciler: &Reconciler) -> RunOutcome {
             error: e.to_string(),
         },
     }
-}
-
-/// Time until the lease allows a retry of the failed run, by MongoDB's clock.
-pub(crate) async fn retry_delay(reconciler: &Reconciler, lease: &LeaseOptions) -> Option<Duration> {
-    let status = lease::read_status(&reconciler.db, lease).await.ok()?;
-    let secs = status.retry_in_secs?;
-    // A little past retryAt, so the claim is allowed when it arrives.
-    Some(Duration::from_secs_f64(secs.max(0.0)) + Duration::from_millis(100))
-}
-
-/// Counts the unindexed backlog for the metrics (after each run, on every
-/// replica): the unflagged documents only, by the sync index — not the
-/// whole collection, as the plan's counts read it.
-pub async fn update_backlog(reconciler: &Reconciler) {
-    let Ok(now) = mongo::server_time(&reconciler.db).await else {
-        return;
-    };
-    for collection in Collection::ALL {
-        if let Ok(unindexed) = mongo::count_unindexed(&reconciler.db, collection, now).await {
-            crate::metrics::unindexed_backlog(collection.name(), unindexed);
-        }
-    }
-}
-
-/// `interval` ± 10%, so replicas started together drift apart.
-pub(crate) fn jittered(interval: Duration) -> Duration {
-    interval.mul_f64(rand::rng().random_range(0.9..=1.1))
 }

@@ -353,7 +353,7 @@ async fn write(
             .await?;
         bench
             .messages
-            .update_one(doc! { "_id": id }, doc! { "$set": { "_meiliIndex": true } })
+            .update_one(doc! { "_id": id }, doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } })
             .await?;
         return Ok(());
     }

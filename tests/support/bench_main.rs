@@ -45,6 +45,7 @@ use mongodb::Database;
 use serde_json::{json, Value};
 
 use meili_reconciler::lease::Guard;
+use meili_reconciler::librechat::{searchable, Rules};
 use meili_reconciler::meili::Meili;
 use meili_reconciler::mongo::{self, Collection, FLAG};
 use meili_reconciler::reconcile::settings;
@@ -138,6 +139,12 @@ enum Cmd {
         /// Read only the first N documents of a collection: `messages=N` (repeatable).
         #[arg(long = "docs", value_parser = parse_docs_limit)]
         limits: Vec<(String, u64)>,
+        /// Set the flag as the scan goes: one `update_many` per page (or
+        /// cursor batch) over its `_id` range, `_meiliIndex: true` — the raw
+        /// write every sync must make, in the limit's MongoDB term. Afterwards
+        /// (not timed) every flag is reset to `false`.
+        #[arg(long)]
+        write_flags: bool,
         #[command(flatten)]
         cpu: CpuArgs,
     },
@@ -265,6 +272,7 @@ async fn main() -> anyhow::Result<()> {
             modes,
             page_docs,
             limits,
+            write_flags,
             cpu,
         } => {
             scan(
@@ -272,6 +280,7 @@ async fn main() -> anyhow::Result<()> {
                 &modes,
                 page_docs,
                 &limits,
+                write_flags,
                 &cpu,
             )
             .await?
@@ -469,7 +478,7 @@ async fn ndjson_batches(
     let now = mongo::server_time(db).await?;
     let mut cursor = db
         .collection::<Document>(collection.name())
-        .find(mongo::unindexed_filter(collection, now))
+        .find(mongo::unindexed_filter(&Rules::default(), collection, now))
         .sort(doc! { "_id": 1 })
         .projection(projection(collection))
         .batch_size(cut.docs as u32)
@@ -593,24 +602,12 @@ async fn ingest_batches(meili: &Meili, uids: &[u64]) -> anyhow::Result<IndexingB
 
 // --- scans ----------------------------------------------------------------------
 
-/// What `once` reads of a document (`mongo`'s read projection, which the
-/// library keeps private: the sent fields, the version and the flag) plus
-/// the fields its indexability predicate needs, so a plain scan reads what a
-/// reader filtering as it goes would.
+/// What `once` reads of a document (`mongo::sync_projection`: the sources
+/// of its Meilisearch form, its version, the markers and the fields its
+/// searchability depends on), so a plain scan reads what a reader filtering
+/// as it goes would.
 fn projection(collection: Collection) -> Document {
-    let mut projection = doc! { "_id": 1, mongo::VERSION_FIELD: 1, FLAG: 1 };
-    for field in collection
-        .fields()
-        .iter()
-        .chain(&mongo::INDEXABILITY_FIELDS)
-    {
-        projection.insert(*field, 1);
-    }
-    if collection == Collection::Messages {
-        projection.insert("content.type", 1);
-        projection.insert("content.text", 1);
-    }
-    projection
+    mongo::sync_projection(&Rules::default(), collection)
 }
 
 async fn scan(
@@ -618,6 +615,7 @@ async fn scan(
     modes: &[ScanMode],
     page_docs: usize,
     limits: &[(String, u64)],
+    write_flags: bool,
     cpu: &CpuArgs,
 ) -> anyhow::Result<Value> {
     ensure!(!modes.is_empty(), "--modes names no way to scan");
@@ -643,10 +641,10 @@ async fn scan(
                 let limit = limit_of(collection);
                 let read = match mode {
                     ScanMode::Cursor => {
-                        scan_cursor(db, collection, page_docs, limit, give_up).await?
+                        scan_cursor(db, collection, page_docs, limit, give_up, write_flags).await?
                     }
                     ScanMode::Pages => {
-                        scan_pages(db, collection, page_docs, limit, give_up).await?
+                        scan_pages(db, collection, page_docs, limit, give_up, write_flags).await?
                     }
                 };
                 let Some(read) = read else {
@@ -657,6 +655,9 @@ async fn scan(
             Ok(Some(docs))
         })
         .await;
+        if write_flags {
+            reset_flags(db).await?;
+        }
         // A way that fails once another succeeded is reported, not fatal.
         let (docs, spent) = match measured {
             Ok(measured) => measured,
@@ -694,7 +695,107 @@ async fn scan(
         }
         passes.push(pass);
     }
-    Ok(json!({ "passes": passes, "best": best }))
+    Ok(json!({ "passes": passes, "best": best, "write_flags": write_flags }))
+}
+
+/// What a scan's flag write leaves on the documents it flagged, so that
+/// [`reset_flags`] can undo exactly those.
+const WRITTEN_BY_SCAN: &str = "_benchScanFlagged";
+
+/// `_id`s per range of the raw flag write: DocumentDB-based servers stop a
+/// statement after 10 s, and with LibreChat's indexes on the collection an
+/// `update_many` of 10,000 documents took longer than that on the 2-core
+/// test machine (one of 1,000 about 1–2 s).
+const FLAG_RANGE_DOCS: usize = 1_000;
+
+/// The raw flag write of a page's `_id`s (ascending): `_meiliIndex: true` on
+/// the unflagged documents (a flagged one needs no write), one `update_many`
+/// per `_id` range of [`FLAG_RANGE_DOCS`] — halved while the server stops it
+/// for taking too long.
+async fn flag_range(db: &Database, collection: Collection, ids: &[Bson]) -> anyhow::Result<()> {
+    update_ranges(
+        db,
+        collection,
+        ids,
+        doc! { FLAG: { "$ne": true } },
+        doc! { "$set": { FLAG: true, WRITTEN_BY_SCAN: true } },
+    )
+    .await
+    .context("writing flags")
+}
+
+/// `update` with `filter` on each `_id` range of [`FLAG_RANGE_DOCS`] of
+/// `ids` (ascending), a range halved while the server stops its update for
+/// taking too long (code 50).
+async fn update_ranges(
+    db: &Database,
+    collection: Collection,
+    ids: &[Bson],
+    filter: Document,
+    update: Document,
+) -> anyhow::Result<()> {
+    let handle = db.collection::<Document>(collection.name());
+    let mut pending: std::collections::VecDeque<&[Bson]> = ids.chunks(FLAG_RANGE_DOCS).collect();
+    while let Some(range) = pending.pop_front() {
+        let (Some(first), Some(last)) = (range.first(), range.last()) else {
+            continue;
+        };
+        let mut in_range = doc! { "_id": { "$gte": first.clone(), "$lte": last.clone() } };
+        in_range.extend(filter.clone());
+        match handle.update_many(in_range, update.clone()).await {
+            Ok(_) => {}
+            Err(error) if range.len() > 1 && format!("{error:?}").contains("code: 50") => {
+                let (first_half, second_half) = range.split_at(range.len() / 2);
+                pending.push_front(second_half);
+                pending.push_front(first_half);
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+/// After a scan that wrote flags (not timed): the documents it flagged get
+/// `_meiliIndex: false` again, so the next step finds them as they were:
+/// unindexed. By `_id` ranges, as the write went.
+async fn reset_flags(db: &Database) -> anyhow::Result<()> {
+    for collection in Collection::ALL {
+        let handle = db.collection::<Document>(collection.name());
+        let mut after: Option<Bson> = None;
+        loop {
+            let filter = match &after {
+                Some(after) => doc! { "_id": { "$gt": after.clone() } },
+                None => doc! {},
+            };
+            let ids: Vec<Bson> = handle
+                .find(filter)
+                .sort(doc! { "_id": 1 })
+                .limit(10 * FLAG_RANGE_DOCS as i64)
+                .projection(doc! { "_id": 1 })
+                .await
+                .context("resetting flags")?
+                .try_collect::<Vec<Document>>()
+                .await
+                .context("resetting flags")?
+                .into_iter()
+                .filter_map(|d| d.get("_id").cloned())
+                .collect();
+            let Some(last) = ids.last().cloned() else {
+                break;
+            };
+            update_ranges(
+                db,
+                collection,
+                &ids,
+                doc! { WRITTEN_BY_SCAN: true },
+                doc! { "$set": { FLAG: false }, "$unset": { WRITTEN_BY_SCAN: "" } },
+            )
+            .await
+            .context("resetting flags")?;
+            after = Some(last);
+        }
+    }
+    Ok(())
 }
 
 /// How much slower than the cheapest way so far a scan may get before it is stopped.
@@ -714,6 +815,7 @@ async fn scan_cursor(
     batch: usize,
     limit: Option<u64>,
     give_up: Option<Instant>,
+    write_flags: bool,
 ) -> anyhow::Result<Option<u64>> {
     if limit == Some(0) {
         return Ok(Some(0));
@@ -729,12 +831,21 @@ async fn scan_cursor(
         .await
         .context("scan")?;
     let mut read = 0u64;
-    while cursor.try_next().await.context("scan")?.is_some() {
+    let mut ids: Vec<Bson> = Vec::new();
+    while let Some(doc) = cursor.try_next().await.context("scan")? {
         read += 1;
-        if read.is_multiple_of(batch as u64) && past(give_up) {
-            return Ok(None);
+        if write_flags {
+            ids.extend(doc.get("_id").cloned());
+        }
+        if read.is_multiple_of(batch as u64) {
+            flag_range(db, collection, &ids).await?;
+            ids.clear();
+            if past(give_up) {
+                return Ok(None);
+            }
         }
     }
+    flag_range(db, collection, &ids).await?;
     Ok(Some(read))
 }
 
@@ -745,6 +856,7 @@ async fn scan_pages(
     page: usize,
     limit: Option<u64>,
     give_up: Option<Instant>,
+    write_flags: bool,
 ) -> anyhow::Result<Option<u64>> {
     let handle = db.collection::<Document>(collection.name());
     let mut read = 0u64;
@@ -782,6 +894,10 @@ async fn scan_pages(
         };
         read += docs.len() as u64;
         after = docs.last().and_then(|d| d.get("_id").cloned());
+        if write_flags {
+            let ids: Vec<Bson> = docs.iter().filter_map(|d| d.get("_id").cloned()).collect();
+            flag_range(db, collection, &ids).await?;
+        }
         if (docs.len() as u64) < wanted {
             break;
         }
@@ -798,9 +914,15 @@ async fn once_read(db: &Database, page_docs: usize, cpu: &CpuArgs) -> anyhow::Re
             let mut after: Option<Bson> = None;
             loop {
                 let now = mongo::server_time(db).await?;
-                let page =
-                    mongo::read_unindexed_page(db, collection, now, after.as_ref(), page_docs)
-                        .await?;
+                let page = mongo::read_unindexed_page(
+                    db,
+                    &Rules::default(),
+                    collection,
+                    now,
+                    after.as_ref(),
+                    page_docs,
+                )
+                .await?;
                 read += page.len() as u64;
                 pages += 1;
                 after = page.last().and_then(mongo::raw_id);
@@ -894,9 +1016,9 @@ async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::R
         let now = mongo::server_time(db).await?;
         let docs: Vec<Document> = db
             .collection::<Document>(collection.name())
-            .find(mongo::unindexed_filter(collection, now))
+            .find(mongo::unindexed_filter(&Rules::default(), collection, now))
             .sort(doc! { "_id": 1 })
-            .projection(doc! { "_id": 1, mongo::VERSION_FIELD: 1 })
+            .projection(mongo::sync_projection(&Rules::default(), collection))
             .await
             .context("reading versions")?
             .try_collect()
@@ -904,7 +1026,13 @@ async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::R
             .context("reading versions")?;
         versions.push((
             collection,
-            docs.iter().map(mongo::DocVersion::of).collect::<Vec<_>>(),
+            docs.iter()
+                .filter_map(|doc| {
+                    let branch =
+                        searchable::searchable_branch(&Rules::default(), collection, doc, now)?;
+                    Some((mongo::DocVersion::of(doc), branch))
+                })
+                .collect::<Vec<_>>(),
         ));
     }
     let total: usize = versions.iter().map(|(_, v)| v.len()).sum();
@@ -917,9 +1045,16 @@ async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::R
                     return Ok(matched);
                 }
                 let now = mongo::server_time(db).await?;
-                matched += mongo::set_flags_if_unchanged(db, *collection, chunk, now, &guard)
-                    .await?
-                    .matched;
+                matched += mongo::set_flags_if_unchanged(
+                    db,
+                    &Rules::default(),
+                    *collection,
+                    chunk,
+                    now,
+                    &guard,
+                )
+                .await?
+                .matched;
             }
         }
         Ok(matched)
@@ -1029,7 +1164,7 @@ async fn verify(
     let mut complete = true;
     let mut per_collection = Vec::new();
     for collection in Collection::ALL {
-        let counts = mongo::counts(db, collection, now).await?;
+        let counts = mongo::counts(db, &Rules::default(), collection, now).await?;
         let uid = format!("{prefix}{}", collection.index_name());
         let in_meili = match meili.index(&uid).await? {
             Some(_) => meili.document_count(&uid).await?,

@@ -201,8 +201,8 @@ impl Env {
                     }
                     Some((id, shape)) => {
                         assert!(
-                            flagged,
-                            "{} {id} indexable but not flagged",
+                            is_marked_indexed(d),
+                            "{} {id} indexable but not marked indexed: {d}",
                             collection.name()
                         );
                         expected_docs.insert(id, shape);
@@ -252,15 +252,27 @@ impl Env {
 }
 
 /// The expected Meilisearch id and document of a MongoDB document, or `None`
-/// when it must not be in Meilisearch. Written from docs/design.md §3, apart from
-/// the engine's own code.
+/// when it must not be in Meilisearch. Written from docs/design.md §3 (and
+/// LibreChat's rules it states), apart from the engine's own code, for the
+/// plain values the test data holds.
 pub fn expected(collection: Collection, d: &Document, now: DateTime) -> Option<(String, Value)> {
     let user_ok = matches!(d.get("user"), Some(Bson::String(u)) if !u.is_empty());
-    let temporary = d.get_bool("isTemporary").unwrap_or(false);
-    let expired = matches!(d.get("expiredAt"), Some(Bson::DateTime(t)) if *t <= now);
+    let no_expiry = matches!(d.get("expiredAt"), None | Some(Bson::Null));
+    let later = matches!(d.get("expiredAt"), Some(Bson::DateTime(t)) if *t > now);
+    // LibreChat's retention: explicitly not temporary and not expired, or a
+    // legacy record (no `isTemporary`) without any expiry.
+    let retained = match d.get("isTemporary") {
+        Some(Bson::Boolean(false)) => no_expiry || later,
+        None | Some(Bson::Null) => no_expiry,
+        _ => false,
+    };
+    let excluded = d.contains_key(match collection {
+        Collection::Messages => "subagentTask",
+        Collection::Conversations => "subagentThread",
+    });
     let unfinished =
         collection == Collection::Messages && d.get_bool("unfinished").unwrap_or(false);
-    if !user_ok || temporary || expired || unfinished {
+    if !user_ok || !retained || excluded || unfinished {
         return None;
     }
     let mut out = serde_json::Map::new();
@@ -283,21 +295,52 @@ pub fn expected(collection: Collection, d: &Document, now: DateTime) -> Option<(
             None => {}
         }
     }
+    // LibreChat's schema defaults, as its models load a document.
+    if collection == Collection::Conversations {
+        out.entry("title").or_insert(json!("New Chat"));
+        out.entry("tags").or_insert(json!([]));
+    }
     if let Some(Bson::Array(parts)) = d.get("content") {
-        let texts: Vec<&str> = parts
-            .iter()
-            .filter_map(|p| {
-                let p = p.as_document()?;
-                (p.get_str("type").ok()? == "text").then(|| p.get_str("text").ok())?
-            })
-            .collect();
-        out.insert("text".into(), json!(texts.join(" ")));
+        out.insert("text".into(), json!(text_of(parts)));
     }
     if let Some(Value::String(c)) = out.get_mut("conversationId") {
         *c = c.replace('|', "--");
     }
     let id = out[collection.primary_key()].as_str()?.to_string();
     Some((id, Value::Object(out)))
+}
+
+/// A message's text from its parts, as LibreChat's `parseTextParts(content,
+/// false, { includeSteer: true })` joins them, for string-valued parts:
+/// `text` (a string or `{ value }`), `think` and `steer` in order, one space
+/// between two non-empty pieces unless one side already has it.
+fn text_of(parts: &[Bson]) -> String {
+    let mut text = String::new();
+    for part in parts.iter().filter_map(Bson::as_document) {
+        let piece = match part.get_str("type") {
+            Ok("text") => part
+                .get_str("text")
+                .ok()
+                .or_else(|| part.get_document("text").ok()?.get_str("value").ok()),
+            Ok("think") => part.get_str("think").ok(),
+            Ok("steer") => part.get_str("steer").ok(),
+            _ => None,
+        }
+        .unwrap_or("");
+        if !text.is_empty() && !piece.is_empty() && !text.ends_with(' ') && !piece.starts_with(' ')
+        {
+            text.push(' ');
+        }
+        text.push_str(piece);
+    }
+    text
+}
+
+/// Whether `d` carries LibreChat's markers of an indexed document at schema
+/// version 1.
+pub fn is_marked_indexed(d: &Document) -> bool {
+    d.get_bool("_meiliIndex").unwrap_or(false)
+        && matches!(d.get("_meiliIndexSchemaVersion"), Some(Bson::Int32(1)))
 }
 
 /// MongoDB's clock (what the engine compares `expiredAt` with).
@@ -378,6 +421,25 @@ pub fn message(i: usize, now: DateTime) -> Document {
         11 => {
             // LibreChat thinks it is indexed (Meilisearch does not have it).
             d.insert("_meiliIndex", true);
+            d.insert("_meiliIndexSchemaVersion", 1);
+        }
+        15 => {
+            // A subagent transcript: never searchable.
+            d.insert(
+                "subagentTask",
+                doc! { "attemptKey": format!("a{i}"), "status": "completed" },
+            );
+            d.insert("_meiliIndex", false);
+        }
+        16 => {
+            d.insert(
+                "content",
+                vec![
+                    Bson::Document(doc! { "type": "think", "think": format!("reasoning {i} ") }),
+                    Bson::Document(doc! { "type": "text", "text": { "value": "the answer" } }),
+                    Bson::Document(doc! { "type": "steer", "steer": " shorter" }),
+                ],
+            );
         }
         12 => {
             d.insert("_meiliIndex", false);
@@ -429,6 +491,10 @@ pub fn conversation(i: usize, now: DateTime) -> Document {
         }
         7 => {
             d.insert("_meiliIndex", true);
+            d.insert("_meiliIndexSchemaVersion", 1);
+        }
+        9 => {
+            d.insert("subagentThread", doc! { "parentConversationId": "conv-0" });
         }
         8 => {
             d.insert("tags", Vec::<String>::new());

@@ -1,6 +1,6 @@
 //! Runs the real `meili-reconciler` binary as a subprocess against the test
-//! servers, in the test's own database and index prefix, with short lease
-//! timings so timing-sensitive tests finish quickly.
+//! servers, in the test's own database and index prefix, with the suite's
+//! lease timings (`support::timing`: short, with a loaded machine's headroom).
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,14 +32,13 @@ impl Target {
             prefix: format!("{name}_"),
             meili_host: meili.host.clone(),
             meili_key: meili.key.clone(),
-            env: vec![
-                // Short lease timings: a crashed owner is replaced in ~2 s.
-                ("RECONCILER__LEASE__TTL".into(), "2s".into()),
-                ("RECONCILER__LEASE__RENEW_EVERY".into(), "500ms".into()),
-                ("RECONCILER__LEASE__SAFETY_MARGIN".into(), "500ms".into()),
-                ("RECONCILER__LEASE__POLL_EVERY".into(), "200ms".into()),
-                ("RECONCILER__SYNC__THRESHOLD".into(), "0".into()),
-            ],
+            env: super::timing::lease()
+                .env()
+                .into_iter()
+                // The suite's lease timings (support::timing): a crashed
+                // owner is replaced within one ttl.
+                .chain([("RECONCILER__SYNC__THRESHOLD".into(), "0".into())])
+                .collect(),
         }
     }
 
@@ -225,6 +224,23 @@ impl Replica {
     /// What the replica has written to stderr so far.
     pub fn stderr_so_far(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    /// Waits until the replica, started with `RECONCILER_TEST_PAUSE_AFTER`,
+    /// says it paused after `step`; panics if it exits first or after `limit`.
+    pub async fn await_pause(&mut self, step: &str, limit: Duration) {
+        let paused = format!("test hook: paused after {step}");
+        let waited = Instant::now();
+        while !self.stderr_so_far().contains(&paused) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "exited ({status}) before pausing after {step}: {}",
+                    self.stderr_so_far()
+                );
+            }
+            assert!(waited.elapsed() < limit, "no pause after {step}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

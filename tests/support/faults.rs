@@ -30,7 +30,8 @@ fn turn() -> Arc<tokio::sync::Mutex<()>> {
 }
 
 impl FailCommand {
-    /// `None` (saying why on stderr) when the server refuses test commands.
+    /// `None` when the server refuses test commands, having said the test
+    /// is skipped ([`super::skip::skip`]).
     /// Waits while another test of this binary holds the fail point.
     pub async fn new(app: &str) -> Option<Self> {
         let turn = turn().lock_owned().await;
@@ -43,10 +44,11 @@ impl FailCommand {
         match fp.configure(doc! { "mode": "off" }).await {
             Ok(()) => Some(fp),
             Err(error) => {
-                eprintln!(
-                    "skipped: the test MongoDB refuses configureFailPoint ({error}); \
-                     start it with test commands enabled"
-                );
+                super::skip::skip(format_args!(
+                    "the test MongoDB refuses configureFailPoint ({}); \
+                     a MongoDB started with test commands enabled has it",
+                    super::server::short_error(&error)
+                ));
                 None
             }
         }

@@ -13,7 +13,7 @@ use mongodb::bson::{doc, oid::ObjectId, Bson, DateTime, Document};
 use mongodb::Database;
 use serde_json::Value;
 
-use super::chat_data::{expected, Env};
+use super::chat_data::{expected, is_marked_indexed, Env};
 use super::cli::{eventually, Target};
 
 /// `GET {base}/status` as JSON (`Null` when it does not answer).
@@ -134,9 +134,9 @@ pub async fn differences(env: &Env, now: DateTime) -> Vec<String> {
             let flagged = d.get_bool("_meiliIndex").unwrap_or(false);
             match expected(collection, d, now) {
                 Some((id, shape)) => {
-                    if !flagged {
+                    if !is_marked_indexed(d) {
                         found.push(format!(
-                            "{} {id}: indexable, not flagged",
+                            "{} {id}: indexable, not marked indexed",
                             collection.name()
                         ));
                     }
@@ -291,4 +291,81 @@ impl Writer {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         self.task.await.unwrap()
     }
+}
+
+/// Whether the test MongoDB serves change streams (opens one on `db` and
+/// drops it). When it does not (DocumentDB, a standalone server), prints
+/// `SKIPPED <test>: …` to stderr and returns `false`: follow-mode tests
+/// cannot run there.
+pub async fn serves_change_streams(_db: &Database, _test: &str) -> bool {
+    // Says (and counts) the skip the way every test does (`support::skip`).
+    !super::server::skip_without_change_streams().await
+}
+
+/// Deletes `ids` (messages, by `messageId`) with plain driver calls, as a
+/// TTL monitor or an admin script does, and returns when each was deleted.
+pub async fn delete_messages(db: &Database, ids: &[String]) -> Vec<std::time::Instant> {
+    let messages = db.collection::<Document>("messages");
+    let mut at = Vec::new();
+    for id in ids {
+        let gone = messages.delete_one(doc! { "messageId": id }).await.unwrap();
+        assert_eq!(gone.deleted_count, 1, "{id} was there");
+        at.push(std::time::Instant::now());
+    }
+    at
+}
+
+/// Waits until none of `ids` is in the messages index (polling every
+/// 100 ms), at most `limit`; returns, per id, how long after `since[i]` it
+/// was first seen absent. Panics naming those still there after `limit`.
+pub async fn await_gone(
+    target: &Target,
+    ids: &[String],
+    since: &[std::time::Instant],
+    limit: Duration,
+) -> Vec<Duration> {
+    let started = std::time::Instant::now();
+    let mut gone: Vec<Option<Duration>> = vec![None; ids.len()];
+    let path = format!(
+        "/indexes/{}messages/documents?fields=messageId&limit=100000",
+        target.prefix
+    );
+    loop {
+        // One listing a round, so the delay is measured to ~0.1 s.
+        let listed = target.meili_get(&path).await;
+        let present: std::collections::HashSet<&str> = listed["results"]
+            .as_array()
+            .expect("a document listing")
+            .iter()
+            .filter_map(|d| d["messageId"].as_str())
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            if gone[i].is_none() && !present.contains(id.as_str()) {
+                gone[i] = Some(since[i].elapsed());
+            }
+        }
+        if gone.iter().all(Option::is_some) {
+            return gone.into_iter().flatten().collect();
+        }
+        let left: Vec<&String> = ids
+            .iter()
+            .zip(&gone)
+            .filter(|(_, g)| g.is_none())
+            .map(|(id, _)| id)
+            .collect();
+        assert!(
+            started.elapsed() < limit,
+            "{} of {} deleted messages still searchable after {limit:?}: {left:?}",
+            left.len(),
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The median and the largest of some delays, in seconds.
+pub fn p50_max(delays: &[Duration]) -> (f64, f64) {
+    let mut secs: Vec<f64> = delays.iter().map(Duration::as_secs_f64).collect();
+    secs.sort_by(f64::total_cmp);
+    (secs[secs.len() / 2], *secs.last().unwrap())
 }

@@ -40,15 +40,13 @@ pub async fn same_database(db: &Database) -> Database {
     client().await.database(db.name())
 }
 
-/// Short timings for tests: ttl 1 s, renew every 200 ms, safety margin
-/// 300 ms, poll every 100 ms, failure backoff 1 s.
+/// Short timings for tests: the lease timings of [`super::timing::lease`]
+/// (renew every 250 ms, poll every 100 ms, a ttl and safety margin with the
+/// headroom a loaded machine needs), failure backoff 1 s.
 pub fn fast_options(job: &str, owner: &str) -> LeaseOptions {
     let mut opts = LeaseOptions::new(owner);
     opts.job = job.to_string();
-    opts.ttl = Duration::from_millis(1000);
-    opts.renew_every = Duration::from_millis(200);
-    opts.safety_margin = Duration::from_millis(300);
-    opts.poll_every = Duration::from_millis(100);
+    super::timing::lease().apply(&mut opts);
     opts.failure_backoff = Duration::from_secs(1);
     opts.failure_backoff_max = Duration::from_secs(10);
     opts.unreachable_timeout = Duration::from_secs(10);
@@ -165,7 +163,10 @@ pub async fn start_endless_owner_on(
 /// listener and every forwarded connection, as a network partition would.
 /// [`MongoProxy::lose_reply_to`] makes it forward the next request for one
 /// command, swallow the server's reply and reset the connection: the write
-/// is applied, the client never learns it.
+/// is applied, the client never learns it. That needs the proxy to read the
+/// wire protocol ([`MongoProxy::start`]), which it cannot through TLS; one
+/// started with [`MongoProxy::start_opaque`] forwards bytes unread (TLS
+/// too) and can only be cut.
 pub struct MongoProxy {
     pub addr: SocketAddr,
     accept: tokio::task::JoinHandle<()>,
@@ -203,8 +204,18 @@ fn command_name(message: &[u8]) -> Option<String> {
 }
 
 impl MongoProxy {
-    /// Proxies to `upstream` ("host:port").
+    /// Proxies to `upstream` ("host:port"), message by message.
     pub async fn start(upstream: String) -> Self {
+        Self::start_with(upstream, false).await
+    }
+
+    /// Proxies to `upstream` byte by byte, reading nothing (TLS passes
+    /// through); [`MongoProxy::lose_reply_to`] does nothing then.
+    pub async fn start_opaque(upstream: String) -> Self {
+        Self::start_with(upstream, true).await
+    }
+
+    async fn start_with(upstream: String, opaque: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(Mutex::new(JoinSet::new()));
@@ -217,8 +228,14 @@ impl MongoProxy {
                 let upstream = upstream.clone();
                 let (lose, lost) = (lose_in.clone(), lost_in.clone());
                 tracked.lock().unwrap().spawn(async move {
-                    if let Ok(outbound) = TcpStream::connect(&upstream).await {
-                        forward(inbound, outbound, lose, lost).await;
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        if opaque {
+                            let mut inbound = inbound;
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        } else {
+                            forward(inbound, outbound, lose, lost).await;
+                        }
                     }
                 });
             }
@@ -308,7 +325,9 @@ pub async fn primary_address(db: &Database) -> String {
 }
 
 /// A client that reaches MongoDB only through `proxy` (credentials and
-/// options from MONGO_URI), with short timeouts so a cut shows quickly.
+/// options from MONGO_URI). A cut shows at once (refused connections, closed
+/// sockets); the timeouts, a headroom (`support::timing`), only bound a
+/// connection that hangs.
 pub async fn client_via(proxy: &MongoProxy) -> Client {
     let mut options = ClientOptions::parse(mongo_uri()).await.unwrap();
     options.hosts = vec![ServerAddress::Tcp {
@@ -316,8 +335,8 @@ pub async fn client_via(proxy: &MongoProxy) -> Client {
         port: Some(proxy.addr.port()),
     }];
     options.direct_connection = Some(true);
-    options.server_selection_timeout = Some(Duration::from_millis(500));
-    options.connect_timeout = Some(Duration::from_millis(500));
+    options.server_selection_timeout = Some(super::timing::headroom());
+    options.connect_timeout = Some(super::timing::headroom());
     Client::with_options(options).unwrap()
 }
 

@@ -40,15 +40,18 @@ pub struct Timings {
 }
 
 impl Timings {
-    /// LibreChat's proportions at test speed.
+    /// LibreChat's proportions at test speed; a refresh has the suite's
+    /// headroom (`support::timing`) to land before the watchdog fires.
     pub fn fast() -> Self {
+        let refresh = Duration::from_millis(400);
+        let safety = Duration::from_millis(300);
         Timings {
-            lease: Duration::from_millis(2_000),
-            refresh: Duration::from_millis(400),
+            lease: refresh + safety + super::timing::headroom(),
+            refresh,
             completion_ttl: Duration::from_millis(1_000),
             failure_ttl: Duration::from_millis(300),
             poll: Duration::from_millis(100),
-            safety: Duration::from_millis(300),
+            safety,
         }
     }
 }

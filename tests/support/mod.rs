@@ -60,6 +60,7 @@ fn setting(name: &str, needed: &str) -> String {
 /// The MongoDB of the test run (`MONGO_URI`). Only tests that use MongoDB
 /// ask for it, so a Meilisearch-only suite runs without one.
 pub fn mongo_uri() -> &'static str {
+    hide_driver_shutdown_panics();
     static URI: OnceLock<String> = OnceLock::new();
     URI.get_or_init(|| setting("MONGO_URI", "MONGO_URI"))
 }
@@ -67,6 +68,7 @@ pub fn mongo_uri() -> &'static str {
 /// The Meilisearch of the test run (`MEILI_HOST`, `MEILI_MASTER_KEY`). Only
 /// tests that use Meilisearch ask for it.
 pub fn meili() -> &'static MeiliServer {
+    hide_driver_shutdown_panics();
     static MEILI: OnceLock<MeiliServer> = OnceLock::new();
     MEILI.get_or_init(|| {
         let needed = "MEILI_HOST and MEILI_MASTER_KEY";
@@ -80,6 +82,7 @@ pub fn meili() -> &'static MeiliServer {
 /// A name unique to this test process and call, usable as a MongoDB database
 /// name and as a Meilisearch index-uid prefix (`[A-Za-z0-9_]`).
 pub fn unique_name(tag: &str) -> String {
+    hide_driver_shutdown_panics();
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
@@ -94,6 +97,44 @@ pub fn unique_name(tag: &str) -> String {
     format!("t_{tag}_{}_{n}_{nanos:x}", std::process::id())
 }
 
+/// Keeps the MongoDB driver's panic at runtime shutdown out of a failed
+/// test's output. When a test fails, its tokio runtime shuts down with the
+/// test's clients still alive; a driver task that awaits one of its own
+/// tasks (a connection being established, a pool worker) then finds it
+/// cancelled and panics with `JoinError::Cancelled` (the driver unwraps the
+/// join, `mongodb/src/runtime/join_handle.rs`). That panic says nothing about
+/// the test — tokio catches it, nothing else fails — but it follows the real
+/// failure in the output, as if it were one. The binaries avoid it with
+/// `client.shutdown().immediate(true)`; a panicking test cannot, so a panic
+/// hook drops exactly that panic and passes every other to the default hook.
+/// Installed once per test binary by the helpers nearly every test calls
+/// first ([`unique_name`], [`mongo_uri`], [`meili`]).
+pub fn hide_driver_shutdown_panics() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !is_driver_shutdown_panic(info) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+fn is_driver_shutdown_panic(info: &std::panic::PanicHookInfo<'_>) -> bool {
+    let in_driver = info.location().is_some_and(|at| {
+        let file = at.file().replace('\\', "/");
+        file.contains("/mongodb-") && file.ends_with("/runtime/join_handle.rs")
+    });
+    let payload = info.payload();
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    in_driver && message.contains("JoinError::Cancelled")
+}
+
 pub mod chat_data;
 pub mod cli;
 pub mod counting_proxy;
@@ -103,4 +144,7 @@ pub mod job_timeline;
 pub mod lease_harness;
 pub mod librechat_double;
 pub mod private_mongo;
+pub mod server;
+pub mod skip;
 pub mod standin;
+pub mod timing;

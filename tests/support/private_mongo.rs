@@ -5,7 +5,8 @@
 //!
 //! Only the stand-in can be started like this: without
 //! `.test-servers/venv/bin/secantusd-py` (e.g. against a real MongoDB)
-//! [`private_mongo`] prints why the test is skipped and returns `None`.
+//! [`private_mongo`] says the test is skipped ([`super::skip::skip`]) and
+//! returns `None`.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,14 +36,17 @@ impl Drop for PrivateMongo {
     }
 }
 
-/// Starts secantusdb with `extra_args`, or says why not and returns `None`.
+/// Starts secantusdb with `extra_args`, or says why not (the test is
+/// skipped) and returns `None`.
 pub async fn private_mongo(extra_args: &[&str]) -> Option<PrivateMongo> {
     let exe = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/.test-servers/venv/bin/secantusd-py"
     );
     if !std::path::Path::new(exe).is_file() {
-        eprintln!("skipped: no {exe} (run scripts/test-servers start; a private MongoDB with custom flags needs the stand-in)");
+        super::skip::skip(format_args!(
+            "no {exe} (run scripts/test-servers start; a private MongoDB with custom flags needs the stand-in)"
+        ));
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

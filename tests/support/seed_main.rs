@@ -38,6 +38,42 @@ struct Args {
     /// Print progress on stderr about every 5 s.
     #[arg(long)]
     progress: bool,
+    /// Which indexes the collections get after the insert: `own` (the
+    /// seeder's: LibreChat's sync index, `messageId`, `conversationId`),
+    /// `librechat` (every index LibreChat's own models build on both
+    /// collections, by its data layer: `tests/librechat/librechat.cjs
+    /// indexes`, which needs Node.js and `npm ci` there) or `none`.
+    #[arg(long, value_enum, default_value_t = Indexes::Own)]
+    indexes: Indexes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Indexes {
+    Own,
+    Librechat,
+    None,
+}
+
+/// LibreChat's own index builds of `database`, by its data layer; the
+/// index names of each collection afterwards.
+fn librechat_indexes(mongo_uri: &str, database: &str) -> anyhow::Result<serde_json::Value> {
+    let harness = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/librechat/librechat.cjs");
+    let output = std::process::Command::new("node")
+        .arg(harness)
+        .arg("indexes")
+        .env("MONGO_URI", mongo_uri)
+        .env("LIBRECHAT_DB", database)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context(
+            "running node (LibreChat's indexes need Node.js and `npm ci` in tests/librechat)",
+        )?;
+    anyhow::ensure!(
+        output.status.success(),
+        "LibreChat's index builds failed ({}); run `npm ci` in tests/librechat",
+        output.status
+    );
+    serde_json::from_slice(&output.stdout).context("the harness's answer")
 }
 
 #[tokio::main]
@@ -64,9 +100,16 @@ async fn main() -> anyhow::Result<()> {
         conversations: args.conversations,
         seed: args.seed,
         progress: args.progress,
+        indexes: args.indexes == Indexes::Own,
         ..Default::default()
     };
     let report = seeder::seed(&db, &spec).await?;
+    if args.indexes == Indexes::Librechat {
+        let built = librechat_indexes(&args.mongo_uri, &args.database)?;
+        if args.progress {
+            eprintln!("meili-seed: LibreChat's indexes: {built}");
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -53,6 +53,10 @@ pub struct SeedSpec {
     pub chunk_size: usize,
     /// Print progress on stderr (about every 5 s), for long seedings.
     pub progress: bool,
+    /// Build the seeder's own indexes (LibreChat's sync index, `messageId`,
+    /// `conversationId`) after the insert; `false` leaves the collections
+    /// for LibreChat's own index builds (`meili-seed --indexes librechat`).
+    pub indexes: bool,
 
     // Both collections.
     /// No `user` field (never indexable: search filters by user).
@@ -64,8 +68,12 @@ pub struct SeedSpec {
     pub expired_past: f64,
     pub expired_future: f64,
     pub expired_null: f64,
-    /// `_meiliIndex: true` (claims Meilisearch has it: drift when it has not);
-    /// `flag_absent` has no field; the rest `false`.
+    /// A subagent record: messages carry `subagentTask`, conversations
+    /// `subagentThread` (LibreChat keeps them out of search).
+    pub subagent: f64,
+    /// `_meiliIndex: true` with LibreChat's markers of an indexed document
+    /// (claims Meilisearch has it: drift when it has not); `flag_absent` has
+    /// no field; the rest `false`.
     pub flag_true: f64,
     pub flag_absent: f64,
 
@@ -102,12 +110,14 @@ impl Default for SeedSpec {
             now: DateTime::now(),
             chunk_size: 5_000,
             progress: false,
+            indexes: true,
             missing_user: 0.02,
             temporary_true: 0.05,
             temporary_absent: 0.10,
             expired_past: 0.03,
             expired_future: 0.03,
             expired_null: 0.04,
+            subagent: 0.02,
             flag_true: 0.0,
             flag_absent: 0.10,
             content_text_only: 0.15,
@@ -126,8 +136,10 @@ impl Default for SeedSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CollectionCounts {
     pub total: usize,
-    /// Indexable by docs/design.md §3.3: has `user`, not `isTemporary: true`,
-    /// `expiredAt` absent/null/future, and (messages) not `unfinished: true`.
+    /// Searchable by docs/design.md §3.3: has `user`, is no subagent
+    /// record, is in a branch of LibreChat's retention filter (`isTemporary:
+    /// false` with `expiredAt` absent, null or future, or no `isTemporary`
+    /// and no `expiredAt`), and (messages) is not `unfinished: true`.
     pub indexable: usize,
     /// Indexable documents whose `messageId` Meilisearch will reject.
     pub indexable_invalid_id: usize,
@@ -139,6 +151,7 @@ pub struct CollectionCounts {
     pub expired_future: usize,
     pub expired_null: usize,
     pub expired_absent: usize,
+    pub subagent: usize,
     pub flag_true: usize,
     pub flag_false: usize,
     pub flag_absent: usize,
@@ -212,13 +225,15 @@ pub async fn seed(db: &Database, spec: &SeedSpec) -> anyhow::Result<SeedReport> 
     }
     inserter.finish().await?;
     progress.say(format_args!(
-        "inserted {} conversations and {} messages; building indexes",
+        "inserted {} conversations and {} messages",
         spec.conversations, spec.messages
     ));
-    // Built after the bulk insert: about a third cheaper on secantusdb than
-    // maintaining them per insert (the generated ids are unique anyway).
-    create_indexes(&messages, &conversations).await?;
-    progress.say(format_args!("indexes built"));
+    if spec.indexes {
+        // Built after the bulk insert: about a third cheaper on secantusdb
+        // than maintaining them per insert (the generated ids are unique).
+        create_indexes(&messages, &conversations).await?;
+        progress.say(format_args!("indexes built"));
+    }
 
     Ok(SeedReport {
         messages: message_counts,
@@ -271,6 +286,7 @@ fn validate(spec: &SeedSpec) -> anyhow::Result<()> {
         ("expired_past", spec.expired_past),
         ("expired_future", spec.expired_future),
         ("expired_null", spec.expired_null),
+        ("subagent", spec.subagent),
         ("flag_true", spec.flag_true),
         ("flag_absent", spec.flag_absent),
         ("content_text_only", spec.content_text_only),
@@ -324,9 +340,14 @@ async fn create_indexes(
             .keys(doc! { "_meiliIndex": 1, "isTemporary": 1, "expiredAt": 1 })
             .build()
     };
+    // LibreChat's index on `expiredAt` (a TTL index there, plain here so that
+    // MongoDB's TTL monitor deletes nothing under a benchmark): what the
+    // expiry sweep and the follower's next-expiry query use.
+    let expiry_index = || IndexModel::builder().keys(doc! { "expiredAt": 1 }).build();
     messages
         .create_indexes([
             sync_index(),
+            expiry_index(),
             IndexModel::builder()
                 .keys(doc! { "messageId": 1 })
                 .options(unique())
@@ -340,6 +361,7 @@ async fn create_indexes(
     conversations
         .create_indexes([
             sync_index(),
+            expiry_index(),
             IndexModel::builder()
                 .keys(doc! { "conversationId": 1 })
                 .options(unique())
@@ -440,6 +462,7 @@ struct CommonMix {
     missing_user: ExactMix,
     temporary: ExactMix,
     expired: ExactMix,
+    subagent: ExactMix,
     flag: ExactMix,
 }
 
@@ -450,6 +473,7 @@ struct CommonTraits {
     temporary: usize,
     /// 0 absent, 1 past, 2 future, 3 null.
     expired: usize,
+    subagent: bool,
     /// 0 false, 1 true, 2 absent.
     flag: usize,
 }
@@ -463,6 +487,7 @@ impl CommonMix {
                 n,
                 &[spec.expired_past, spec.expired_future, spec.expired_null],
             ),
+            subagent: ExactMix::new(n, &[spec.subagent]),
             flag: ExactMix::new(n, &[spec.flag_true, spec.flag_absent]),
         }
     }
@@ -472,6 +497,7 @@ impl CommonMix {
             missing_user: self.missing_user.draw(rng) == 1,
             temporary: self.temporary.draw(rng),
             expired: self.expired.draw(rng),
+            subagent: self.subagent.draw(rng) == 1,
             flag: self.flag.draw(rng),
         }
     }
@@ -522,9 +548,26 @@ impl CommonTraits {
             }
             _ => counts.expired_absent += 1,
         }
+        if self.subagent {
+            counts.subagent += 1;
+            let (field, record) = if doc.contains_key("messageId") {
+                (
+                    "subagentTask",
+                    doc! { "attemptKey": "seeded", "status": "completed" },
+                )
+            } else {
+                (
+                    "subagentThread",
+                    doc! { "parentConversationId": "seeded", "status": "completed" },
+                )
+            };
+            doc.insert(field, record);
+        }
         match self.flag {
             1 => {
                 doc.insert("_meiliIndex", true);
+                doc.insert("_meiliCleanupVersion", 1);
+                doc.insert("_meiliIndexSchemaVersion", 1);
                 counts.flag_true += 1;
             }
             2 => counts.flag_absent += 1,
@@ -535,8 +578,15 @@ impl CommonTraits {
         }
     }
 
+    /// LibreChat's retention filter (its `isTemporary`, `expiredAt`
+    /// branches), the exclusion of subagent records and ours: a user.
     fn indexable(self) -> bool {
-        !self.missing_user && self.temporary != 1 && self.expired != 1
+        let retained = match self.temporary {
+            0 => self.expired != 1,             // false: no expiry, null or later
+            2 => matches!(self.expired, 0 | 3), // absent: legacy, only without expiry
+            _ => false,                         // temporary
+        };
+        !self.missing_user && !self.subagent && retained
     }
 }
 

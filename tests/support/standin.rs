@@ -4,7 +4,7 @@
 //! outages, the request log, a small payload limit).
 //!
 //! Against a real Meilisearch there are no knobs: [`private_standin`] then
-//! prints why the test is skipped and returns `None`.
+//! says the test is skipped ([`super::skip::skip`]) and returns `None`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -67,13 +67,14 @@ pub fn private_standin() -> Option<PrivateStandin> {
 }
 
 /// A fresh stand-in started with `extra_args` (e.g. `["--payload-limit-bytes", "1024"]`),
-/// or `None` (with the reason on stderr) when the suite runs against a real Meilisearch.
+/// or `None` (the test is skipped: [`super::skip::skip`]) when the suite runs
+/// against a real Meilisearch.
 pub fn private_standin_with(extra_args: &[&str]) -> Option<PrivateStandin> {
     if !shared_server_is_standin() {
-        eprintln!(
-            "skipped: the configured Meilisearch ({}) is a real server, which has no /_standin knobs",
+        super::skip::skip(format_args!(
+            "the configured Meilisearch ({}) is a real server, which has no /_standin knobs",
             super::meili().host
-        );
+        ));
         return None;
     }
     static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -1,0 +1,117 @@
+"""The last lines of scripts/test: what `cargo test --no-fail-fast` did.
+
+    python3 test_summary.py CARGO_LOG SKIP_LOG CARGO_STATUS SECONDS
+
+CARGO_LOG is cargo's output (stdout and stderr), SKIP_LOG the lines tests
+wrote through tests/support/skip.rs (`SKIPPED <binary>::<test>: <reason>`).
+Prints the failed tests, the skipped ones with their reasons, then one line:
+
+    tests: 250 passed, 0 failed, 12 skipped (1021 s)
+
+A skipped test passes as far as libtest knows; it is counted as skipped,
+not passed. A test binary that started but printed no result (it crashed,
+or was killed) counts as one failure. If cargo failed and no test did (a
+build error), the line says so instead of counting nothing as a pass.
+Exit status: 0.
+"""
+import re
+import sys
+
+RUNNING = re.compile(r"^\s*Running (?:unittests )?(\S+)(?: \(.+\))?\s*$")
+RESULT = re.compile(
+    r"^test result: (ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored;"
+)
+FAILED_LINE = re.compile(r"^test (\S+) \.\.\. .*FAILED\s*$")
+SKIPPED = re.compile(r"^SKIPPED (\S+?): (.*)$")
+
+
+def binary_name(source):
+    """`tests/lease_protocol.rs` -> `lease_protocol`; `src/lib.rs` -> `lib`."""
+    name = source.rsplit("/", 1)[-1]
+    return name[:-3] if name.endswith(".rs") else name
+
+
+def main():
+    cargo_log, skip_log, status, seconds = sys.argv[1:5]
+    status = int(status)
+    passed = failed = 0
+    failures = []  # "binary::test"
+    crashed = []
+    current = None
+    has_result = False
+    in_failures_list = False
+    with open(cargo_log, errors="replace") as log:
+        for line in log:
+            line = line.rstrip("\n")
+            running = RUNNING.match(line)
+            if running:
+                if current is not None and not has_result:
+                    crashed.append(current)
+                current = binary_name(running.group(1))
+                has_result = False
+                in_failures_list = False
+                continue
+            result = RESULT.match(line)
+            if result:
+                has_result = True
+                passed += int(result.group(2))
+                failed += int(result.group(3))
+                in_failures_list = False
+                continue
+            failed_test = FAILED_LINE.match(line)
+            if failed_test and current is not None:
+                failures.append(f"{current}::{failed_test.group(1)}")
+                continue
+            # libtest's closing list: "failures:" then "    name" lines.
+            if line == "failures:":
+                in_failures_list = True
+                continue
+            if in_failures_list:
+                if line.startswith("    ") and current is not None:
+                    name = f"{current}::{line.strip()}"
+                    if name not in failures:
+                        failures.append(name)
+                elif line.strip():
+                    in_failures_list = False
+    if current is not None and not has_result:
+        crashed.append(current)
+
+    skips = {}
+    try:
+        with open(skip_log, errors="replace") as log:
+            for line in log:
+                match = SKIPPED.match(line.strip())
+                if match:
+                    skips.setdefault(match.group(1), match.group(2))
+    except FileNotFoundError:
+        pass
+    # A test that said it skipped and then failed anyway is a failure.
+    skipped = {name: why for name, why in skips.items() if name not in failures}
+    passed = max(passed - len(skipped), 0)
+    failed += len(crashed)
+
+    print()
+    if failures or crashed:
+        print("failed:")
+        for name in failures:
+            print(f"  {name}")
+        for binary in crashed:
+            print(f"  {binary} (the test binary ended without a result)")
+    if skipped:
+        print("skipped (could not run on the given servers):")
+        for name, why in sorted(skipped.items()):
+            print(f"  {name}: {why}")
+    if status != 0 and failed == 0:
+        print(
+            f"tests: none failed, but cargo test exited {status} "
+            f"(a build error?); {passed} passed, {len(skipped)} skipped ({seconds} s)"
+        )
+    else:
+        print(
+            f"tests: {passed} passed, {failed} failed, {len(skipped)} skipped ({seconds} s)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

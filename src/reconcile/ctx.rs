@@ -1,0 +1,158 @@
+//! [`Ctx`]: what every step of one collection's work is handed (the servers,
+//! the options, the lease guard, the progress lane, the collection and its
+//! index, the run's phase clock), with the few helpers the steps share
+//! (progress, deleting documents, dropping an index). Below every step,
+//! which all take it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongodb::bson::{Bson, DateTime, RawDocumentBuf};
+use mongodb::Database;
+
+use super::error::ReconcileError;
+use super::options::SyncOptions;
+use super::phases;
+use crate::lease::Guard;
+use crate::meili::Meili;
+use crate::mongo::{self, Collection};
+use crate::progress::Progress;
+
+/// Everything one collection's work needs.
+pub(crate) struct Ctx<'a> {
+    pub db: &'a Database,
+    pub meili: &'a Meili,
+    pub opts: &'a SyncOptions,
+    pub guard: &'a Guard,
+    pub progress: &'a Progress,
+    pub collection: Collection,
+    pub uid: String,
+    /// Where the run's indexing time goes; shared by every context of a run.
+    pub phases: Arc<phases::PhaseClock>,
+    /// How sent documents are read back (a refused batch, an acknowledgement
+    /// that did not match everything).
+    pub read_back: crate::mongo::ReadBack,
+}
+
+impl<'a> Ctx<'a> {
+    /// The context of `collection`'s work on index `uid`.
+    pub fn new(
+        db: &'a Database,
+        meili: &'a Meili,
+        opts: &'a SyncOptions,
+        guard: &'a Guard,
+        progress: &'a Progress,
+        collection: Collection,
+        uid: String,
+    ) -> Ctx<'a> {
+        Ctx {
+            db,
+            meili,
+            opts,
+            guard,
+            progress,
+            collection,
+            uid,
+            phases: Arc::default(),
+            read_back: crate::mongo::ReadBack::default(),
+        }
+    }
+
+    /// The same context for documents scattered over the collection (not
+    /// read in `_id` order): they are read back by `_id` list.
+    pub fn with_scattered_ids(mut self) -> Ctx<'a> {
+        self.read_back = crate::mongo::ReadBack::Ids;
+        self
+    }
+
+    /// The same context counting its phases on `phases` (the run's clock).
+    pub fn with_phases(mut self, phases: &Arc<phases::PhaseClock>) -> Ctx<'a> {
+        self.phases = Arc::clone(phases);
+        self
+    }
+
+    /// The same work aimed at another index (e.g. a reindex's build target).
+    pub fn on_index(&self, uid: String) -> Ctx<'a> {
+        Ctx::new(
+            self.db,
+            self.meili,
+            self.opts,
+            self.guard,
+            self.progress,
+            self.collection,
+            uid,
+        )
+        .with_phases(&self.phases)
+    }
+
+    /// The next page (`sync.batch_docs` documents after `after`, by `_id`)
+    /// of the collection's unindexed documents, or of all its searchable
+    /// ones, at MongoDB's time `now`, filtered by the server.
+    pub async fn read_page(
+        &self,
+        unindexed_only: bool,
+        now: DateTime,
+        after: Option<&Bson>,
+    ) -> Result<Vec<RawDocumentBuf>, ReconcileError> {
+        let (rules, limit) = (&self.opts.rules, self.opts.batch_docs.max(1));
+        Ok(if unindexed_only {
+            mongo::read_unindexed_page(self.db, rules, self.collection, now, after, limit).await?
+        } else {
+            mongo::read_indexable_page(self.db, rules, self.collection, now, after, limit).await?
+        })
+    }
+
+    /// Counts `n` documents done and logs the progress every few seconds.
+    pub fn advance(&self, n: u64) {
+        self.progress.advance(n);
+        if self.progress.due_for_log(Duration::from_secs(5)) {
+            let s = self.progress.snapshot();
+            tracing::info!(
+                phase = %s.phase,
+                done = s.done,
+                total = s.total,
+                docs_per_sec = s.docs_per_sec.round() as u64,
+                eta_secs = s.eta_secs,
+                "progress"
+            );
+        }
+    }
+
+    pub fn phase(&self, name: &str, total: u64) {
+        self.progress
+            .phase(&format!("{name} {}", self.collection.name()), total);
+    }
+
+    /// Deletes documents from the index by Meilisearch id, waiting for each
+    /// task (one per 10,000 ids). Returns how many ids were sent.
+    pub async fn delete_documents(&self, ids: &[String]) -> Result<u64, ReconcileError> {
+        for chunk in ids.chunks(10_000) {
+            let task = self
+                .meili
+                .delete_documents(&self.uid, chunk, self.guard)
+                .await?;
+            self.meili
+                .wait_ok(task, "delete documents", self.guard)
+                .await?;
+        }
+        Ok(ids.len() as u64)
+    }
+
+    /// Drops `uid` if it exists (a leftover reindex build index), waiting
+    /// for the task. Returns whether there was one.
+    pub async fn drop_index(&self, uid: &str) -> Result<bool, ReconcileError> {
+        if self.meili.index(uid).await?.is_none() {
+            return Ok(false);
+        }
+        let task = self.meili.delete_index(uid, self.guard).await?;
+        let outcome = self.meili.wait_for_task(task, self.guard).await?;
+        if outcome
+            .error
+            .as_ref()
+            .is_some_and(|e| e.code != "index_not_found")
+        {
+            outcome.into_result("delete index")?;
+        }
+        Ok(true)
+    }
+}

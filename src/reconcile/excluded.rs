@@ -1,0 +1,67 @@
+//! The excluded documents' cleanup (LibreChat's `cleanupExcludedMeiliIndex`,
+//! docs/design.md §4.4): documents kept out of search by their collection's
+//! exclusion path (subagent records) that may still be in Meilisearch by
+//! LibreChat's markers — flagged, attempted, or unflagged without a cleanup
+//! version — are deleted from Meilisearch by id, and once the task
+//! succeeded marked removed (LibreChat's cleanup markers), so LibreChat's own
+//! `getSyncProgress()` counts no pending cleanup.
+//!
+//! The query is LibreChat's own, which its partial indexes
+//! (`meili_excluded_*`) serve on MongoDB; the plan counts it first, so a run
+//! with nothing to clean pays one count. Resumable: a crash between the
+//! deletion and the markers leaves the documents pending, and the next run
+//! deletes them again (harmless) and marks them.
+
+use mongodb::bson::Bson;
+
+use super::ctx::Ctx;
+use super::error::ReconcileError;
+use crate::mongo;
+
+/// Documents per page (and per Meilisearch deletion task).
+const PAGE: usize = 1_000;
+
+/// What a cleanup did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cleaned {
+    /// Meilisearch ids whose deletion was asked for (and awaited).
+    pub deleted: u64,
+    /// Documents marked removed.
+    pub marked: u64,
+}
+
+/// Deletes the collection's excluded documents pending cleanup from the
+/// index and marks them removed.
+pub(crate) async fn clean_up(ctx: &Ctx<'_>) -> Result<Cleaned, ReconcileError> {
+    let rules = &ctx.opts.rules;
+    if rules.exclusion_path(ctx.collection).is_none() {
+        return Ok(Cleaned::default());
+    }
+    ctx.phase("clean up excluded", 0);
+    let mut cleaned = Cleaned::default();
+    let mut after: Option<Bson> = None;
+    loop {
+        let page = mongo::pending_cleanup_page(ctx.db, rules, ctx.collection, after.as_ref(), PAGE)
+            .await?;
+        let Some(last) = page.last().and_then(|d| d.get("_id").cloned()) else {
+            break;
+        };
+        let ids: Vec<Bson> = page.iter().filter_map(|d| d.get("_id").cloned()).collect();
+        let meili_ids: Vec<String> = page
+            .iter()
+            .filter_map(|d| mongo::meili_id(ctx.collection, d))
+            .collect();
+        cleaned.deleted += ctx.delete_documents(&meili_ids).await?;
+        cleaned.marked +=
+            mongo::mark_excluded_removed(ctx.db, rules, ctx.collection, &ids, ctx.guard).await?;
+        if page.len() < PAGE {
+            break;
+        }
+        after = Some(last);
+    }
+    if cleaned.marked > 0 {
+        tracing::info!(index = %ctx.uid, deleted = cleaned.deleted, marked = cleaned.marked,
+            "excluded documents removed from Meilisearch and marked (LibreChat's cleanup)");
+    }
+    Ok(cleaned)
+}

@@ -1,0 +1,61 @@
+//! Expiry is a delete (docs/design.md §4.4): a document whose `expiredAt`
+//! (LibreChat's retention) has passed is searchable in no branch of the
+//! retention filter, and MongoDB's TTL monitor deletes it only some time
+//! later, with no hook to tell Meilisearch. The sweep removes the expired
+//! documents that may still be in Meilisearch by their markers from the
+//! index (the task awaited), then writes LibreChat's removal markers for the
+//! version read (`mongo::mark_removed`; a document saved since keeps its
+//! own), so the next sweep no longer finds them.
+//!
+//! A run sweeps before indexing; a follower sweeps when the next expiry
+//! (`mongo::next_expiry`, which it schedules a wake-up for) has come. The
+//! query is served by LibreChat's TTL index on `expiredAt` and reads only
+//! documents expired and not yet deleted, so a sweep with nothing to do
+//! costs one indexed query.
+
+use mongodb::bson::Bson;
+
+use super::ctx::Ctx;
+use super::error::ReconcileError;
+use crate::librechat::searchable;
+use crate::mongo::{self, DocVersion};
+
+/// Documents per page (and per Meilisearch deletion task).
+const PAGE: usize = 1_000;
+
+/// Removes the collection's expired documents from the index and marks
+/// them removed. Returns how many were removed.
+pub(crate) async fn sweep(ctx: &Ctx<'_>) -> Result<u64, ReconcileError> {
+    let rules = &ctx.opts.rules;
+    let now = mongo::server_time(ctx.db).await?;
+    let mut removed = 0;
+    let mut after: Option<Bson> = None;
+    loop {
+        let page =
+            mongo::expired_page(ctx.db, rules, ctx.collection, now, after.as_ref(), PAGE).await?;
+        let Some(last) = page.last().and_then(|d| d.get("_id").cloned()) else {
+            break;
+        };
+        // Judged again by the rule itself (an `expiredAt` array may hold
+        // a later date too).
+        let expired: Vec<_> = page
+            .iter()
+            .filter(|d| !searchable::is_searchable(rules, ctx.collection, d, now))
+            .collect();
+        let meili_ids: Vec<String> = expired
+            .iter()
+            .filter_map(|d| mongo::meili_id(ctx.collection, d))
+            .collect();
+        removed += ctx.delete_documents(&meili_ids).await?;
+        let versions: Vec<DocVersion> = expired.iter().map(|d| DocVersion::of(d)).collect();
+        mongo::mark_removed(ctx.db, ctx.collection, &versions, ctx.guard).await?;
+        if page.len() < PAGE {
+            break;
+        }
+        after = Some(last);
+    }
+    if removed > 0 {
+        tracing::info!(index = %ctx.uid, removed, "expired documents removed from Meilisearch and marked");
+    }
+    Ok(removed)
+}

@@ -1,0 +1,316 @@
+//! One reconciliation of both collections (docs/design.md §4), as lease
+//! owner: the plan, each index's structure and settings first, then both
+//! collections side by side, each through its flag reset, exact comparison,
+//! indexing, and then the id-set drift repair. A reindex and `verify --repair`
+//! reuse its steps ([`prepare_index`], [`reconcile_collection`],
+//! [`finish`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mongodb::Database;
+
+use super::ctx::Ctx;
+use super::error::ReconcileError;
+use super::options::{build_uid, SyncOptions};
+use super::plan::{self, IndexPlan, RebuildReason};
+use super::summary::{CollectionSummary, RunSummary};
+use super::{exact, excluded, expiry, marker, orphans, phases, rebuild, settings, sync};
+use crate::lease::Guard;
+use crate::meili::Meili;
+use crate::mongo;
+use crate::progress::{Lane, Progress};
+
+/// One reconciliation of both collections (docs/design.md §4), as lease owner:
+/// settings and index structure first (waiting for their tasks before any
+/// document write), then both collections concurrently, each in order: the
+/// flag reset of a rebuild, indexing of unindexed documents, and drift
+/// repair. The first error ends the run (the other collection's work is
+/// dropped where it stands, as a crash would leave it: every step is
+/// resumable).
+pub async fn reconcile(
+    mongo_db: &Database,
+    meili: &Meili,
+    opts: &SyncOptions,
+    guard: &Guard,
+    progress: &Progress,
+) -> Result<RunSummary, ReconcileError> {
+    let started = Instant::now();
+    progress.phase("plan", 0);
+    let plan = plan::plan(mongo_db, meili, opts).await?;
+    let desired = settings::desired(&opts.filterable_attributes);
+
+    // Structure and settings of every index before any document is written.
+    let mut summaries = Vec::new();
+    for index in &plan.indexes {
+        let mut summary = CollectionSummary {
+            collection: index.collection.name().to_string(),
+            index_uid: index.index_uid.clone(),
+            ..Default::default()
+        };
+        summary.settings_changed = prepare_index(meili, index, &desired, guard, progress).await?;
+        summaries.push(summary);
+    }
+
+    // The plan's counts are still the current ones when no settings task
+    // ran since (on a large index one can take minutes); else each
+    // collection counts again.
+    let plan_counts_current = summaries.iter().all(|s| s.settings_changed.is_empty());
+
+    // Then the collections side by side: while one waits for Meilisearch
+    // or MongoDB the other progresses (each reports through its own lane).
+    let phases = Arc::default();
+    let lanes: Vec<Lane> = plan.indexes.iter().map(|_| progress.lane()).collect();
+    let work = plan
+        .indexes
+        .iter()
+        .zip(summaries.iter_mut())
+        .zip(&lanes)
+        .map(|((index, summary), lane)| {
+            let ctx = Ctx::new(
+                mongo_db,
+                meili,
+                opts,
+                guard,
+                lane,
+                index.collection,
+                index.index_uid.clone(),
+            )
+            .with_phases(&phases);
+            async move { reconcile_collection(&ctx, index, plan_counts_current, summary).await }
+        });
+    futures::future::try_join_all(work).await?;
+    drop(lanes);
+
+    Ok(finish(summaries, started, &phases, progress))
+}
+
+/// The run's summary, logged; progress moves to `done`.
+pub(crate) fn finish(
+    summaries: Vec<CollectionSummary>,
+    started: Instant,
+    phases: &phases::PhaseClock,
+    progress: &Progress,
+) -> RunSummary {
+    let elapsed = started.elapsed();
+    let indexed: u64 = summaries.iter().map(|s| s.indexed).sum();
+    let summary = RunSummary {
+        nothing_to_do: !summaries.iter().any(CollectionSummary::changed_anything),
+        collections: summaries,
+        duration_ms: elapsed.as_millis() as u64,
+        docs_per_sec: indexed as f64 / elapsed.as_secs_f64().max(1e-3),
+        phases: phases.snapshot(),
+    };
+    progress.phase("done", 0);
+    tracing::info!("reconciliation finished: {summary}");
+    summary
+}
+
+/// The structure and settings of one index, before any document write:
+/// (re)creates it when the plan says so, then applies the settings diff and
+/// waits for it. Returns the settings keys changed.
+pub(crate) async fn prepare_index(
+    meili: &Meili,
+    index: &IndexPlan,
+    desired: &serde_json::Map<String, serde_json::Value>,
+    guard: &Guard,
+    progress: &Progress,
+) -> Result<Vec<String>, ReconcileError> {
+    let recreate = index
+        .rebuild
+        .as_ref()
+        .is_some_and(RebuildReason::recreates_index);
+    let diff = if recreate {
+        progress.phase(&format!("rebuild {}", index.collection.name()), 0);
+        rebuild::recreate_index(
+            meili,
+            &index.index_uid,
+            index.collection.primary_key(),
+            index.exists,
+            guard,
+        )
+        .await?;
+        settings::diff(&meili.settings(&index.index_uid).await?, desired)
+    } else {
+        index.settings_to_apply.clone()
+    };
+    progress.phase(&format!("settings {}", index.collection.name()), 0);
+    Ok(settings::apply(meili, &index.index_uid, &diff, guard).await?)
+}
+
+/// One collection's flag reset (when rebuilding), the cleanup of excluded
+/// and expired documents, the exact comparison an interrupted reindex left
+/// pending (or `--deep` asked for), the removal of a leftover reindex build
+/// index, indexing, and then — forced, or when the counts differ — the
+/// id-set drift repair (and indexing what it found missing).
+///
+/// The id-set comparison comes after indexing so that a document deleted
+/// while the run read, sent or acknowledged it is found as well (§4.4): a
+/// document deleted before the comparison reads its `_id` page from
+/// MongoDB is not in Meilisearch when the run ends.
+///
+/// `plan_counts_current`: nothing was written since `index` was planned, so
+/// its counts (MongoDB's and the index's) decide the drift check and the
+/// threshold instead of counting again — on a large collection the count
+/// aggregation reads every document.
+pub(crate) async fn reconcile_collection(
+    ctx: &Ctx<'_>,
+    index: &IndexPlan,
+    plan_counts_current: bool,
+    summary: &mut CollectionSummary,
+) -> Result<(), ReconcileError> {
+    if let Some(reason) = &index.rebuild {
+        tracing::info!(index = %ctx.uid, %reason, "rebuilding");
+        summary.flags_cleared += rebuild::reset_flags(ctx).await?;
+        summary.rebuilt = Some(reason.clone());
+    }
+    // The index's count, when the plan's is no longer current.
+    let mut in_meili_now = None;
+    if index.pending_cleanup > 0 {
+        let cleaned = excluded::clean_up(ctx).await?;
+        summary.deleted += cleaned.deleted;
+        summary.flags_cleared += cleaned.marked;
+        // MongoDB's counts stand (excluded documents are not searchable),
+        // but the index may hold fewer documents than the plan counted.
+        if cleaned.deleted > 0 {
+            in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
+        }
+    }
+    // Expiry is a delete: what expired since it was indexed goes now, not
+    // when MongoDB's TTL monitor deletes it (the counts stand: an expired
+    // document is not searchable).
+    let expired = expiry::sweep(ctx).await?;
+    if expired > 0 {
+        summary.deleted += expired;
+        in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
+    }
+
+    let mut repaired = false;
+    let mut compare_ids = false;
+    // The counts the threshold decision needs, when still current.
+    let mut current_counts = None;
+    if (index.exact_comparison_pending || ctx.opts.deep) && index.rebuild.is_none() {
+        if index.exact_comparison_pending {
+            tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
+        }
+        ctx.phase("compare", 0);
+        let (comparison, repairs) = exact::compare(
+            ctx,
+            exact::Mode::Repair {
+                skip: &HashSet::new(),
+            },
+        )
+        .await?;
+        repaired = !comparison.is_exact();
+        // What was deleted while the comparison and the indexing ran is
+        // found by the id sets afterwards.
+        compare_ids = true;
+        summary.compared_ids = true;
+        summary.comparison_partitions = comparison.partitions;
+        summary.verified = Some(comparison);
+        summary.indexed += repairs.indexed;
+        summary.deleted += repairs.deleted;
+        summary.flags_set += repairs.flags_set;
+        summary.flags_cleared += repairs.flags_cleared;
+        summary.rejected.extend(repairs.rejected);
+    } else {
+        let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
+            (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
+        } else {
+            let now = mongo::server_time(ctx.db).await?;
+            let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
+            (counts, ctx.meili.document_count(&ctx.uid).await?)
+        };
+        if ctx.opts.force || in_meili != counts.flagged {
+            tracing::info!(index = %ctx.uid, in_meili, flagged_indexable = counts.flagged,
+                forced = ctx.opts.force, "the id sets are compared after indexing (the index's count differs from MongoDB's, or forced)");
+            compare_ids = true;
+        }
+        current_counts = Some(counts);
+    }
+    if index.exact_comparison_pending {
+        // The flags are exact now (compared, or reset by the rebuild).
+        marker::clear(ctx.db, ctx.opts, &ctx.uid, ctx.guard).await?;
+    }
+    if index.leftover_build_index {
+        // We hold the lease, so no reindex is running: whatever
+        // `<uid>_reindex` holds (a half build, or the old index after a
+        // swap) is not live and goes.
+        let build = build_uid(&ctx.uid);
+        if ctx.drop_index(&build).await? {
+            tracing::info!(index = %build, "dropped the index an interrupted reindex left");
+        }
+    }
+
+    let counts = match current_counts {
+        Some(counts) => counts,
+        None => {
+            let now = mongo::server_time(ctx.db).await?;
+            mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?
+        }
+    };
+    let exempt = ctx.opts.force || summary.rebuilt.is_some() || repaired || counts.indexed == 0;
+    if counts.unindexed > 0 && counts.unindexed < ctx.opts.threshold && !exempt {
+        tracing::info!(
+            index = %ctx.uid,
+            unindexed = counts.unindexed,
+            threshold = ctx.opts.threshold,
+            "below the sync threshold: skipped"
+        );
+        summary.skipped_by_threshold = Some(counts.unindexed);
+    } else if counts.unindexed > 0 {
+        index_unindexed(ctx, counts.unindexed, summary).await?;
+    }
+
+    if compare_ids {
+        summary.compared_ids = true;
+        let outcome = orphans::repair(ctx).await?;
+        summary.comparison_partitions = summary.comparison_partitions.max(outcome.partitions);
+        summary.deleted += outcome.deleted;
+        summary.flags_cleared += outcome.flags_cleared;
+        if outcome.deleted + outcome.flags_cleared > 0 {
+            // Drift repaired: what it found missing from Meilisearch is
+            // sent now, and a backlog the threshold held back with it.
+            let backlog = summary.skipped_by_threshold.take().unwrap_or(0);
+            let expected = backlog + outcome.flags_cleared;
+            if expected > 0 {
+                index_unindexed(ctx, expected, summary).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Indexes the collection's unindexed documents (about `expected`), leaving
+/// out those refused earlier in the run, into the summary.
+async fn index_unindexed(
+    ctx: &Ctx<'_>,
+    expected: u64,
+    summary: &mut CollectionSummary,
+) -> Result<(), ReconcileError> {
+    let skip: HashSet<String> = summary
+        .rejected
+        .iter()
+        .map(|r| r.mongo_id_key.clone())
+        .collect();
+    let outcome = sync::index_unindexed(ctx, expected, &skip).await?;
+    summary.indexed += outcome.indexed;
+    summary.deleted += outcome.deleted;
+    summary.flags_cleared += outcome.flags_cleared;
+    summary.rejected.extend(outcome.rejected);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lead spawns the engine on the runtime: its future must be `Send`.
+    #[allow(dead_code)]
+    fn reconcile_future_is_send(db: &Database, meili: &Meili, guard: &Guard, progress: &Progress) {
+        fn assert_send<T: Send>(_: T) {}
+        let opts = SyncOptions::default();
+        assert_send(reconcile(db, meili, &opts, guard, progress));
+    }
+}

@@ -1,0 +1,270 @@
+//! The sender and the acknowledger (docs/design.md §4.6): batches are
+//! enqueued in Meilisearch within the in-flight budget, each task is settled
+//! (poison documents isolated by [`super::rejects`]), and the accepted
+//! documents are acknowledged version-exactly ([`super::ack`]) beside the
+//! sender. Every feed hands its batches here: the pipelined indexer
+//! (`sync`), follow mode's documents (`apply`) and the exact comparison's
+//! repairs (`exact`); what the sender did is a [`Settled`].
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use mongodb::bson::Bson;
+use tokio::sync::mpsc;
+
+use super::ack;
+use super::batch::{ndjson_line, Batch, BatchDoc};
+use super::ctx::Ctx;
+use super::error::ReconcileError;
+use super::options::SyncOptions;
+use super::phases::Phase;
+use super::rejects::{self, Rejected};
+use crate::librechat::searchable;
+use crate::mongo;
+
+/// What the sender did with the batches it was given.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    /// Documents Meilisearch confirmed.
+    pub indexed: u64,
+    /// See [`SyncOutcome`](super::sync::SyncOutcome).
+    pub deleted: u64,
+    pub flags_cleared: u64,
+    pub rejected: Vec<Rejected>,
+    /// The `_id`s of documents that changed while in flight: their flags
+    /// are cleared, and they are to be sent again.
+    pub changed: Vec<Bson>,
+    /// More documents changed than [`max_changed_ids`] allows keeping: not
+    /// all are in `changed`, and only a read of the collection finds them.
+    pub changed_overflowed: bool,
+}
+
+/// Most `_id`s of documents changed while in flight a pass keeps to send
+/// again (five batches' worth): beyond that the next pass reads the
+/// collection instead, so memory stays bounded by the settings whatever
+/// others edit during a run.
+pub(crate) fn max_changed_ids(opts: &SyncOptions) -> usize {
+    5 * opts.batch_docs.max(1)
+}
+
+/// Batches whose accepted documents wait for their acknowledgement: a
+/// bounded queue between the sender and the acknowledger.
+const ACK_QUEUE_BATCHES: usize = 4;
+
+/// Sends batches, keeping at most `max_bytes_in_flight` bytes of NDJSON (and
+/// `in_flight` tasks) enqueued in Meilisearch and not yet ended, so that
+/// Meilisearch finds several tasks of the index enqueued and merges them into
+/// one indexing batch; settles each task (wait, isolate rejects) and, when
+/// `acknowledge`, hands its accepted documents to the acknowledger, which
+/// runs beside the sender.
+pub(crate) async fn send_batches(
+    ctx: &Ctx<'_>,
+    acknowledge: bool,
+    rx: mpsc::Receiver<Batch>,
+) -> Result<Settled, ReconcileError> {
+    let (ack_tx, ack_rx) = mpsc::channel::<Vec<BatchDoc>>(ACK_QUEUE_BATCHES);
+    let ack_tx = acknowledge.then_some(ack_tx); // dropped at once otherwise
+    let (mut settled, acked) = tokio::try_join!(
+        enqueue_and_settle(ctx, rx, ack_tx),
+        acknowledge_queue(ctx, ack_rx)
+    )?;
+    settled.deleted += acked.deleted;
+    settled.flags_cleared += acked.flags_cleared;
+    settled.changed = acked.changed;
+    settled.changed_overflowed = acked.changed_overflowed;
+    Ok(settled)
+}
+
+/// The sender: enqueues batches within the in-flight budget, settles their
+/// tasks and hands the settled batches to the acknowledger.
+///
+/// It never waits on the acknowledger while it has room to enqueue: when
+/// Meilisearch ends a merged indexing batch, all of its tasks end at once,
+/// and handing them over one by one to a queue of [`ACK_QUEUE_BATCHES`]
+/// would leave Meilisearch with nothing enqueued until most of them were
+/// acknowledged. Settled batches wait in the sender instead, and their bytes
+/// keep counting against `max_bytes_in_flight` until the acknowledger takes
+/// them, so memory stays bounded by the budget either way; a slow
+/// acknowledger still holds enqueueing back, through the budget.
+async fn enqueue_and_settle(
+    ctx: &Ctx<'_>,
+    mut rx: mpsc::Receiver<Batch>,
+    ack_tx: Option<mpsc::Sender<Vec<BatchDoc>>>,
+) -> Result<Settled, ReconcileError> {
+    let max_tasks = ctx.opts.in_flight.max(1);
+    let max_bytes = ctx.opts.max_bytes_in_flight.max(1);
+    // NDJSON bytes of the tasks not yet ended plus those of `unhanded`.
+    let mut bytes_held = 0usize;
+    let mut pending = FuturesUnordered::new();
+    // Settled batches the acknowledger has not taken yet, with their bytes.
+    let mut unhanded: VecDeque<(usize, Vec<BatchDoc>)> = VecDeque::new();
+    let mut settled = Settled::default();
+    let mut open = true;
+    while open || !pending.is_empty() || !unhanded.is_empty() {
+        let room = open && pending.len() < max_tasks && bytes_held < max_bytes;
+        let idle = if room {
+            Phase::PipelineWaited
+        } else if !unhanded.is_empty() {
+            Phase::AckWaited
+        } else {
+            Phase::MeiliWait
+        };
+        let waiting = Instant::now();
+        tokio::select! {
+            Some(done) = pending.next(), if !pending.is_empty() => {
+                ctx.phases.add(idle, waiting.elapsed());
+                let done: Done = done?;
+                settled.indexed += done.accepted.len() as u64;
+                settled.rejected.extend(done.rejected);
+                if ack_tx.is_some() && !done.accepted.is_empty() {
+                    unhanded.push_back((done.bytes, done.accepted));
+                } else {
+                    bytes_held -= done.bytes;
+                    ctx.advance(done.accepted.len() as u64);
+                }
+            }
+            permit = reserve(ack_tx.as_ref()), if !unhanded.is_empty() => {
+                ctx.phases.add(idle, waiting.elapsed());
+                let Ok(permit) = permit else {
+                    // The acknowledger stopped; its error is reported.
+                    return Ok(settled);
+                };
+                let (bytes, docs) = unhanded.pop_front().expect("not empty");
+                bytes_held -= bytes;
+                permit.send(docs);
+            }
+            batch = rx.recv(), if room => {
+                ctx.phases.add(idle, waiting.elapsed());
+                match batch {
+                    Some(mut batch) => {
+                        let sending = Instant::now();
+                        let payload = batch.take_payload();
+                        let bytes = payload.len();
+                        let task = ctx.meili.add_documents_ndjson(&ctx.uid, payload, ctx.guard).await?;
+                        ctx.phases.add(Phase::Send, sending.elapsed());
+                        bytes_held += bytes;
+                        pending.push(settle(ctx, batch, bytes, task, sending));
+                    }
+                    None => open = false,
+                }
+            }
+        }
+    }
+    Ok(settled)
+}
+
+/// Room in the acknowledger's queue; never ready without an acknowledger.
+async fn reserve<T>(
+    tx: Option<&mpsc::Sender<T>>,
+) -> Result<mpsc::Permit<'_, T>, mpsc::error::SendError<()>> {
+    match tx {
+        Some(tx) => tx.reserve().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The acknowledger: acknowledges queued documents version-exactly, one
+/// batch after another, until the sender is done.
+async fn acknowledge_queue(
+    ctx: &Ctx<'_>,
+    mut rx: mpsc::Receiver<Vec<BatchDoc>>,
+) -> Result<ack::Acked, ReconcileError> {
+    let mut total = ack::Acked::default();
+    while let Some(docs) = rx.recv().await {
+        let started = Instant::now();
+        let refs: Vec<&BatchDoc> = docs.iter().collect();
+        let acked = ack::acknowledge(ctx, &refs).await?;
+        ctx.phases.add(Phase::Ack, started.elapsed());
+        total.flagged += acked.flagged;
+        total.deleted += acked.deleted;
+        total.flags_cleared += acked.flags_cleared;
+        if total.changed.len() + acked.changed.len() > max_changed_ids(ctx.opts) {
+            total.changed_overflowed = true;
+        } else {
+            total.changed.extend(acked.changed);
+        }
+        ctx.advance(docs.len() as u64);
+    }
+    Ok(total)
+}
+
+/// The documents of a refused batch as they are now, with their NDJSON:
+/// read back per run of one `_id` type (by range or list, `Ctx::read_back`), keeping those of
+/// the batch that are still searchable (`searchable::searchable_branch` at MongoDB's
+/// clock; whatever their flag, as every feed sends: a reindex's build and the
+/// exact comparison's repairs send flagged documents too). A document deleted
+/// or made unindexable meanwhile is left out: the refused task indexed
+/// nothing, so nothing of it is searchable.
+async fn reread(ctx: &Ctx<'_>, refused: &Batch) -> Result<Batch, ReconcileError> {
+    let now = mongo::server_time(ctx.db).await?;
+    let refs: Vec<&BatchDoc> = refused.docs.iter().collect();
+    let mut batch = Batch::new();
+    for run in ack::same_type_runs(&refs) {
+        let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
+        let rules = &ctx.opts.rules;
+        let docs =
+            mongo::read_documents(ctx.db, rules, ctx.collection, &ids, ctx.read_back).await?;
+        for doc in &docs {
+            let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
+            else {
+                continue;
+            };
+            let line = ndjson_line(ctx.collection, doc)?;
+            batch.push_document(ctx.collection, doc, branch, &line);
+        }
+    }
+    Ok(batch)
+}
+
+/// A settled task: the bytes it held in flight, the documents Meilisearch
+/// accepted (in `_id` order) and those it rejected.
+struct Done {
+    bytes: usize,
+    accepted: Vec<BatchDoc>,
+    rejected: Vec<Rejected>,
+}
+
+/// Waits for a batch's task; on a document error isolates the rejected
+/// documents.
+async fn settle(
+    ctx: &Ctx<'_>,
+    batch: Batch,
+    bytes: usize,
+    task: u64,
+    sent: Instant,
+) -> Result<Done, ReconcileError> {
+    super::test_hook::pause_after("batch-enqueued").await;
+    let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
+    crate::metrics::batch_latency(sent.elapsed());
+    let (batch, verdicts) = match &outcome.error {
+        None => {
+            let verdicts = vec![None; batch.len()];
+            (batch, verdicts)
+        }
+        Some(error) if rejects::is_document_error(&error.code) => {
+            tracing::warn!(index = %ctx.uid, task, code = %error.code, docs = batch.len(),
+                "a batch was refused; isolating the documents Meilisearch rejects");
+            // The refused task indexed none of it; its NDJSON was dropped
+            // when enqueued, so the batch is read again (the current
+            // versions of the documents still to index) and bisected.
+            let batch = reread(ctx, &batch).await?;
+            let verdicts = rejects::isolate(ctx, &batch).await?;
+            (batch, verdicts)
+        }
+        Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
+    };
+    let mut accepted = Vec::with_capacity(batch.len());
+    let mut rejected = Vec::new();
+    for (doc, verdict) in batch.docs.into_iter().zip(verdicts) {
+        match verdict {
+            None => accepted.push(doc),
+            Some(error) => rejected.push(Rejected::new(&doc, error)),
+        }
+    }
+    Ok(Done {
+        bytes,
+        accepted,
+        rejected,
+    })
+}
