@@ -30,6 +30,9 @@ mod mongo_uri;
 
 pub use error::ConfigError;
 use mongo_uri::parse_mongo_uri;
+
+/// Most `sync.ack_writers`: each holds a connection of the driver's pool.
+const MAX_ACK_WRITERS: u64 = 16;
 pub use mongo_uri::{redact_uri, MongoUri, SECRET_URI_OPTIONS};
 
 /// The defaults, compiled in so the binary works without the file.
@@ -139,6 +142,7 @@ pub struct SyncSettings {
     pub in_flight: usize,
     pub max_bytes_in_flight: usize,
     pub compare_memory: usize,
+    pub ack_writers: usize,
     pub threshold: u64,
     pub delay: Duration,
     pub enabled: bool,
@@ -407,6 +411,18 @@ impl Raw {
                 key,
                 self.shown(key),
                 format!("a whole number ≥ {min}"),
+            )),
+        }
+    }
+
+    fn count_within(&self, key: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
+        let text = self.string(key);
+        match text.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(ConfigError::invalid(
+                key,
+                self.shown(key),
+                format!("a whole number from {min} to {max}"),
             )),
         }
     }
@@ -685,6 +701,7 @@ impl Raw {
             in_flight: self.count("sync.in_flight", 1)? as usize,
             max_bytes_in_flight,
             compare_memory: self.size("sync.compare_memory")?,
+            ack_writers: self.count_within("sync.ack_writers", 1, MAX_ACK_WRITERS)? as usize,
             threshold: self.count("sync.threshold", 0)?,
             delay: self.duration("sync.delay")?,
             enabled: self.boolean("sync.enabled")?,

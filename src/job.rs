@@ -69,6 +69,7 @@ pub fn sync_options(settings: &Settings) -> SyncOptions {
         in_flight: settings.sync.in_flight,
         max_bytes_in_flight: settings.sync.max_bytes_in_flight,
         compare_memory: settings.sync.compare_memory,
+        ack_writers: settings.sync.ack_writers,
         threshold: settings.sync.threshold,
         delay: settings.sync.delay,
         filterable_attributes: settings.meili.filterable_attributes.clone(),

@@ -74,6 +74,7 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.sync.in_flight, 64);
     assert_eq!(s.sync.max_bytes_in_flight, 256 * 1024 * 1024);
     assert_eq!(s.sync.compare_memory, 64 * 1024 * 1024);
+    assert_eq!(s.sync.ack_writers, 2);
     assert_eq!(s.sync.threshold, 1000);
     // LibreChat's own values (its data layer, 0.0.71).
     assert_eq!(s.sync.rules, meili_reconciler::librechat::Rules::default());
@@ -231,6 +232,7 @@ fn every_key_has_an_environment_form() {
         ("RECONCILER__SYNC__IN_FLIGHT", "4"),
         ("RECONCILER__SYNC__MAX_BYTES_IN_FLIGHT", "256KiB"),
         ("RECONCILER__SYNC__COMPARE_MEMORY", "3MiB"),
+        ("RECONCILER__SYNC__ACK_WRITERS", "5"),
         ("RECONCILER__SYNC__THRESHOLD", "0"),
         ("RECONCILER__SYNC__DELAY", "5ms"),
         ("RECONCILER__SYNC__ENABLED", "true"),
@@ -296,6 +298,7 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.sync.in_flight, 4);
     assert_eq!(s.sync.max_bytes_in_flight, 256 * 1024);
     assert_eq!(s.sync.compare_memory, 3 * 1024 * 1024);
+    assert_eq!(s.sync.ack_writers, 5);
     assert_eq!(s.sync.threshold, 0);
     assert_eq!(s.sync.delay, Duration::from_millis(5));
     assert!(s.sync.plan_only);
@@ -450,6 +453,18 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
             "sync.in_flight",
             "0",
             "≥ 1",
+        ),
+        (
+            &[("RECONCILER__SYNC__ACK_WRITERS", "0")],
+            "sync.ack_writers",
+            "0",
+            "from 1 to 16",
+        ),
+        (
+            &[("RECONCILER__SYNC__ACK_WRITERS", "17")],
+            "sync.ack_writers",
+            "17",
+            "from 1 to 16",
         ),
         (
             &[("MEILI_SYNC_THRESHOLD", "-5")],

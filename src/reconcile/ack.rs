@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 
+use futures::{StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, DateTime, Document};
 
 use super::batch::{id_key, BatchDoc};
@@ -54,36 +55,66 @@ pub(crate) struct Acked {
 }
 
 /// Flags `docs` (sent and accepted by Meilisearch, in ascending `_id`
-/// order) version-exactly, and handles those that changed in between.
+/// order) version-exactly, and handles those that changed in between: one
+/// command per chunk of at most [`mongo::STATEMENTS_PER_COMMAND`]
+/// documents, up to `sync.ack_writers` of them side by side. The chunks hold other
+/// documents, so their statements, read-backs and repairs never meet; on a
+/// server that works in parallel each runs on a core of its own.
 pub(crate) async fn acknowledge(
     ctx: &Ctx<'_>,
     docs: &[&BatchDoc],
 ) -> Result<Acked, ReconcileError> {
+    // The futures are made first: a stream that maps by a closure over
+    // borrowed chunks is not `Send` for every lifetime (rust#102211).
+    // A batch smaller than the writers' commands is split between them too
+    // (an incremental run's, a micro-batch of follow mode).
+    let writers = ctx.opts.ack_writers.max(1);
+    let per_command = docs
+        .len()
+        .div_ceil(writers)
+        .clamp(1, mongo::STATEMENTS_PER_COMMAND);
+    let commands: Vec<_> = docs
+        .chunks(per_command)
+        .map(|chunk| acknowledge_chunk(ctx, chunk))
+        .collect();
+    let mut chunks = futures::stream::iter(commands).buffer_unordered(writers);
     let mut acked = Acked::default();
-    for chunk in docs.chunks(mongo::STATEMENTS_PER_COMMAND) {
-        let started = std::time::Instant::now();
-        let now = mongo::server_time(ctx.db).await?;
-        let versions: Vec<_> = chunk.iter().map(|d| (d.version(), d.branch())).collect();
-        let updated = mongo::set_flags_if_unchanged(
-            ctx.db,
-            &ctx.opts.rules,
-            ctx.collection,
-            &versions,
-            now,
-            ctx.guard,
-        )
-        .await?;
-        acked.flagged += updated.matched;
-        tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
-            ms = started.elapsed().as_millis() as u64, "acknowledged");
-        if updated.matched < chunk.len() as u64 {
-            let changed = handle_changed(ctx, chunk, now).await?;
-            acked.deleted += changed.deleted;
-            acked.flags_cleared += changed.flags_cleared;
-            acked.changed.extend(changed.changed);
-        }
+    while let Some(chunk) = chunks.try_next().await? {
+        acked.flagged += chunk.flagged;
+        acked.deleted += chunk.deleted;
+        acked.flags_cleared += chunk.flags_cleared;
+        acked.changed.extend(chunk.changed);
     }
     super::test_hook::pause_after("acknowledged").await;
+    Ok(acked)
+}
+
+/// One command's worth of [`acknowledge`].
+async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Acked, ReconcileError> {
+    let started = std::time::Instant::now();
+    let now = mongo::server_time(ctx.db).await?;
+    let versions: Vec<_> = chunk.iter().map(|d| (d.version(), d.branch())).collect();
+    let updated = mongo::set_flags_if_unchanged(
+        ctx.db,
+        &ctx.opts.rules,
+        ctx.collection,
+        &versions,
+        now,
+        ctx.guard,
+    )
+    .await?;
+    tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
+        ms = started.elapsed().as_millis() as u64, "acknowledged");
+    let mut acked = Acked {
+        flagged: updated.matched,
+        ..Acked::default()
+    };
+    if updated.matched < chunk.len() as u64 {
+        let changed = handle_changed(ctx, chunk, now).await?;
+        acked.deleted = changed.deleted;
+        acked.flags_cleared = changed.flags_cleared;
+        acked.changed = changed.changed;
+    }
     Ok(acked)
 }
 

@@ -28,6 +28,10 @@ pub struct SyncOptions {
     /// Memory the drift check and the exact comparison may hold their
     /// per-document state in; beyond it they compare in hash partitions.
     pub compare_memory: usize,
+    /// Acknowledgement commands sent side by side per collection: a
+    /// server that works in parallel (one PostgreSQL backend per
+    /// connection under DocumentDB) writes flags that much faster.
+    pub ack_writers: usize,
     /// Below this many unindexed documents a collection is skipped (§3.8).
     pub threshold: u64,
     /// Pause between pages read from MongoDB.
@@ -53,6 +57,8 @@ pub const DEFAULT_IN_FLIGHT: usize = 64;
 pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 256 * 1024 * 1024;
 /// Default of `sync.compare_memory`.
 pub const DEFAULT_COMPARE_MEMORY: usize = 64 * 1024 * 1024;
+/// Default of `sync.ack_writers`.
+pub const DEFAULT_ACK_WRITERS: usize = 2;
 
 impl Default for SyncOptions {
     fn default() -> Self {
@@ -63,6 +69,7 @@ impl Default for SyncOptions {
             in_flight: DEFAULT_IN_FLIGHT,
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
             compare_memory: DEFAULT_COMPARE_MEMORY,
+            ack_writers: DEFAULT_ACK_WRITERS,
             threshold: 1000,
             delay: Duration::ZERO,
             filterable_attributes: vec!["user".into()],
