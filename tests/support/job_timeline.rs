@@ -128,6 +128,10 @@ pub fn sections(states: &[Document]) -> (Vec<Section>, Vec<String>) {
     let mut sections: Vec<Section> = Vec::new();
     let mut violations = Vec::new();
     let mut open: Option<usize> = None;
+    // The open section's lease end as last written (MongoDB's clock for
+    // ours; LibreChat's for its own, which our claims wait
+    // `lease.librechat_clock_skew` past).
+    let mut open_expires: Option<mongodb::bson::DateTime> = None;
     for (i, state) in states.iter().enumerate() {
         let status = state.get_str("status").unwrap_or("");
         let owner = state.get_str("owner").ok().map(str::to_string);
@@ -143,7 +147,17 @@ pub fn sections(states: &[Document]) -> (Vec<Section>, Vec<String>) {
                 s.owner == owner && s.side == side && (side == Side::LibreChat || s.epoch == epoch)
             });
             if continues {
+                open_expires = state.get_datetime("expiresAt").ok().copied();
                 continue;
+            }
+            // A holder that stopped renewing lost its section when its lease
+            // expired: a claim after that moment (the claim's own MongoDB
+            // time) is the protocol's takeover, not an overlap. The stalled
+            // holder's later writes, if any, still count as violations.
+            let claimed_at = state.get_datetime("claimedAt").ok().copied();
+            let expired = matches!((claimed_at, open_expires), (Some(c), Some(e)) if c >= e);
+            if expired {
+                open = None;
             }
             if let Some(s) = open {
                 violations.push(format!(
@@ -159,6 +173,7 @@ pub fn sections(states: &[Document]) -> (Vec<Section>, Vec<String>) {
                 end: None,
             });
             open = Some(sections.len() - 1);
+            open_expires = state.get_datetime("expiresAt").ok().copied();
         } else if let Some(s) = open.take() {
             let section = &mut sections[s];
             // Ours keep `owner` on their terminal writes; LibreChat's unset it.
