@@ -11,6 +11,9 @@
 //! `p50Secs`, `p99Secs`, `maxSecs`, `earlySecs` (the most negative delay:
 //! a document gone before its expiry; 0 when none).
 
+#[path = "bench_servers.rs"]
+mod bench_servers;
+
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -22,17 +25,8 @@ use serde_json::{json, Value};
 #[derive(Parser, Debug)]
 #[command(name = "meili-bench-expiry", version)]
 struct Args {
-    #[arg(long, env = "MONGO_URI", hide_env_values = true)]
-    mongo_uri: String,
-    #[arg(long, env = "MEILI_HOST")]
-    meili_host: String,
-    #[arg(
-        long,
-        env = "MEILI_MASTER_KEY",
-        hide_env_values = true,
-        default_value = ""
-    )]
-    meili_key: String,
+    #[command(flatten)]
+    servers: bench_servers::ServerArgs,
     #[arg(long)]
     database: String,
     #[arg(long, default_value = "")]
@@ -64,12 +58,12 @@ async fn server_now(db: &mongodb::Database) -> anyhow::Result<DateTime> {
 async fn listed(http: &reqwest::Client, args: &Args) -> anyhow::Result<HashSet<String>> {
     let url = format!(
         "{}/indexes/{}messages/documents?fields=messageId&limit=1000000",
-        args.meili_host.trim_end_matches('/'),
+        args.servers.meili_host.trim_end_matches('/'),
         args.index_prefix
     );
     let body = http
         .get(url)
-        .bearer_auth(&args.meili_key)
+        .bearer_auth(&args.servers.meili_key)
         .send()
         .await?
         .error_for_status()?
@@ -91,7 +85,7 @@ fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let client = mongodb::Client::with_uri_str(&args.mongo_uri).await?;
+    let client = mongodb::Client::with_uri_str(&args.servers.mongo_uri).await?;
     let db = client.database(&args.database);
     let messages = db.collection::<Document>("messages");
     let http = reqwest::Client::new();

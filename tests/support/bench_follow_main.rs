@@ -20,6 +20,9 @@
 //!
 //! Prints one JSON object on stdout; progress goes to stderr.
 
+#[path = "bench_servers.rs"]
+mod bench_servers;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,17 +39,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[derive(Parser, Debug)]
 #[command(name = "meili-bench-follow", version)]
 struct Args {
-    #[arg(long, env = "MONGO_URI", hide_env_values = true)]
-    mongo_uri: String,
-    #[arg(long, env = "MEILI_HOST")]
-    meili_host: String,
-    #[arg(
-        long,
-        env = "MEILI_MASTER_KEY",
-        hide_env_values = true,
-        default_value = ""
-    )]
-    meili_key: String,
+    #[command(flatten)]
+    servers: bench_servers::ServerArgs,
     /// The database the follower follows.
     #[arg(long)]
     database: String,
@@ -107,14 +101,17 @@ struct Bench {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let client = mongodb::Client::with_uri_str(&args.mongo_uri)
+    let client = mongodb::Client::with_uri_str(&args.servers.mongo_uri)
         .await
         .context("invalid MongoDB connection string")?;
     let messages = client
         .database(&args.database)
         .collection::<Document>("messages");
-    let meili = meilisearch_sdk::client::Client::new(&args.meili_host, Some(&args.meili_key))?
-        .index(format!("{}messages", args.index_prefix));
+    let meili = meilisearch_sdk::client::Client::new(
+        &args.servers.meili_host,
+        Some(&args.servers.meili_key),
+    )?
+    .index(format!("{}messages", args.index_prefix));
     let bench = Arc::new(Bench {
         messages,
         meili,

@@ -32,6 +32,8 @@
 
 #[path = "bench_cpu.rs"]
 mod bench_cpu;
+#[path = "bench_servers.rs"]
+mod bench_servers;
 
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -56,20 +58,8 @@ use bench_cpu::Spent;
 #[derive(Parser, Debug)]
 #[command(name = "meili-bench", version)]
 struct Args {
-    /// MongoDB connection string.
-    #[arg(long, env = "MONGO_URI", hide_env_values = true)]
-    mongo_uri: String,
-    /// Meilisearch URL.
-    #[arg(long, env = "MEILI_HOST")]
-    meili_host: String,
-    /// Meilisearch master key.
-    #[arg(
-        long,
-        env = "MEILI_MASTER_KEY",
-        hide_env_values = true,
-        default_value = ""
-    )]
-    meili_key: String,
+    #[command(flatten)]
+    servers: bench_servers::ServerArgs,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -247,10 +237,10 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     // Errors below never include the URI or the key: they may be secrets.
-    let client = mongodb::Client::with_uri_str(&args.mongo_uri)
+    let client = mongodb::Client::with_uri_str(&args.servers.mongo_uri)
         .await
         .context("invalid MongoDB connection string")?;
-    let meili = Meili::new(&args.meili_host, Some(&args.meili_key))?;
+    let meili = Meili::new(&args.servers.meili_host, Some(&args.servers.meili_key))?;
     let report = match args.command {
         Cmd::Ingest {
             database,
