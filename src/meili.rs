@@ -202,6 +202,17 @@ impl Meili {
         self
     }
 
+    /// How a task is polled until it ends: first after `min`, the interval
+    /// doubling up to `max` (10 ms … 250 ms by default). Follow mode waits
+    /// for small tasks one after another and each poll is a cheap read, so
+    /// it uses a shorter `max`: the delay between a task ending and its end
+    /// being seen is at most `max`.
+    pub fn with_task_polling(mut self, min: Duration, max: Duration) -> Meili {
+        self.poll_min = min.max(Duration::from_millis(1));
+        self.poll_max = max.max(self.poll_min);
+        self
+    }
+
     /// Runs one HTTP exchange, turning a missing answer into a transient error.
     async fn timed<T>(
         &self,
@@ -499,7 +510,8 @@ impl Meili {
         .await
     }
 
-    /// Polls task `uid` until it ends (interval growing from 10 ms to 250 ms),
+    /// Polls task `uid` until it ends (interval growing from 10 ms to 250 ms,
+    /// or as [`Meili::with_task_polling`] set),
     /// stopping at once if the guard is cancelled.
     pub async fn wait_for_task(&self, uid: u64, guard: &Guard) -> Result<TaskOutcome, MeiliError> {
         let path = format!("/tasks/{uid}");

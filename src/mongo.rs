@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 
 use futures::TryStreamExt;
-use mongodb::bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
+use mongodb::bson::{doc, rawdoc, Bson, DateTime, Document, RawArrayBuf, RawDocumentBuf};
 use mongodb::error::ErrorKind;
 use mongodb::{Collection as MongoCollection, Database};
 use serde::Serialize;
@@ -48,6 +48,17 @@ pub const VERSION_FIELD: &str = "updatedAt";
 /// Update statements per `update` command (well under the 100,000 a command
 /// may hold and the 16 MiB a message may weigh).
 pub const STATEMENTS_PER_COMMAND: usize = 1_000;
+
+/// `maxTimeMS` of every read: long enough for any read of ours at millions
+/// of documents, so that a server's own default limit does not end one —
+/// DocumentDB-based servers (Azure Cosmos DB for MongoDB vCore, FerretDB 2)
+/// end a statement after 10 s unless the command names its own limit, and an
+/// `_id`-ordered read there sorts what it reads: ~3–4 s to reopen a scan of
+/// 1M messages on an idle 2-core machine, over 10 s while our own
+/// acknowledgements load it (seen: a run failing with code 50 on the reopen
+/// after the server dropped the scan's idle cursor). MongoDB itself applies
+/// no limit unless given one.
+pub const READ_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// A flag write's attempt, classified for [`flag_retry::with_retries`].
 fn attempt_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Attempt + '_ {
@@ -219,6 +230,7 @@ pub async fn counts(
     let row = collection
         .handle(db)
         .aggregate(pipeline)
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("count"))?
         .try_next()
@@ -254,6 +266,7 @@ pub async fn count_unindexed(
     collection
         .handle(db)
         .count_documents(unindexed_filter(rules, collection, now))
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("count the unindexed documents"))
 }
@@ -322,10 +335,11 @@ pub async fn read_indexable_page(
 }
 
 /// A plain scan of ALL documents in `_id` order, with no filter: what a pass
-/// reads when most of the collection is unindexed. A plain `_id` order costs
-/// the server only what it returns, whereas the unindexed filter sorted by
-/// `_id` costs some servers (DocumentDB-based ones) time proportional to the
-/// whole collection on every page. Projected like [`read_unindexed_page`],
+/// reads when most of the collection is unindexed. The unindexed filter
+/// sorted by `_id` costs some servers (DocumentDB-based ones) time
+/// proportional to the whole collection on every page; there any
+/// `_id`-sorted query sorts what it reads when it opens, so one cursor
+/// sorts once. Projected like [`read_unindexed_page`],
 /// so the caller keeps what [`is_unindexed`] (or
 /// `searchable::is_searchable`) accepts.
 ///
@@ -413,6 +427,7 @@ async fn open_scan(
         .sort(doc! { "_id": 1 })
         .projection(projection.clone())
         .batch_size(batch_size)
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("read"))
 }
@@ -450,6 +465,7 @@ async fn read_page(
         .sort(doc! { "_id": 1 })
         .limit(limit as i64)
         .projection(projection)
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("read"))?
         .try_collect()
@@ -583,6 +599,7 @@ pub async fn indexable_meili_ids_among(
             .handle(db)
             .find(doc! { pk: { "$in": values } })
             .projection(projection.clone())
+            .max_time(READ_TIME_LIMIT)
             .await
             .map_err(mongo_err("read by primary key"))?
             .try_collect()
@@ -670,9 +687,9 @@ pub async fn set_flags_if_unchanged(
         .map(|(version, branch)| {
             let mut filter = version.filter();
             filter.extend(searchable::branch_filter(rules, collection, *branch, now));
-            doc! { "q": filter, "u": update.clone() }
+            statement(doc! { "q": filter, "u": update.clone() })
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     update_each(db, collection, statements, "set flags", guard).await
 }
 
@@ -724,6 +741,7 @@ async fn find_by_id_lists(
             .handle(db)
             .find(query)
             .projection(projection.clone())
+            .max_time(READ_TIME_LIMIT)
             .await
             .map_err(mongo_err(what))?
             .try_collect()
@@ -745,8 +763,10 @@ pub async fn clear_flags(
 ) -> Result<u64, MongoError> {
     let statements = ids
         .iter()
-        .map(|id| doc! { "q": { "_id": id.clone(), FLAG: true }, "u": markers::unindexed() })
-        .collect();
+        .map(|id| {
+            statement(doc! { "q": { "_id": id.clone(), FLAG: true }, "u": markers::unindexed() })
+        })
+        .collect::<Result<_, _>>()?;
     Ok(
         update_each(db, collection, statements, "clear flags", guard)
             .await?
@@ -767,13 +787,24 @@ pub async fn mark_removed(
 ) -> Result<u64, MongoError> {
     let statements = versions
         .iter()
-        .map(|version| doc! { "q": version.filter(), "u": markers::removed() })
-        .collect();
+        .map(|version| statement(doc! { "q": version.filter(), "u": markers::removed() }))
+        .collect::<Result<_, _>>()?;
     Ok(
         update_each(db, collection, statements, "mark removed", guard)
             .await?
             .matched,
     )
+}
+
+/// One statement of an `update` command, as the bytes it is sent as: a
+/// statement held as a `Document` costs an ordered map and a string per
+/// field, several KiB for a version-exact one, and up to
+/// `sync.ack_writers` commands of 1,000 are built at once per collection.
+fn statement(statement: Document) -> Result<RawDocumentBuf, MongoError> {
+    RawDocumentBuf::from_document(&statement).map_err(|e| MongoError::Failed {
+        what: "build an update statement".into(),
+        detail: e.to_string(),
+    })
 }
 
 /// Runs update statements as raw `update` commands of at most
@@ -791,13 +822,14 @@ pub async fn mark_removed(
 async fn update_each(
     db: &Database,
     collection: Collection,
-    statements: Vec<Document>,
+    statements: Vec<RawDocumentBuf>,
     what: &str,
     guard: &Guard,
 ) -> Result<Updated, MongoError> {
     let mut total = Updated::default();
-    let mut rest: &[Document] = &statements;
-    let mut pending: std::collections::VecDeque<&[Document]> = std::collections::VecDeque::new();
+    let mut rest: &[RawDocumentBuf] = &statements;
+    let mut pending: std::collections::VecDeque<&[RawDocumentBuf]> =
+        std::collections::VecDeque::new();
     loop {
         let chunk = match pending.pop_front() {
             Some(chunk) => chunk,
@@ -809,10 +841,14 @@ async fn update_each(
             }
         };
         let single = chunk.len() == 1;
-        let command = doc! { "update": collection.name(), "updates": chunk, "ordered": false };
+        let mut updates = RawArrayBuf::new();
+        for statement in chunk {
+            updates.push(statement.clone());
+        }
+        let command = rawdoc! { "update": collection.name(), "updates": updates, "ordered": false };
         let started = std::time::Instant::now();
         let sent = flag_retry::with_retries(what, guard, || async {
-            let reply = match db.run_command(command.clone()).await {
+            let reply = match db.run_raw_command(command.clone()).await {
                 Ok(reply) => reply,
                 Err(error) if took_too_long(&error) && !single => return Ok(None),
                 Err(error) => return Err(attempt_err(what)(error)),
@@ -1041,6 +1077,7 @@ async fn read_kept_in_range(
             .sort(doc! { "_id": 1 })
             .limit(PAGE)
             .projection(projection.clone())
+            .max_time(READ_TIME_LIMIT)
             .await
             .map_err(mongo_err("read back"))?
             .try_collect()
@@ -1132,6 +1169,7 @@ async fn reset_flags_range(
         .skip(batch.saturating_sub(1) as u64)
         .limit(1)
         .projection(doc! { "_id": 1 })
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("reset flags"))?
         .try_collect()
@@ -1203,6 +1241,7 @@ pub async fn librechat_progress(
         async move {
             handle
                 .count_documents(filter)
+                .max_time(READ_TIME_LIMIT)
                 .await
                 .map_err(mongo_err("count LibreChat's progress"))
         }
@@ -1237,6 +1276,7 @@ pub async fn count_pending_cleanup(
     collection
         .handle(db)
         .count_documents(markers::pending_cleanup_filter(path))
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("count the excluded documents to clean up"))
 }
@@ -1263,6 +1303,7 @@ pub async fn pending_cleanup_page(
         .sort(doc! { "_id": 1 })
         .limit(limit as i64)
         .projection(doc! { "_id": 1, collection.primary_key(): 1 })
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("read the excluded documents to clean up"))?
         .try_collect()
@@ -1286,8 +1327,10 @@ pub async fn mark_excluded_removed(
     };
     let statements = ids
         .iter()
-        .map(|id| doc! { "q": { "_id": id.clone(), path: { "$exists": true } }, "u": markers::removed() })
-        .collect();
+        .map(|id| {
+            statement(doc! { "q": { "_id": id.clone(), path: { "$exists": true } }, "u": markers::removed() })
+        })
+        .collect::<Result<_, _>>()?;
     Ok(
         update_each(db, collection, statements, "mark removed", guard)
             .await?
@@ -1336,6 +1379,7 @@ pub async fn next_expiry(
         .find_one(filter)
         .sort(doc! { searchable::EXPIRY: 1 })
         .projection(doc! { "_id": 0, searchable::EXPIRY: 1 })
+        .max_time(READ_TIME_LIMIT)
         .await
         .map_err(mongo_err("read the next expiry"))?;
     Ok(next.and_then(|d| d.get_datetime(searchable::EXPIRY).ok().copied()))

@@ -72,7 +72,7 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.sync.batch_docs, 10_000);
     assert_eq!(s.sync.batch_bytes, 8 * 1024 * 1024);
     assert_eq!(s.sync.in_flight, 64);
-    assert_eq!(s.sync.max_bytes_in_flight, 256 * 1024 * 1024);
+    assert_eq!(s.sync.max_bytes_in_flight, 64 * 1024 * 1024);
     assert_eq!(s.sync.compare_memory, 64 * 1024 * 1024);
     assert_eq!(s.sync.ack_writers, 2);
     assert_eq!(s.sync.threshold, 1000);

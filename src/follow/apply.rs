@@ -14,18 +14,25 @@
 //! | gone | deleted from Meilisearch by the id its pre-image (or an earlier change) gives |
 //! | gone, id unknown | left to the id-set comparison (`follow.orphan_check_every`) |
 //!
-//! Every write checks the lease guard first (the engine's and
-//! `mongo::mark_removed` do).
+//! A micro-batch goes through three steps, which the pipeline
+//! (`follow::pipeline`) runs at different times: [`prepare`] (MongoDB's
+//! clock, the table, the flush-time flag check), [`Prepared::enqueue`]
+//! (every Meilisearch write enqueued, none awaited), and, once its tasks
+//! ended, [`Enqueued::settle_tasks`] (poison isolation) and
+//! [`Group::acknowledge`] (the version-exact acknowledgement, removal
+//! markers) — for several consecutive micro-batches at once. Every write checks the lease guard
+//! first (the engine's and `mongo::mark_removed` do).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use mongodb::bson::{Bson, DateTime, Document};
 use mongodb::Database;
 
+use super::latency::DocTimes;
 use super::stream::Change;
 use crate::lease::Guard;
 use crate::librechat::{markers, searchable, Rules};
-use crate::meili::Meili;
+use crate::meili::{Meili, TaskOutcome};
 use crate::mongo::{self, Collection, DocVersion};
 use crate::progress::Progress;
 use crate::reconcile::{self, Ctx, ReconcileError, SyncOptions};
@@ -80,18 +87,6 @@ pub(crate) fn decide(rules: &Rules, change: &Change, now: DateTime) -> Action {
     }
 }
 
-/// What applying a micro-batch did.
-#[derive(Debug, Default)]
-pub(crate) struct Applied {
-    /// Documents applied, by the kind of their last change (`skipped`:
-    /// already indexed).
-    pub by_op: BTreeMap<&'static str, u64>,
-    /// Collections with deletes whose Meilisearch id is unknown.
-    pub unresolved: Vec<Collection>,
-    /// MongoDB's clock when the batch was judged.
-    pub now: Option<DateTime>,
-}
-
 /// The servers and options a micro-batch is applied with.
 pub(crate) struct Target<'a> {
     pub db: &'a Database,
@@ -116,30 +111,72 @@ impl<'a> Target<'a> {
     }
 }
 
-/// Applies `changes` (at most one per document).
-pub(crate) async fn apply(
+/// What a micro-batch asks of one collection's index.
+struct Work {
+    collection: Collection,
+    /// Documents to send (searchable at the micro-batch's clock).
+    send: Vec<Document>,
+    /// Meilisearch ids to delete.
+    remove: Vec<String>,
+    /// The versions to mark removed: as read with their change, so a
+    /// document saved since keeps the markers of its newer version.
+    mark: Vec<DocVersion>,
+}
+
+/// A micro-batch decided, nothing written yet.
+pub(crate) struct Prepared {
+    /// MongoDB's clock when the batch was judged.
+    pub now: DateTime,
+    /// Documents applied, by the kind of their last change (`skipped`:
+    /// already indexed).
+    pub by_op: BTreeMap<&'static str, u64>,
+    /// Collections with deletes whose Meilisearch id is unknown.
+    pub unresolved: Vec<Collection>,
+    /// The times of the documents it writes to Meilisearch.
+    pub written: Vec<DocTimes>,
+    work: Vec<Work>,
+}
+
+/// Decides what `changes` (at most one per document) ask for, at MongoDB's
+/// clock read now: the table of the module documentation, then — just
+/// before sending — which of the documents to send were indexed and
+/// flagged meanwhile (LibreChat's save hook), left out.
+pub(crate) async fn prepare(
     target: &Target<'_>,
     changes: Vec<Change>,
-) -> Result<Applied, ReconcileError> {
-    let mut applied = Applied::default();
-    if changes.is_empty() {
-        return Ok(applied);
-    }
+) -> Result<Prepared, ReconcileError> {
     let now = mongo::server_time(target.db).await?;
-    applied.now = Some(now);
+    let mut prepared = Prepared {
+        now,
+        by_op: BTreeMap::new(),
+        unresolved: Vec::new(),
+        written: Vec::new(),
+        work: Vec::new(),
+    };
     let rules = &target.sync.rules;
     for collection in Collection::ALL {
-        let mut send: Vec<(Document, &'static str, bool)> = Vec::new();
-        let mut remove = Vec::new();
-        // The versions to mark removed: as read with their change, so a
-        // document saved since keeps the markers of its newer version.
-        let mut mark: Vec<DocVersion> = Vec::new();
+        let mut send: Vec<ToSend> = Vec::new();
+        let mut work = Work {
+            collection,
+            send: Vec::new(),
+            remove: Vec::new(),
+            mark: Vec::new(),
+        };
         let mut unresolved = false;
         for change in changes.iter().filter(|c| c.collection == collection) {
+            let times = DocTimes {
+                written: change.at,
+                received: change.received,
+            };
             let label = match decide(rules, change, now) {
                 Action::Send(doc) => {
                     // Counted once the flush-time check below has kept it.
-                    send.push((doc, change.op.label(), change.around_hooks));
+                    send.push(ToSend {
+                        doc,
+                        label: change.op.label(),
+                        around_hooks: change.around_hooks,
+                        times,
+                    });
                     continue;
                 }
                 Action::Skip => "skipped",
@@ -147,14 +184,15 @@ pub(crate) async fn apply(
                     meili_id,
                     mark_removed,
                 } => {
-                    remove.push(meili_id);
+                    work.remove.push(meili_id);
+                    prepared.written.push(times);
                     if mark_removed {
-                        mark.extend(change.full.as_ref().map(DocVersion::of));
+                        work.mark.extend(change.full.as_ref().map(DocVersion::of));
                     }
                     change.op.label()
                 }
                 Action::MarkRemoved => {
-                    mark.extend(change.full.as_ref().map(DocVersion::of));
+                    work.mark.extend(change.full.as_ref().map(DocVersion::of));
                     change.op.label()
                 }
                 Action::Unresolved => {
@@ -163,37 +201,138 @@ pub(crate) async fn apply(
                 }
                 Action::Nothing => continue,
             };
-            *applied.by_op.entry(label).or_default() += 1;
+            *prepared.by_op.entry(label).or_default() += 1;
         }
         if unresolved {
-            applied.unresolved.push(collection);
+            prepared.unresolved.push(collection);
         }
-        let checked = std::time::Instant::now();
-        let send = leave_out_flagged(target.db, rules, collection, send, &mut applied).await?;
-        let check_ms = checked.elapsed().as_millis() as u64;
-        if send.is_empty() && remove.is_empty() && mark.is_empty() {
-            continue;
+        work.send = leave_out_flagged(target.db, rules, collection, send, &mut prepared).await?;
+        if !(work.send.is_empty() && work.remove.is_empty() && work.mark.is_empty()) {
+            prepared.work.push(work);
         }
-        let ctx = target.ctx(collection).with_scattered_ids();
-        let (settled, deleted) = tokio::try_join!(
-            reconcile::apply::index_documents(&ctx, send, now),
-            ctx.delete_documents(&remove)
-        )?;
-        let sent_ms = checked.elapsed().as_millis() as u64 - check_ms;
-        mongo::mark_removed(target.db, collection, &mark, target.guard).await?;
-        tracing::debug!(index = %ctx.uid, check_ms, sent_ms, "micro-batch of one collection applied");
-        for rejected in &settled.rejected {
-            tracing::warn!(index = %ctx.uid, id = ?rejected.id, code = %rejected.code, message = %rejected.message,
-                "Meilisearch refused a changed document; it stays unindexed (the next reconciliation reports it)");
-        }
-        crate::metrics::documents(
-            &ctx.uid,
-            settled.indexed,
-            settled.deleted + deleted,
-            settled.rejected.len() as u64,
-        );
     }
-    Ok(applied)
+    Ok(prepared)
+}
+
+/// A micro-batch whose Meilisearch writes are all enqueued (none awaited).
+pub(crate) struct Enqueued {
+    parts: Vec<(Collection, reconcile::apply::Enqueued, Vec<DocVersion>)>,
+}
+
+impl Prepared {
+    /// Enqueues every Meilisearch write of the micro-batch — each
+    /// collection's additions and deletions — and returns without waiting
+    /// for any (every request checks the guard first).
+    pub async fn enqueue(&mut self, target: &Target<'_>) -> Result<Enqueued, ReconcileError> {
+        let mut parts = Vec::with_capacity(self.work.len());
+        for work in std::mem::take(&mut self.work) {
+            let ctx = target.ctx(work.collection).with_scattered_ids();
+            let enqueued =
+                reconcile::apply::enqueue_documents(&ctx, work.send, self.now, &work.remove)
+                    .await?;
+            parts.push((work.collection, enqueued, work.mark));
+        }
+        Ok(Enqueued { parts })
+    }
+}
+
+impl Enqueued {
+    /// Its tasks, in the order they were enqueued.
+    pub fn tasks(&self) -> Vec<u64> {
+        self.parts.iter().flat_map(|(_, e, _)| e.tasks()).collect()
+    }
+
+    /// Settles the micro-batch's tasks once they all ended (`outcomes`, by
+    /// uid) — poison isolation included (`reconcile::apply::settle_enqueued`)
+    /// — and adds what it sent and Meilisearch accepted, and what it
+    /// deleted, to `group`, which acknowledges them. `true` when a batch
+    /// was refused and parts of it sent again (isolation).
+    pub async fn settle_tasks(
+        self,
+        target: &Target<'_>,
+        outcomes: &mut HashMap<u64, TaskOutcome>,
+        group: &mut Group,
+    ) -> Result<bool, ReconcileError> {
+        let mut isolated = false;
+        for (collection, enqueued, mark) in self.parts {
+            let ctx = target.ctx(collection).with_scattered_ids();
+            let part = group.part(collection);
+            let done =
+                reconcile::apply::settle_enqueued(&ctx, enqueued, outcomes, &mut part.accepted)
+                    .await?;
+            isolated |= done.isolated;
+            for rejected in &done.rejected {
+                tracing::warn!(index = %ctx.uid, id = ?rejected.id, code = %rejected.code, message = %rejected.message,
+                    "Meilisearch refused a changed document; it stays unindexed (the next reconciliation reports it)");
+            }
+            part.indexed += done.indexed;
+            part.deleted += done.deleted;
+            part.rejected += done.rejected.len() as u64;
+            part.mark.extend(mark);
+        }
+        Ok(isolated)
+    }
+}
+
+/// What consecutive micro-batches whose tasks ended left to do, per
+/// collection: the accepted documents to acknowledge (the latest version
+/// of each) and the versions to mark removed.
+#[derive(Default)]
+pub(crate) struct Group {
+    parts: Vec<(Collection, GroupPart)>,
+}
+
+#[derive(Default)]
+struct GroupPart {
+    accepted: reconcile::apply::Accepted,
+    mark: Vec<DocVersion>,
+    indexed: u64,
+    deleted: u64,
+    rejected: u64,
+}
+
+impl Group {
+    fn part(&mut self, collection: Collection) -> &mut GroupPart {
+        let at = match self.parts.iter().position(|(c, _)| *c == collection) {
+            Some(at) => at,
+            None => {
+                self.parts.push((collection, GroupPart::default()));
+                self.parts.len() - 1
+            }
+        };
+        &mut self.parts[at].1
+    }
+
+    /// Documents to acknowledge.
+    pub fn accepted(&self) -> usize {
+        self.parts.iter().map(|(_, p)| p.accepted.len()).sum()
+    }
+
+    /// Acknowledges the accepted documents version-exactly
+    /// (`reconcile::apply::acknowledge_accepted`), then marks removed, each
+    /// version-exactly, what the micro-batches deleted.
+    pub async fn acknowledge(self, target: &Target<'_>) -> Result<(), ReconcileError> {
+        for (collection, part) in self.parts {
+            let ctx = target.ctx(collection).with_scattered_ids();
+            let acked = reconcile::apply::acknowledge_accepted(&ctx, part.accepted).await?;
+            mongo::mark_removed(target.db, collection, &part.mark, target.guard).await?;
+            crate::metrics::documents(
+                &ctx.uid,
+                part.indexed,
+                acked.deleted + part.deleted,
+                part.rejected,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A document decided to be sent, before the flush-time check.
+struct ToSend {
+    doc: Document,
+    label: &'static str,
+    around_hooks: bool,
+    times: DocTimes,
 }
 
 /// The documents of `send` that nobody has marked indexed since their
@@ -207,23 +346,28 @@ async fn leave_out_flagged(
     db: &Database,
     rules: &Rules,
     collection: Collection,
-    send: Vec<(Document, &'static str, bool)>,
-    applied: &mut Applied,
+    send: Vec<ToSend>,
+    prepared: &mut Prepared,
 ) -> Result<Vec<Document>, ReconcileError> {
     let ids: Vec<Bson> = send
         .iter()
-        .filter(|(_, _, around_hooks)| !around_hooks)
-        .filter_map(|(doc, _, _)| doc.get("_id").cloned())
+        .filter(|s| !s.around_hooks)
+        .filter_map(|s| s.doc.get("_id").cloned())
         .collect();
     let flagged = mongo::processed_among(db, rules, collection, &ids).await?;
     let mut kept = Vec::with_capacity(send.len());
-    for (doc, label, around_hooks) in send {
+    for s in send {
         let indexed_meanwhile =
-            !around_hooks && doc.get("_id").is_some_and(|id| flagged.contains(id));
-        let label = if indexed_meanwhile { "skipped" } else { label };
-        *applied.by_op.entry(label).or_default() += 1;
+            !s.around_hooks && s.doc.get("_id").is_some_and(|id| flagged.contains(id));
+        let label = if indexed_meanwhile {
+            "skipped"
+        } else {
+            s.label
+        };
+        *prepared.by_op.entry(label).or_default() += 1;
         if !indexed_meanwhile {
-            kept.push(doc);
+            prepared.written.push(s.times);
+            kept.push(s.doc);
         }
     }
     Ok(kept)
@@ -246,6 +390,7 @@ mod tests {
             around_hooks: false,
             token: doc! {},
             at: None,
+            received: std::time::Instant::now(),
         }
     }
 

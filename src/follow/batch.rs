@@ -32,6 +32,12 @@ pub(crate) struct MicroBatch {
     opened: Option<Instant>,
     /// The newest change's time (MongoDB's).
     newest: Option<DateTime>,
+    /// When it was first due while the pipeline had no room for it (it
+    /// gathered on meanwhile): the start of its wait for room.
+    held: Option<Instant>,
+    /// The stream had nothing more after its last change (`token` is the
+    /// post-batch token of that `getMore`).
+    caught_up: bool,
 }
 
 /// A batch taken for applying.
@@ -40,11 +46,16 @@ pub(crate) struct Drained {
     pub changes: Vec<Change>,
     pub token: Option<Document>,
     pub newest: Option<DateTime>,
+    /// See [`MicroBatch::hold`].
+    pub held: Option<Instant>,
+    /// See [`MicroBatch::caught_up`].
+    pub caught_up: bool,
 }
 
 impl MicroBatch {
     pub fn push(&mut self, change: Change) {
         self.token = Some(change.token.clone());
+        self.caught_up = false;
         if change.at > self.newest {
             self.newest = change.at;
         }
@@ -82,9 +93,29 @@ impl MicroBatch {
         self.changes.is_empty()
     }
 
-    /// When the batch must be applied at the latest (`None`: nothing waits).
+    /// The stream had nothing more after what this batch holds: `token`
+    /// (the post-batch token) is where to resume once it is applied.
+    pub fn caught_up(&mut self, token: Document) {
+        self.token = Some(token);
+        self.caught_up = true;
+    }
+
+    /// When the batch must be applied at the latest (`None`: nothing waits):
+    /// `max_wait` after its first change, or since it was held.
     pub fn due(&self, max_wait: Duration) -> Option<Instant> {
-        self.opened.map(|opened| opened + max_wait)
+        let waited = self.opened.map(|opened| opened + max_wait);
+        match (self.held, waited) {
+            (Some(held), Some(waited)) => Some(held.min(waited)),
+            (held, waited) => held.or(waited),
+        }
+    }
+
+    /// It is due, but the pipeline has no room for it: it goes on gathering
+    /// until there is (the first call says since when it waits).
+    pub fn hold(&mut self) {
+        if !self.changes.is_empty() {
+            self.held.get_or_insert_with(Instant::now);
+        }
     }
 
     /// Takes everything, leaving an empty batch.
@@ -94,6 +125,8 @@ impl MicroBatch {
             changes: taken.changes.into_values().collect(),
             token: taken.token,
             newest: taken.newest,
+            held: taken.held,
+            caught_up: taken.caught_up,
         }
     }
 }
@@ -118,6 +151,7 @@ mod tests {
             around_hooks: false,
             token: doc! { "_data": n.to_string() },
             at: Some(DateTime::from_millis(n)),
+            received: std::time::Instant::now(),
         }
     }
 

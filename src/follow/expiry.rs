@@ -122,6 +122,7 @@ mod tests {
             around_hooks: false,
             token: doc! {},
             at: None,
+            received: std::time::Instant::now(),
         }
     }
 

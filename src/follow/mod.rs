@@ -17,7 +17,12 @@
 //!   pre-images, where it starts, what its errors mean, and the task that
 //!   reads it;
 //! - `batch`: micro-batching (last change per document, when to flush);
-//! - `apply`: what one micro-batch does to Meilisearch and MongoDB;
+//! - `apply`: what one micro-batch does to Meilisearch and MongoDB, in
+//!   three steps (prepare, enqueue, settle);
+//! - `pipeline`: the micro-batches in flight — the next one enqueued while
+//!   Meilisearch still processes the one before — and what stays in order;
+//! - `latency`: where the delay from a change to Meilisearch goes, stage by
+//!   stage;
 //! - `expiry`: when the next document expires, and the sweep at that time
 //!   (expiry writes nothing to the stream);
 //! - `owner`: the lease owner's job (start, follow, periodic runs,
@@ -29,7 +34,9 @@
 mod apply;
 mod batch;
 mod expiry;
+mod latency;
 mod owner;
+mod pipeline;
 pub mod replica;
 pub mod status;
 mod stream;

@@ -43,12 +43,15 @@ use tracing::{debug, info, warn};
 use super::apply::{self, Target};
 use super::batch::MicroBatch;
 use super::expiry::{self, ExpiryClock};
+use super::latency::BatchTimes;
+use super::pipeline::{InFlight, Pipeline};
 use super::status::{FollowState, FollowStatus};
 use super::stream::{self, Reader, StreamConfig, StreamError, StreamItem};
 use super::FollowOptions;
 use crate::job::{self, Reconciler};
 use crate::lease::store::JobStore;
 use crate::lease::{clock, Guard, HandOver, LeaseHandle, LeaseLost, LeaseOptions, LeaseWriteError};
+use crate::meili::Meili;
 use crate::mongo::Collection;
 use crate::progress::Progress;
 use crate::reconcile::{self, ReconcileError};
@@ -57,6 +60,21 @@ use crate::serve::state::{ReplicaState, Role};
 /// While nothing is applied, the furthest safe resume token is saved at
 /// most this often (it keeps the saved token inside the oplog's window).
 const IDLE_TOKEN_SAVE_EVERY: Duration = Duration::from_secs(10);
+
+/// While micro-batches are in flight one after another, the token of the
+/// last one settled is saved at most this often (each save is two MongoDB
+/// round trips); once the pipeline is empty it is saved at once.
+const BUSY_TOKEN_SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// How follow mode polls a Meilisearch task: from 10 ms, doubling up to
+/// 50 ms (the engine's cap is 250 ms). A task's end is seen at most this
+/// late; each poll is a cheap read for Meilisearch.
+const TASK_POLL_MIN: Duration = Duration::from_millis(10);
+const TASK_POLL_MAX: Duration = Duration::from_millis(50);
+
+/// While micro-batches are in flight, the next one is enqueued at least
+/// this long after the last (`Pending::due`).
+const ENQUEUE_SPACING: Duration = Duration::from_millis(50);
 
 /// Everything the owner's job needs; cloned per run of the job.
 #[derive(Clone)]
@@ -278,13 +296,20 @@ impl Owner {
         saved: Document,
     ) -> anyhow::Result<Ended> {
         let opts = &self.options;
+        let meili = self
+            .reconciler
+            .meili
+            .clone()
+            .with_task_polling(TASK_POLL_MIN, TASK_POLL_MAX);
         let mut pending = Pending {
             batch: MicroBatch::default(),
+            pipeline: Pipeline::new(meili.clone(), guard.clone()),
             tokens: Tokens::new(Some(saved)),
             orphans: OrphanChecks::new(opts.orphan_check_every),
             unrecorded: Vec::new(),
             expiry: ExpiryClock::default(),
         };
+        let target = self.follow_target(&meili, guard, progress);
         self.sweep_expired(guard, progress, &mut pending.expiry)
             .await?;
         self.status().set_state(FollowState::Following);
@@ -310,8 +335,13 @@ impl Owner {
         let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
         let mut next_handover_check = Instant::now() + opts.poll_every;
         loop {
+            // A due micro-batch waits while the pipeline is full: settling
+            // the oldest one (below) makes room.
+            let room = pending.pipeline.has_room();
             let wake = [
-                pending.batch.due(opts.max_wait),
+                pending
+                    .due(opts.max_wait, reader.has_queued())
+                    .filter(|_| room),
                 Some(next_handover_check),
                 Some(next_run),
                 pending.orphans.due(),
@@ -324,29 +354,43 @@ impl Owner {
             tokio::select! {
                 biased;
                 _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+                // The oldest micro-batch's tasks ended: settle it (nothing
+                // else is prepared or enqueued meanwhile).
+                _ = pending.pipeline.head_ended() => {
+                    self.settle_ended(&target, guard, lease, &mut pending).await?;
+                }
                 item = reader.recv() => match item {
                     Some(StreamItem::Change(change)) => {
                         self.status().behind();
+                        pending.pipeline.behind();
                         pending.batch.push(*change);
                         if pending.batch.len() >= opts.max_docs {
-                            self.flush(guard, progress, lease, &mut pending).await?;
+                            self.flush(&target, guard, lease, &mut pending).await?;
                         }
                     }
                     // The server had nothing more when the reader asked, but
                     // the reader has read on since (changes came while the
-                    // last micro-batch was applied): not the end of a backlog.
-                    // Keep gathering, so that a backlog is applied in a few
+                    // owner was busy): not the end of a backlog. Keep
+                    // gathering, so that a backlog is applied in a few
                     // large micro-batches rather than one per `getMore` (each
                     // costs a fixed handful of round trips).
                     Some(StreamItem::CaughtUp(_)) if reader.has_queued() && !pending.batch.is_empty() => {}
                     Some(StreamItem::CaughtUp(token)) => {
-                        self.flush(guard, progress, lease, &mut pending).await?;
+                        // The token is safe once what is gathered and what
+                        // is in flight are applied: it goes with the
+                        // gathered changes (due now: `Pending::due`), or,
+                        // with nothing gathered, behind what is in flight.
                         if let Some(token) = token {
-                            pending.tokens.applied(token);
+                            pending.batch.caught_up(token);
                         }
-                        self.status().caught_up();
-                        if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
-                            pending.save_token(guard, lease).await?;
+                        if pending.batch.is_empty() {
+                            self.flush(&target, guard, lease, &mut pending).await?;
+                        }
+                        if pending.pipeline.is_empty() && pending.batch.is_empty() {
+                            self.status().caught_up();
+                            if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
+                                self.save_token(guard, lease, &mut pending).await?;
+                            }
                         }
                     }
                     Some(StreamItem::Restart(reason)) => return Ok(Ended::Restart(reason)),
@@ -355,7 +399,7 @@ impl Owner {
                         // Everything read before the failure is complete: apply it,
                         // then reopen from there.
                         warn!(%error, "the change stream failed; reopening it after the last applied change");
-                        self.flush(guard, progress, lease, &mut pending).await?;
+                        self.drain(&target, guard, lease, &mut pending).await?;
                         match self.reopen(guard, &pending.tokens, &config).await? {
                             Some(reopened) => reader = reopened,
                             None => return Ok(Ended::Restart("the change stream cannot resume where it failed".into())),
@@ -368,20 +412,22 @@ impl Owner {
             }
             let now = Instant::now();
             if pending
-                .batch
-                .due(opts.max_wait)
+                .due(opts.max_wait, reader.has_queued())
                 .is_some_and(|due| now >= due)
             {
-                self.flush(guard, progress, lease, &mut pending).await?;
+                if pending.pipeline.has_room() {
+                    self.flush(&target, guard, lease, &mut pending).await?;
+                } else {
+                    pending.batch.hold();
+                }
             }
             if now >= next_handover_check {
                 next_handover_check = now + opts.poll_every;
                 match lease.handover_requested_by().await {
                     Ok(Some(to)) => {
                         self.status().set_state(FollowState::HandingOver);
-                        info!(%to, "another replica asked for the lease: handing it over after the current micro-batch");
-                        self.flush(guard, progress, lease, &mut pending).await?;
-                        pending.save_token(guard, lease).await?;
+                        info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
+                        self.drain(&target, guard, lease, &mut pending).await?;
                         return Ok(Ended::HandOver(to));
                     }
                     Ok(None) => {}
@@ -390,17 +436,17 @@ impl Owner {
                 }
             }
             if pending.orphans.due().is_some_and(|due| now >= due) {
-                self.flush(guard, progress, lease, &mut pending).await?;
+                self.drain(&target, guard, lease, &mut pending).await?;
                 self.repair_orphans(guard, progress, lease, &mut pending)
                     .await?;
             }
             if pending.expiry.due().is_some_and(|due| now >= due) {
-                self.flush(guard, progress, lease, &mut pending).await?;
+                self.drain(&target, guard, lease, &mut pending).await?;
                 self.sweep_expired(guard, progress, &mut pending.expiry)
                     .await?;
             }
             if now >= next_run {
-                self.flush(guard, progress, lease, &mut pending).await?;
+                self.drain(&target, guard, lease, &mut pending).await?;
                 self.status().set_state(FollowState::Reconciling);
                 info!("periodic reconciliation: changes wait on the server meanwhile");
                 let summary = self.reconcile(guard, progress).await?;
@@ -485,51 +531,161 @@ impl Owner {
         Ok(())
     }
 
-    /// Applies what the micro-batch holds, then saves the resume token of
-    /// its last change.
+    /// What the pipeline applies micro-batches with: the engine's servers
+    /// and options, with `meili` polling tasks as follow mode does.
+    fn follow_target<'a>(
+        &'a self,
+        meili: &'a Meili,
+        guard: &'a Guard,
+        progress: &'a Progress,
+    ) -> Target<'a> {
+        let r = &self.reconciler;
+        Target {
+            db: &r.db,
+            meili,
+            sync: &r.sync,
+            guard,
+            progress,
+        }
+    }
+
+    /// Takes the gathered micro-batch and enqueues its Meilisearch writes
+    /// (`pipeline`): waits for room first, settling the oldest micro-batch
+    /// in flight while the pipeline is full. A batch that holds only a
+    /// resume token (acknowledgement events, a caught-up stream) hands it
+    /// to the pipeline, behind whatever is in flight.
     async fn flush(
         &self,
+        target: &Target<'_>,
         guard: &Guard,
-        progress: &Progress,
         lease: &LeaseHandle,
         pending: &mut Pending,
     ) -> anyhow::Result<()> {
-        let drained = pending.batch.drain();
-        let work = !drained.changes.is_empty();
-        let docs = drained.changes.len();
-        let started = Instant::now();
-        if work {
-            let soonest_expiry = expiry::soonest(&drained.changes);
-            let applied = apply::apply(&self.target(guard, progress), drained.changes)
-                .await
-                .map_err(|e| self.engine_error(e))?;
-            if let Some(now) = applied.now {
-                self.status().server_time(now);
-                pending.expiry.consider(soonest_expiry, now);
-                self.status().next_expiry(pending.expiry.next());
+        if pending.batch.is_empty() {
+            let drained = pending.batch.drain();
+            if let Some(token) = drained.token {
+                if let Some(safe) = pending.pipeline.token_after(token, drained.caught_up) {
+                    pending.tokens.applied(safe);
+                }
             }
-            self.status().applied(&applied.by_op, drained.newest);
-            pending.orphans.note(&applied.unresolved);
-            if let Some(now) = applied.now {
-                pending
-                    .unrecorded
-                    .extend(applied.unresolved.iter().map(|c| (*c, now)));
-            }
+            return Ok(());
         }
-        if let Some(token) = drained.token {
+        while !pending.pipeline.has_room() {
+            pending.batch.hold();
+            self.settle_ended(target, guard, lease, pending).await?;
+        }
+        let drained = pending.batch.drain();
+        let drained_at = Instant::now();
+        let docs = drained.changes.len();
+        let soonest_expiry = expiry::soonest(&drained.changes);
+        let mut prepared = apply::prepare(target, drained.changes)
+            .await
+            .map_err(|e| self.engine_error(e))?;
+        let now = prepared.now;
+        self.status().server_time(now);
+        pending.expiry.consider(soonest_expiry, now);
+        self.status().next_expiry(pending.expiry.next());
+        pending.orphans.note(&prepared.unresolved);
+        pending
+            .unrecorded
+            .extend(prepared.unresolved.iter().map(|c| (*c, now)));
+        let writing = Instant::now();
+        let enqueued = prepared
+            .enqueue(target)
+            .await
+            .map_err(|e| self.engine_error(e))?;
+        let depth = pending.pipeline.len() + 1;
+        debug!(
+            docs,
+            depth,
+            prepare_ms = (writing - drained_at).as_millis() as u64,
+            enqueue_ms = writing.elapsed().as_millis() as u64,
+            "micro-batch enqueued"
+        );
+        pending.pipeline.push(InFlight {
+            enqueued,
+            token: drained.token,
+            by_op: prepared.by_op,
+            newest: drained.newest,
+            caught_up: drained.caught_up,
+            written: prepared.written,
+            times: BatchTimes {
+                held: drained.held,
+                drained: drained_at,
+                writing,
+                enqueued: Instant::now(),
+                server_offset_ms: self.status().server_offset_ms(),
+                depth,
+            },
+        });
+        Ok(())
+    }
+
+    /// Settles the oldest micro-batch in flight (waiting for its tasks if
+    /// they have not ended) and those whose tasks ended with it, then makes
+    /// the newest one's token the safe point and saves it.
+    async fn settle_ended(
+        &self,
+        target: &Target<'_>,
+        guard: &Guard,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> anyhow::Result<()> {
+        let Some(settled) = pending
+            .pipeline
+            .settle_ended(target, self.status(), self.options.max_docs)
+            .await
+            .map_err(|e| self.engine_error(e))?
+        else {
+            return Ok(());
+        };
+        self.status().applied(&settled.by_op, settled.newest);
+        if let Some(token) = settled.token {
             pending.tokens.applied(token);
         }
-        if work {
-            let applied_in = started.elapsed();
-            pending.save_token(guard, lease).await?;
-            debug!(
-                docs,
-                apply_ms = applied_in.as_millis() as u64,
-                token_ms = (started.elapsed() - applied_in).as_millis() as u64,
-                "micro-batch applied"
-            );
+        if settled.caught_up && pending.batch.is_empty() {
+            self.status().caught_up();
+        }
+        // While micro-batches follow in flight, the token is saved at most
+        // every `BUSY_TOKEN_SAVE_EVERY` (a later save covers this one); a
+        // token saved late costs replays, never losses.
+        if pending.pipeline.is_empty() || pending.tokens.saved_at.elapsed() >= BUSY_TOKEN_SAVE_EVERY
+        {
+            self.save_token(guard, lease, pending).await?;
         }
         Ok(())
+    }
+
+    /// Saves the safe resume token (see [`Pending::save_token`]), timing it.
+    async fn save_token(
+        &self,
+        guard: &Guard,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        pending.save_token(guard, lease).await?;
+        self.status()
+            .latency(|l| l.add("tokenSave", started.elapsed()));
+        Ok(())
+    }
+
+    /// Empties the pipeline: enqueues what is gathered, settles everything
+    /// in flight, and saves the token — before anything else writes
+    /// (a handover, a reconciliation, a comparison, a sweep, a reopened
+    /// stream).
+    async fn drain(
+        &self,
+        target: &Target<'_>,
+        guard: &Guard,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> anyhow::Result<()> {
+        self.flush(target, guard, lease, pending).await?;
+        while !pending.pipeline.is_empty() {
+            self.settle_ended(target, guard, lease, pending).await?;
+        }
+        self.save_token(guard, lease, pending).await
     }
 
     /// The id-set comparison of each collection that had deletes without a
@@ -579,6 +735,35 @@ impl Owner {
 }
 
 impl Pending {
+    /// When the gathered changes are to be enqueued (`None`: nothing
+    /// gathered); `reader_busy`: the reader has more changes queued.
+    ///
+    /// - When the reader has nothing more and nothing is in flight,
+    ///   at once: Meilisearch is idle, every moment waited is latency.
+    /// - When the reader has nothing more and micro-batches are in flight,
+    ///   [`ENQUEUE_SPACING`] after the last one was enqueued: Meilisearch
+    ///   merges the tasks it finds waiting, so what is enqueued while it
+    ///   indexes is indexed together with the next batch it starts, and a
+    ///   short spacing saves the fixed MongoDB round trips of many tiny
+    ///   micro-batches (a change waits at most the spacing for it, and
+    ///   misses the next indexing batch only when that one starts within
+    ///   the spacing).
+    /// - `follow.max_wait` after its first change, in any case (a
+    ///   continuous stream); at once once it was held for room.
+    fn due(&self, max_wait: Duration, reader_busy: bool) -> Option<Instant> {
+        if self.batch.is_empty() {
+            return None;
+        }
+        let ready = (!reader_busy).then(|| match self.pipeline.last_enqueued() {
+            Some(last) if !self.pipeline.is_empty() => last + ENQUEUE_SPACING,
+            _ => Instant::now(),
+        });
+        [self.batch.due(max_wait), ready]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     /// Records the owed comparisons not yet in the lease. `false`: some
     /// could not be (not confirmed); they are tried again with the next save.
     async fn record_owed(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<bool, LeaseLost> {
@@ -619,6 +804,8 @@ impl Pending {
 /// comparisons that deletes without a Meilisearch id asked for.
 struct Pending {
     batch: MicroBatch,
+    /// The micro-batches enqueued and not yet settled.
+    pipeline: Pipeline,
     tokens: Tokens,
     orphans: OrphanChecks,
     /// Id-set comparisons owed (a delete without a pre-image applied at

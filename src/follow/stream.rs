@@ -12,7 +12,7 @@
 //! something else (a periodic reconciliation) the channel fills and the
 //! reader stops asking: the server keeps the events.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
@@ -305,6 +305,9 @@ pub(crate) struct Change {
     pub token: Document,
     /// When MongoDB applied it (`wallTime`, else `clusterTime`).
     pub at: Option<DateTime>,
+    /// When the reader received it (the end of its delivery, for the
+    /// latency breakdown).
+    pub received: Instant,
 }
 
 /// What the reader hands the owner, in stream order.
@@ -448,6 +451,7 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
         around_hooks,
         token,
         at,
+        received: Instant::now(),
     }))
 }
 

@@ -8,20 +8,35 @@
 //! each accepted document acknowledged version-exactly by [`super::ack`] —
 //! including its handling of documents deleted, made unindexable or edited
 //! while their batch was in flight. There is no second acknowledgement.
+//!
+//! Follow mode's pipeline (`follow::pipeline`) needs the same steps apart,
+//! so that it can enqueue the next micro-batch while this one's tasks are
+//! still processing: [`enqueue_documents`] enqueues one micro-batch's
+//! additions and deletions of an index and returns at once;
+//! [`settle_enqueued`], given the ended tasks, does what the sender does
+//! after waiting (poison isolation) and gathers the accepted documents;
+//! [`acknowledge_accepted`] acknowledges them version-exactly — those of
+//! several micro-batches at once, the latest version of each document.
+//! When each runs (and what must not run in between) is the pipeline's
+//! business.
+//!
 //! [`repair_id_drift`] is the id-set comparison of a reconciliation
 //! ([`super::orphans`]), for deletes whose Meilisearch id is unknown.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use mongodb::bson::{Bson, DateTime, Document};
 use tokio::sync::mpsc;
 
-use super::batch::{ndjson_line, Batch};
+use super::ack;
+use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::orphans;
-use super::send::{send_batches, Settled};
+use super::send::{self, send_batches, Settled};
 use crate::librechat::searchable;
+use crate::meili::TaskOutcome;
 
 /// Sends `docs` (full MongoDB documents read with their version fields,
 /// each searchable at MongoDB's time `now`) into `ctx.uid` and acknowledges
@@ -34,6 +49,25 @@ pub(crate) async fn index_documents(
     if docs.is_empty() {
         return Ok(Settled::default());
     }
+    let batches = batches_of(ctx, docs, now)?;
+    let (tx, rx) = mpsc::channel(batches.len().max(1));
+    for batch in batches {
+        tx.try_send(batch)
+            .expect("the channel holds every batch of the call");
+    }
+    drop(tx);
+    send_batches(ctx, true, rx).await
+}
+
+/// `docs` as the batches the sender takes: grouped for the acknowledgement
+/// (sorted by `_id`, one BSON type each), cut by `sync.batch_docs` /
+/// `sync.batch_bytes`, each document with the retention branch it is
+/// searchable in at `now` (those searchable in none are left out).
+fn batches_of(
+    ctx: &Ctx<'_>,
+    docs: Vec<Document>,
+    now: DateTime,
+) -> Result<Vec<Batch>, ReconcileError> {
     let rules = &ctx.opts.rules;
     let mut batches = Vec::new();
     for run in acknowledgement_runs(docs) {
@@ -53,13 +87,174 @@ pub(crate) async fn index_documents(
             batches.push(batch);
         }
     }
-    let (tx, rx) = mpsc::channel(batches.len().max(1));
-    for batch in batches {
-        tx.try_send(batch)
-            .expect("the channel holds every batch of the call");
+    Ok(batches)
+}
+
+/// One index's share of a follow-mode micro-batch, enqueued in Meilisearch
+/// and not yet settled: its additions (the documents of each batch, without
+/// their NDJSON) and its deletion tasks.
+pub(crate) struct Enqueued {
+    additions: Vec<send::Enqueued>,
+    deletions: Vec<u64>,
+}
+
+impl Enqueued {
+    /// Every task enqueued, deletions first.
+    pub fn tasks(&self) -> Vec<u64> {
+        self.deletions
+            .iter()
+            .copied()
+            .chain(self.additions.iter().map(|a| a.task))
+            .collect()
     }
-    drop(tx);
-    send_batches(ctx, true, rx).await
+}
+
+/// Enqueues `docs` (as [`index_documents`] would send them, searchable at
+/// `now`) and the deletion of `remove` (Meilisearch ids, one task per
+/// 10,000) in `ctx.uid`, side by side — they are different documents — and
+/// returns once every task is enqueued, without waiting for any. Every
+/// request checks the guard first.
+pub(crate) async fn enqueue_documents(
+    ctx: &Ctx<'_>,
+    docs: Vec<Document>,
+    now: DateTime,
+    remove: &[String],
+) -> Result<Enqueued, ReconcileError> {
+    let batches = batches_of(ctx, docs, now)?;
+    let additions = async {
+        let mut enqueued = Vec::with_capacity(batches.len());
+        for batch in batches {
+            enqueued.push(send::enqueue(ctx, batch).await?);
+        }
+        Ok::<_, ReconcileError>(enqueued)
+    };
+    let deletions = async {
+        let mut tasks = Vec::new();
+        for chunk in remove.chunks(10_000) {
+            tasks.push(
+                ctx.meili
+                    .delete_documents(&ctx.uid, chunk, ctx.guard)
+                    .await?,
+            );
+        }
+        Ok::<_, ReconcileError>(tasks)
+    };
+    let (additions, deletions) = tokio::try_join!(additions, deletions)?;
+    Ok(Enqueued {
+        additions,
+        deletions,
+    })
+}
+
+/// Accepted documents of one index awaiting their acknowledgement, at most
+/// one version per document: the one Meilisearch was given last. Follow
+/// mode gathers those of consecutive micro-batches whose tasks ended
+/// together and acknowledges them at once ([`acknowledge_accepted`]).
+#[derive(Default)]
+pub(crate) struct Accepted {
+    docs: Vec<BatchDoc>,
+    /// `_id` key → position in `docs`.
+    at: HashMap<String, usize>,
+}
+
+impl Accepted {
+    /// Adds documents sent after those already here: a document already
+    /// here is replaced by its later version. Acknowledging only that one
+    /// is acknowledging both: a statement for the earlier version either
+    /// names the same version or no longer matches MongoDB, and the
+    /// read-back of the later one repairs whatever changed.
+    fn add(&mut self, docs: Vec<BatchDoc>) {
+        for doc in docs {
+            let key = id_key(&doc.mongo_id());
+            match self.at.get(&key) {
+                Some(&i) => self.docs[i] = doc,
+                None => {
+                    self.at.insert(key, self.docs.len());
+                    self.docs.push(doc);
+                }
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+}
+
+/// What [`settle_enqueued`] found.
+#[derive(Debug, Default)]
+pub(crate) struct SettledTasks {
+    /// Documents Meilisearch confirmed.
+    pub indexed: u64,
+    pub rejected: Vec<super::Rejected>,
+    /// A batch was refused and bisected: parts of it were sent again just
+    /// now, after whatever was enqueued since.
+    pub isolated: bool,
+    /// Meilisearch ids deleted by its deletions.
+    pub deleted: u64,
+}
+
+/// Settles what [`enqueue_documents`] enqueued, once every one of its tasks
+/// ended (`outcomes`, by task uid): a failed deletion is an error; each
+/// addition is settled as the sender settles a batch — on a document error
+/// the batch is read again and bisected, re-sending parts of it (§4.8) —
+/// and its accepted documents go to `accepted`, to be acknowledged
+/// ([`acknowledge_accepted`]).
+pub(crate) async fn settle_enqueued(
+    ctx: &Ctx<'_>,
+    enqueued: Enqueued,
+    outcomes: &mut HashMap<u64, TaskOutcome>,
+    accepted: &mut Accepted,
+) -> Result<SettledTasks, ReconcileError> {
+    let mut outcome_of = |task: u64| {
+        outcomes.remove(&task).ok_or_else(|| {
+            ReconcileError::Other(format!(
+                "task {task} of a micro-batch was settled before it ended"
+            ))
+        })
+    };
+    let mut done = SettledTasks::default();
+    for task in &enqueued.deletions {
+        outcome_of(*task)?.into_result("delete documents")?;
+    }
+    for addition in enqueued.additions {
+        let outcome = outcome_of(addition.task)?;
+        done.isolated |= outcome.error.is_some();
+        crate::metrics::batch_latency(addition.sent.elapsed());
+        let settled = send::settle_outcome(ctx, addition, outcome).await?;
+        done.indexed += settled.accepted.len() as u64;
+        done.rejected.extend(settled.rejected);
+        accepted.add(settled.accepted);
+    }
+    done.deleted = enqueued.deletions.len() as u64;
+    Ok(done)
+}
+
+/// Acknowledges `accepted` version-exactly (§4.7), with the
+/// acknowledgement's own repairs of documents changed while in flight;
+/// sorted first, so that each run read back holds one `_id` type.
+pub(crate) async fn acknowledge_accepted(
+    ctx: &Ctx<'_>,
+    accepted: Accepted,
+) -> Result<Settled, ReconcileError> {
+    let mut docs = accepted.docs;
+    if docs.is_empty() {
+        return Ok(Settled::default());
+    }
+    docs.sort_by(|a, b| {
+        let (a, b) = (a.mongo_id(), b.mongo_id());
+        type_rank(&a)
+            .cmp(&type_rank(&b))
+            .then_with(|| id_order(&a, &b).unwrap_or(Ordering::Equal))
+    });
+    let refs: Vec<&BatchDoc> = docs.iter().collect();
+    let acked = ack::acknowledge(ctx, &refs).await?;
+    Ok(Settled {
+        deleted: acked.deleted,
+        flags_cleared: acked.flags_cleared,
+        changed: acked.changed,
+        ..Settled::default()
+    })
 }
 
 /// The id-set comparison of the index with the collection (a

@@ -54,7 +54,7 @@ pub struct SyncOptions {
 /// Default of `sync.in_flight`.
 pub const DEFAULT_IN_FLIGHT: usize = 64;
 /// Default of `sync.max_bytes_in_flight`.
-pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 256 * 1024 * 1024;
+pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
 /// Default of `sync.compare_memory`.
 pub const DEFAULT_COMPARE_MEMORY: usize = 64 * 1024 * 1024;
 /// Default of `sync.ack_writers`.

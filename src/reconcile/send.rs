@@ -21,6 +21,7 @@ use super::options::SyncOptions;
 use super::phases::Phase;
 use super::rejects::{self, Rejected};
 use crate::librechat::searchable;
+use crate::meili::TaskOutcome;
 use crate::mongo;
 
 /// What the sender did with the batches it was given.
@@ -137,14 +138,10 @@ async fn enqueue_and_settle(
             batch = rx.recv(), if room => {
                 ctx.phases.add(idle, waiting.elapsed());
                 match batch {
-                    Some(mut batch) => {
-                        let sending = Instant::now();
-                        let payload = batch.take_payload();
-                        let bytes = payload.len();
-                        let task = ctx.meili.add_documents_ndjson(&ctx.uid, payload, ctx.guard).await?;
-                        ctx.phases.add(Phase::Send, sending.elapsed());
-                        bytes_held += bytes;
-                        pending.push(settle(ctx, batch, bytes, task, sending));
+                    Some(batch) => {
+                        let enqueued = enqueue(ctx, batch).await?;
+                        bytes_held += enqueued.bytes;
+                        pending.push(settle(ctx, enqueued));
                     }
                     None => open = false,
                 }
@@ -217,26 +214,64 @@ async fn reread(ctx: &Ctx<'_>, refused: &Batch) -> Result<Batch, ReconcileError>
     Ok(batch)
 }
 
+/// A batch whose task is enqueued: its documents (the NDJSON went with the
+/// request), the bytes it held, its task and when it was sent.
+pub(crate) struct Enqueued {
+    pub batch: Batch,
+    pub bytes: usize,
+    pub task: u64,
+    pub sent: Instant,
+}
+
+/// Enqueues `batch` in Meilisearch (the guard checked first); its NDJSON is
+/// freed when the request ends.
+pub(crate) async fn enqueue(ctx: &Ctx<'_>, mut batch: Batch) -> Result<Enqueued, ReconcileError> {
+    let sent = Instant::now();
+    let payload = batch.take_payload();
+    let bytes = payload.len();
+    let task = ctx
+        .meili
+        .add_documents_ndjson(&ctx.uid, payload, ctx.guard)
+        .await?;
+    ctx.phases.add(Phase::Send, sent.elapsed());
+    Ok(Enqueued {
+        batch,
+        bytes,
+        task,
+        sent,
+    })
+}
+
 /// A settled task: the bytes it held in flight, the documents Meilisearch
 /// accepted (in `_id` order) and those it rejected.
-struct Done {
-    bytes: usize,
-    accepted: Vec<BatchDoc>,
-    rejected: Vec<Rejected>,
+pub(crate) struct Done {
+    pub bytes: usize,
+    pub accepted: Vec<BatchDoc>,
+    pub rejected: Vec<Rejected>,
 }
 
 /// Waits for a batch's task; on a document error isolates the rejected
 /// documents.
-async fn settle(
-    ctx: &Ctx<'_>,
-    batch: Batch,
-    bytes: usize,
-    task: u64,
-    sent: Instant,
-) -> Result<Done, ReconcileError> {
+async fn settle(ctx: &Ctx<'_>, enqueued: Enqueued) -> Result<Done, ReconcileError> {
     super::test_hook::pause_after("batch-enqueued").await;
-    let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
-    crate::metrics::batch_latency(sent.elapsed());
+    let outcome = ctx.meili.wait_for_task(enqueued.task, ctx.guard).await?;
+    crate::metrics::batch_latency(enqueued.sent.elapsed());
+    settle_outcome(ctx, enqueued, outcome).await
+}
+
+/// What a batch's ended task means: every document accepted, or — on a
+/// document error — the batch read again from MongoDB (its NDJSON was
+/// dropped when it was enqueued: the current versions of the documents
+/// still to index) and bisected (§4.8), the rejected ones set apart. Any
+/// other failure is an error.
+pub(crate) async fn settle_outcome(
+    ctx: &Ctx<'_>,
+    enqueued: Enqueued,
+    outcome: TaskOutcome,
+) -> Result<Done, ReconcileError> {
+    let Enqueued {
+        batch, bytes, task, ..
+    } = enqueued;
     let (batch, verdicts) = match &outcome.error {
         None => {
             let verdicts = vec![None; batch.len()];
@@ -245,10 +280,10 @@ async fn settle(
         Some(error) if rejects::is_document_error(&error.code) => {
             tracing::warn!(index = %ctx.uid, task, code = %error.code, docs = batch.len(),
                 "a batch was refused; isolating the documents Meilisearch rejects");
-            // The refused task indexed none of it; its NDJSON was dropped
-            // when enqueued, so the batch is read again (the current
-            // versions of the documents still to index) and bisected.
             let batch = reread(ctx, &batch).await?;
+            // Tests stop here to change a document after it was read again
+            // (`refused-batch-reread`, `reconcile::test_hook`).
+            super::test_hook::pause_after("refused-batch-reread").await;
             let verdicts = rejects::isolate(ctx, &batch).await?;
             (batch, verdicts)
         }

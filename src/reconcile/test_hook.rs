@@ -2,8 +2,9 @@
 //! makes a run stop right after that step (a reindex's `build`, `mark`,
 //! `swap`, `flags`, `index`, `drop`; indexing's `page-read` — a page read
 //! from MongoDB —, `batch-enqueued` — a batch's task enqueued, not yet
-//! awaited —, `acknowledged` — a batch acknowledged; a drift repair's
-//! `drift-meili-ids` and `drift-mongo-ids`),
+//! awaited —, `acknowledged` — a batch acknowledged; a refused batch's
+//! `refused-batch-reread` — read again from MongoDB, before it is bisected;
+//! a drift repair's `drift-meili-ids` and `drift-mongo-ids`),
 //! printing `test hook: paused after <step>` to stderr and still holding its
 //! lease — so a test can kill the process (SIGKILL) at exactly that point, or
 //! change the data under it. It waits forever, or, when

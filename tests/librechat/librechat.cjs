@@ -275,6 +275,15 @@ async function buildIndexes() {
     const specs = model.schema.indexes().map(([key, options]) => {
       const spec = { key, ...options };
       delete spec._autoIndex;
+      // LIBRECHAT_PLAIN_UNIQUE=1 (meili-seed --indexes librechat-plain-unique):
+      // the unique compound indexes built as plain ones. DocumentDB checks a
+      // unique compound index through its RUM index's posting lists, so its
+      // build is quadratic and every write of a document linear in the
+      // collection (hours to build at 1M); a benchmark at that size keeps
+      // the index and its upkeep, without the server's check.
+      if (process.env.LIBRECHAT_PLAIN_UNIQUE === '1' && spec.unique && !spec.sparse) {
+        delete spec.unique;
+      }
       return spec;
     });
     try {

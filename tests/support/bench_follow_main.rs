@@ -18,6 +18,17 @@
 //! `--drain-secs`, or the delay grew over the phase (the last third's median
 //! above twice the first third's plus 250 ms).
 //!
+//! Per phase it also reports where the delay went, from the follower's
+//! own account (`follow.latency` in its `/status`: per document written to
+//! Meilisearch, histograms of each stage — delivery by the change stream,
+//! gathering into a micro-batch, waiting for room in the pipeline, its
+//! preparation and enqueueing, waiting behind other tasks in Meilisearch,
+//! Meilisearch's processing, the follower noticing the task's end —
+//! snapshotted before and after the phase and subtracted), and how many
+//! MongoDB requests were made per write (`serverStatus` opcounters before
+//! and after, less the writer's own writes: what the follower asked, on a
+//! server nothing else uses).
+//!
 //! Prints one JSON object on stdout; progress goes to stderr.
 
 #[path = "bench_servers.rs"]
@@ -71,6 +82,11 @@ struct Args {
     /// How long after a phase's last write its documents may take to show up.
     #[arg(long, default_value_t = 30)]
     drain_secs: u64,
+    /// Only the writer: nothing follows, nothing is timed (edits pick the
+    /// writer's own earlier inserts). What the MongoDB server sustains by
+    /// itself (`--status-url` is not asked).
+    #[arg(long)]
+    writer_only: bool,
 }
 
 /// One write whose version is awaited in Meilisearch.
@@ -93,6 +109,7 @@ struct Seen {
 }
 
 struct Bench {
+    client: mongodb::Client,
     messages: Collection<Document>,
     meili: meilisearch_sdk::indexes::Index,
     args: Args,
@@ -113,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
     )?
     .index(format!("{}messages", args.index_prefix));
     let bench = Arc::new(Bench {
+        client: client.clone(),
         messages,
         meili,
         args,
@@ -162,8 +180,8 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The follower's count of skipped documents (already indexed by the hook).
-async fn skipped(status_url: &str) -> anyhow::Result<u64> {
+/// The follower's `/status`.
+async fn status(status_url: &str) -> anyhow::Result<Value> {
     let authority = status_url
         .trim_start_matches("http://")
         .trim_end_matches('/');
@@ -174,8 +192,164 @@ async fn skipped(status_url: &str) -> anyhow::Result<u64> {
     let mut reply = String::new();
     stream.read_to_string(&mut reply).await?;
     let body = reply.split("\r\n\r\n").nth(1).unwrap_or("");
-    let status: Value = serde_json::from_str(body).context("the follower's /status")?;
-    Ok(status["follow"]["applied"]["skipped"].as_u64().unwrap_or(0))
+    serde_json::from_str(body).context("the follower's /status")
+}
+
+/// The follower's count of skipped documents (already indexed by the hook).
+fn skipped(status: &Value) -> u64 {
+    status["follow"]["applied"]["skipped"].as_u64().unwrap_or(0)
+}
+
+/// One stage's histogram from `follow.latency`: bucket lower bound (ms) →
+/// count, the sum of its durations, and the bucket width.
+fn histogram(stage: &Value) -> (std::collections::BTreeMap<u64, u64>, f64, u64) {
+    let buckets = stage["buckets"]
+        .as_object()
+        .map(|b| {
+            b.iter()
+                .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        buckets,
+        stage["sumSecs"].as_f64().unwrap_or(0.0),
+        stage["bucketMs"].as_u64().unwrap_or(10),
+    )
+}
+
+/// What happened to each stage between two `follow.latency` snapshots:
+/// count, mean, p50 / p99 / max (to the bucket's upper bound), and each
+/// stage's share of the summed means of the stages that make up `total`.
+fn latency_between(before: &Value, after: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for group in ["stages", "batchStages"] {
+        let mut stages = serde_json::Map::new();
+        let Some(names) = after[group].as_object() else {
+            continue;
+        };
+        for name in names.keys() {
+            let (b, b_sum, _) = histogram(&before[group][name]);
+            let (a, a_sum, width) = histogram(&after[group][name]);
+            let mut diff: Vec<(u64, u64)> = a
+                .iter()
+                .map(|(k, n)| (*k, n.saturating_sub(b.get(k).copied().unwrap_or(0))))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            diff.sort();
+            let count: u64 = diff.iter().map(|(_, n)| n).sum();
+            let quantile = |q: f64| {
+                let rank = ((q * count as f64).ceil() as u64).clamp(1, count.max(1));
+                let mut seen = 0;
+                for (k, n) in &diff {
+                    seen += n;
+                    if seen >= rank {
+                        return Some((k + width) as f64 / 1000.0);
+                    }
+                }
+                None
+            };
+            stages.insert(
+                name.clone(),
+                json!({
+                    "count": count,
+                    "meanSecs": (count > 0).then(|| (a_sum - b_sum) / count as f64),
+                    "p50Secs": quantile(0.5),
+                    "p99Secs": quantile(0.99),
+                    "maxSecs": diff.last().map(|(k, _)| (k + width) as f64 / 1000.0),
+                }),
+            );
+        }
+        out.insert(group.to_string(), Value::Object(stages));
+    }
+    let micro_batches =
+        after["microBatches"].as_u64().unwrap_or(0) - before["microBatches"].as_u64().unwrap_or(0);
+    out.insert("microBatches".into(), json!(micro_batches));
+    let mut depth = serde_json::Map::new();
+    if let Some(d) = after["depth"].as_object() {
+        for (k, v) in d {
+            let n = v.as_u64().unwrap_or(0) - before["depth"][k].as_u64().unwrap_or(0);
+            if n > 0 {
+                depth.insert(k.clone(), json!(n));
+            }
+        }
+    }
+    out.insert("depth".into(), Value::Object(depth));
+    // The stage that dominates: the largest mean among those `total` is
+    // made of.
+    let dominant = out
+        .get("stages")
+        .and_then(Value::as_object)
+        .and_then(|stages| {
+            stages
+                .iter()
+                .filter(|(name, _)| name.as_str() != "total")
+                .filter_map(|(name, v)| Some((name.clone(), v["meanSecs"].as_f64()?)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+        });
+    out.insert(
+        "dominantStage".into(),
+        json!(dominant.map(|(name, mean)| json!({ "stage": name, "meanSecs": mean }))),
+    );
+    Value::Object(out)
+}
+
+/// `serverStatus().opcounters` of the MongoDB server.
+async fn opcounters(client: &mongodb::Client) -> anyhow::Result<Document> {
+    let status = client
+        .database("admin")
+        .run_command(doc! { "serverStatus": 1 })
+        .await?;
+    Ok(status
+        .get_document("opcounters")
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// The follower's MongoDB requests between two opcounter snapshots, per
+/// write: the writer's own inserts and updates (`writer_inserts`,
+/// `writer_updates`) and the two `serverStatus` commands are taken out.
+fn requests_per_write(
+    before: &Document,
+    after: &Document,
+    writer_inserts: u64,
+    writer_updates: u64,
+    writes: u64,
+) -> Value {
+    let delta = |k: &str| {
+        let n = |d: &Document| {
+            d.get(k)
+                .and_then(|v| match v {
+                    mongodb::bson::Bson::Int32(n) => Some(*n as i64),
+                    mongodb::bson::Bson::Int64(n) => Some(*n),
+                    mongodb::bson::Bson::Double(n) => Some(*n as i64),
+                    _ => None,
+                })
+                .unwrap_or(0)
+        };
+        (n(after) - n(before)).max(0) as u64
+    };
+    let mut out = serde_json::Map::new();
+    let mut total = 0;
+    for k in ["insert", "query", "update", "delete", "getmore", "command"] {
+        let mut n = delta(k);
+        match k {
+            "insert" => n = n.saturating_sub(writer_inserts),
+            "update" => n = n.saturating_sub(writer_updates),
+            "command" => n = n.saturating_sub(2),
+            _ => {}
+        }
+        total += n;
+        out.insert(
+            k.to_string(),
+            json!((writes > 0).then(|| n as f64 / writes as f64)),
+        );
+    }
+    out.insert(
+        "total".into(),
+        json!((writes > 0).then(|| total as f64 / writes as f64)),
+    );
+    Value::Object(out)
 }
 
 fn message(phase: &str, n: usize) -> Document {
@@ -202,16 +376,26 @@ async fn phase(
     hook_fraction: f64,
 ) -> anyhow::Result<Value> {
     let args = &bench.args;
-    let skipped_before = skipped(&args.status_url).await?;
+    let follower_status = || async {
+        if args.writer_only {
+            Ok(Value::Null)
+        } else {
+            status(&args.status_url).await
+        }
+    };
+    let status_before = follower_status().await?;
+    let ops_before = opcounters(&bench.client).await.ok();
     let pending: Arc<Mutex<VecDeque<Pending>>> = Arc::default();
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let writing_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let checker = tokio::spawn(check(
-        bench.clone(),
-        pending.clone(),
-        seen.clone(),
-        writing_done.clone(),
-    ));
+    let checker = (!args.writer_only).then(|| {
+        tokio::spawn(check(
+            bench.clone(),
+            pending.clone(),
+            seen.clone(),
+            writing_done.clone(),
+        ))
+    });
 
     let began = Instant::now();
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
@@ -239,9 +423,22 @@ async fn phase(
         hooked += usize::from(hook);
         edits += usize::from(edit_target.is_some());
         let (bench, pending, name) = (bench.clone(), pending.clone(), name.to_string());
+        let seen = seen.clone();
         writes.push(tokio::spawn(async move {
             let _permit = permit;
-            write(&bench, &pending, &name, n, hook, edit_target, began).await
+            let timed = write(&bench, &pending, &name, n, hook, edit_target, began).await?;
+            if bench.args.writer_only {
+                // Nothing checks it: editable at once.
+                let mut queue = pending.lock().unwrap();
+                if let Some(p) = queue
+                    .iter()
+                    .position(|p| p.id == timed)
+                    .and_then(|at| queue.remove(at))
+                {
+                    seen.lock().unwrap().settled.push((p.id, p.message_id));
+                }
+            }
+            anyhow::Ok(())
         }));
         while let Some(done) = futures::FutureExt::now_or_never(writes.next()).flatten() {
             done??;
@@ -252,12 +449,31 @@ async fn phase(
     }
     let wrote_for = began.elapsed().as_secs_f64();
     writing_done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let unresolved = checker.await??;
+    let unresolved = match checker {
+        Some(checker) => checker.await??,
+        None => 0,
+    };
     // Let the follower count what it skipped.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let skipped = skipped(&args.status_url)
-        .await?
-        .saturating_sub(skipped_before);
+    if !args.writer_only {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let status_after = follower_status().await?;
+    let ops_after = opcounters(&bench.client).await.ok();
+    let skipped = skipped(&status_after).saturating_sub(skipped(&status_before));
+    let latency = latency_between(
+        &status_before["follow"]["latency"],
+        &status_after["follow"]["latency"],
+    );
+    let requests = match (&ops_before, &ops_after) {
+        (Some(before), Some(after)) => requests_per_write(
+            before,
+            after,
+            (written - edits) as u64,
+            (edits + hooked) as u64,
+            written as u64,
+        ),
+        _ => Value::Null,
+    };
 
     let delays = std::mem::take(&mut seen.lock().unwrap().delays);
     let mut all: Vec<f64> = delays.iter().map(|(_, d)| *d).collect();
@@ -292,6 +508,8 @@ async fn phase(
         "unresolved": unresolved,
         "skippedByFollower": skipped,
         "sustained": sustained,
+        "followerLatency": latency,
+        "followerMongoRequestsPerWrite": requests,
     });
     eprintln!("meili-bench-follow: {report}");
     Ok(report)
@@ -315,7 +533,7 @@ async fn write(
     hook: bool,
     edit: Option<(ObjectId, String)>,
     began: Instant,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ObjectId> {
     let (id, message_id, text, doc) = match edit {
         Some((id, message_id)) => {
             let text = format!("benchmark message {message_id}, edit {n} of {phase}");
@@ -352,7 +570,7 @@ async fn write(
             .messages
             .update_one(doc! { "_id": id }, doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } })
             .await?;
-        return Ok(());
+        return Ok(id);
     }
     pending.lock().unwrap().push_back(Pending {
         id,
@@ -361,7 +579,7 @@ async fn write(
         acked,
         at: acked.duration_since(began).as_secs_f64(),
     });
-    Ok(())
+    Ok(id)
 }
 
 /// Polls Meilisearch for every pending write until its version shows up;

@@ -19,6 +19,9 @@
 //!   for every unindexed document — writes the limit does not count.
 //! - `unindex`: clears the flag of every k-th flagged document (spread over the
 //!   collection), for the incremental case.
+//! - `check-seeded`: whether a database seeded ahead of a run (a long one:
+//!   seeding 1M messages with LibreChat's indexes takes about an hour on
+//!   DocumentDB) still holds what `meili-seed` wrote, unflagged.
 //! - `cpu`: a snapshot of the busy-time counters, taken around `once`.
 //! - `verify`: whether a run indexed everything, with the same batch figures
 //!   for the tasks the run enqueued; `cleanup`: drops the
@@ -27,7 +30,7 @@
 //! Every timed pass reports wall seconds and busy core-seconds (`bench_cpu`):
 //! the machine's (`/proc/stat`) and the watched processes' (`--watch-pid`:
 //! the servers, when local) plus this one's. None of these passes write
-//! MongoDB but `unindex`, `flag-writes` and `ack-writes`. Prints one JSON object on stdout; progress goes to
+//! MongoDB but `scan --write-flags`, `unindex`, `flag-writes` and `ack-writes`. Prints one JSON object on stdout; progress goes to
 //! stderr.
 
 #[path = "bench_cpu.rs"]
@@ -131,12 +134,33 @@ enum Cmd {
         limits: Vec<(String, u64)>,
         /// Set the flag as the scan goes: one `update_many` per page (or
         /// cursor batch) over its `_id` range, `_meiliIndex: true` — the raw
-        /// write every sync must make, in the limit's MongoDB term. Afterwards
-        /// (not timed) every flag is reset to `false`.
+        /// write every sync must make, in the limit's MongoDB term. After
+        /// each way (not timed) the flags it wrote are reset to `false`.
         #[arg(long)]
         write_flags: bool,
+        /// The incremental case: before each way (not timed) the documents it
+        /// will read — the first `--docs` of each collection — are unflagged,
+        /// each one's flag kept aside, so that the way writes as many flags
+        /// as it reads (a backlog of that many documents); after it (not
+        /// timed) every one gets its own flag back.
+        #[arg(long, requires_all = ["write_flags", "limits"])]
+        as_backlog: bool,
         #[command(flatten)]
         cpu: CpuArgs,
+    },
+    /// Check that a database holds what `meili-seed` wrote for a benchmark and
+    /// nothing has flagged it since: the counts, no `_meiliIndex: true`, and
+    /// how many indexes each collection has (fails otherwise).
+    CheckSeeded {
+        #[arg(long)]
+        database: String,
+        #[arg(long)]
+        messages: u64,
+        #[arg(long)]
+        conversations: u64,
+        /// The least number of indexes (`_id` included) each collection must have.
+        #[arg(long, default_value_t = 1)]
+        min_indexes: usize,
     },
     /// Extra: time reading the unindexed documents the way `once` does today, without acknowledging.
     OnceRead {
@@ -263,15 +287,35 @@ async fn main() -> anyhow::Result<()> {
             page_docs,
             limits,
             write_flags,
+            as_backlog,
             cpu,
         } => {
+            let flags = match (write_flags, as_backlog) {
+                (false, _) => FlagWrites::None,
+                (true, true) => FlagWrites::Backlog,
+                (true, false) => FlagWrites::Write,
+            };
             scan(
                 &client.database(&database),
                 &modes,
                 page_docs,
                 &limits,
-                write_flags,
+                flags,
                 &cpu,
+            )
+            .await?
+        }
+        Cmd::CheckSeeded {
+            database,
+            messages,
+            conversations,
+            min_indexes,
+        } => {
+            check_seeded(
+                &client.database(&database),
+                messages,
+                conversations,
+                min_indexes,
             )
             .await?
         }
@@ -600,15 +644,36 @@ fn projection(collection: Collection) -> Document {
     mongo::sync_projection(&Rules::default(), collection)
 }
 
+/// The flag writes of a scan. Either way the data is left as it was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlagWrites {
+    /// A read only.
+    None,
+    /// The raw write on unflagged data; what it flagged is unflagged again
+    /// after each way (not timed).
+    Write,
+    /// The documents each way will read are unflagged first, each one's flag
+    /// kept aside, and get it back after the way (neither timed), so that it
+    /// writes as many flags as it reads: the incremental case.
+    Backlog,
+}
+
+impl FlagWrites {
+    fn writes(self) -> bool {
+        self != FlagWrites::None
+    }
+}
+
 async fn scan(
     db: &Database,
     modes: &[ScanMode],
     page_docs: usize,
     limits: &[(String, u64)],
-    write_flags: bool,
+    flags: FlagWrites,
     cpu: &CpuArgs,
 ) -> anyhow::Result<Value> {
     ensure!(!modes.is_empty(), "--modes names no way to scan");
+    let write_flags = flags.writes();
     let limit_of = |collection: Collection| {
         limits
             .iter()
@@ -619,6 +684,11 @@ async fn scan(
     let mut passes: Vec<Value> = Vec::new();
     let mut best: Option<Value> = None;
     for &mode in modes {
+        if flags == FlagWrites::Backlog {
+            for collection in Collection::ALL {
+                make_backlog(db, collection, limit_of(collection).unwrap_or(0)).await?;
+            }
+        }
         // A way to read that is already twice as slow as the best one is not
         // the cheaper one: stop it there (pages can be quadratic on some servers).
         let give_up = best
@@ -645,8 +715,10 @@ async fn scan(
             Ok(Some(docs))
         })
         .await;
-        if write_flags {
-            reset_flags(db).await?;
+        match flags {
+            FlagWrites::None => {}
+            FlagWrites::Write => reset_flags(db).await?,
+            FlagWrites::Backlog => restore_backlog(db).await?,
         }
         // A way that fails once another succeeded is reported, not fatal.
         let (docs, spent) = match measured {
@@ -685,7 +757,11 @@ async fn scan(
         }
         passes.push(pass);
     }
-    Ok(json!({ "passes": passes, "best": best, "write_flags": write_flags }))
+    let as_backlog = flags == FlagWrites::Backlog;
+    Ok(
+        json!({ "passes": passes, "best": best, "write_flags": write_flags,
+        "as_backlog": as_backlog }),
+    )
 }
 
 /// What a scan's flag write leaves on the documents it flagged, so that
@@ -745,44 +821,162 @@ async fn update_ranges(
     Ok(())
 }
 
-/// After a scan that wrote flags (not timed): the documents it flagged get
+/// After a way that wrote flags (not timed): the documents it flagged get
 /// `_meiliIndex: false` again, so the next step finds them as they were:
-/// unindexed. By `_id` ranges, as the write went.
+/// unindexed.
 async fn reset_flags(db: &Database) -> anyhow::Result<()> {
     for collection in Collection::ALL {
-        let handle = db.collection::<Document>(collection.name());
-        let mut after: Option<Bson> = None;
-        loop {
-            let filter = match &after {
-                Some(after) => doc! { "_id": { "$gt": after.clone() } },
-                None => doc! {},
-            };
-            let ids: Vec<Bson> = handle
-                .find(filter)
-                .sort(doc! { "_id": 1 })
-                .limit(10 * FLAG_RANGE_DOCS as i64)
-                .projection(doc! { "_id": 1 })
-                .await
-                .context("resetting flags")?
-                .try_collect::<Vec<Document>>()
-                .await
-                .context("resetting flags")?
-                .into_iter()
-                .filter_map(|d| d.get("_id").cloned())
-                .collect();
-            let Some(last) = ids.last().cloned() else {
-                break;
-            };
-            update_ranges(
-                db,
-                collection,
-                &ids,
-                doc! { WRITTEN_BY_SCAN: true },
-                doc! { "$set": { FLAG: false }, "$unset": { WRITTEN_BY_SCAN: "" } },
-            )
+        let statements = each_marked(db, collection, WRITTEN_BY_SCAN, |_| {
+            doc! { "$set": { FLAG: false }, "$unset": { WRITTEN_BY_SCAN: "" } }
+        })
+        .await?;
+        update_each(db, collection, statements)
             .await
             .context("resetting flags")?;
-            after = Some(last);
+    }
+    Ok(())
+}
+
+/// Where [`make_backlog`] keeps each document's own flag: `true`, `false`,
+/// or null for none.
+const FLAG_WAS: &str = "_benchFlagWas";
+
+/// Before a way of `--as-backlog` (not timed): the first `docs` documents of
+/// the collection in `_id` order unflagged, each one's flag kept in
+/// [`FLAG_WAS`].
+async fn make_backlog(db: &Database, collection: Collection, docs: u64) -> anyhow::Result<()> {
+    if docs == 0 {
+        return Ok(());
+    }
+    let statements: Vec<(Document, Document)> = db
+        .collection::<Document>(collection.name())
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .limit(docs as i64)
+        .projection(doc! { "_id": 1, FLAG: 1 })
+        .await
+        .context("reading the backlog's ids")?
+        .try_collect::<Vec<Document>>()
+        .await
+        .context("reading the backlog's ids")?
+        .into_iter()
+        .filter_map(|d| {
+            let was = d.get(FLAG).cloned().unwrap_or(Bson::Null);
+            let id = d.get("_id").cloned()?;
+            Some((
+                doc! { "_id": id },
+                doc! { "$set": { FLAG: false, FLAG_WAS: was } },
+            ))
+        })
+        .collect();
+    update_each(db, collection, statements)
+        .await
+        .context("unflagging the backlog")
+}
+
+/// After a way of `--as-backlog` (not timed): every document [`make_backlog`]
+/// unflagged gets its own flag back (none, where it had none).
+async fn restore_backlog(db: &Database) -> anyhow::Result<()> {
+    for collection in Collection::ALL {
+        let statements = each_marked(db, collection, FLAG_WAS, |doc| {
+            let markers = doc! { FLAG_WAS: "", WRITTEN_BY_SCAN: "" };
+            match doc.get(FLAG_WAS) {
+                Some(Bson::Boolean(was)) => doc! { "$set": { FLAG: *was }, "$unset": markers },
+                _ => {
+                    let mut unset = markers;
+                    unset.insert(FLAG, "");
+                    doc! { "$unset": unset }
+                }
+            }
+        })
+        .await?;
+        update_each(db, collection, statements)
+            .await
+            .context("restoring the backlog's flags")?;
+    }
+    Ok(())
+}
+
+/// One `(filter, update)` statement per document that has field `marker`:
+/// `{_id}` and `update(document)` (the document carries `_id` and `marker`).
+async fn each_marked(
+    db: &Database,
+    collection: Collection,
+    marker: &str,
+    update: impl Fn(&Document) -> Document,
+) -> anyhow::Result<Vec<(Document, Document)>> {
+    let mut cursor = db
+        .collection::<Document>(collection.name())
+        .find(doc! { marker: { "$exists": true } })
+        .projection(doc! { "_id": 1, marker: 1 })
+        .batch_size(10_000)
+        .await
+        .context("reading marked documents")?;
+    let mut statements = Vec::new();
+    while let Some(doc) = cursor
+        .try_next()
+        .await
+        .context("reading marked documents")?
+    {
+        if let Some(id) = doc.get("_id") {
+            statements.push((doc! { "_id": id.clone() }, update(&doc)));
+        }
+    }
+    Ok(statements)
+}
+
+/// Statements per `update` command of [`update_each`] (halved while the
+/// server stops one for taking too long: DocumentDB after 10 s, code 50).
+const STATEMENTS_PER_UPDATE: usize = 500;
+
+/// The statements in `update` commands, two side by side (on DocumentDB, with
+/// LibreChat's indexes, one statement a document is cheaper than a range
+/// `update_many`, and two connections use two cores): the benchmark's own
+/// set-up writes, never timed.
+async fn update_each(
+    db: &Database,
+    collection: Collection,
+    statements: Vec<(Document, Document)>,
+) -> anyhow::Result<()> {
+    let half = statements.len().div_ceil(2);
+    let (first, second) = statements.split_at(half);
+    futures::future::try_join(
+        update_serially(db, collection, first),
+        update_serially(db, collection, second),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn update_serially(
+    db: &Database,
+    collection: Collection,
+    statements: &[(Document, Document)],
+) -> anyhow::Result<()> {
+    let mut pending: std::collections::VecDeque<&[(Document, Document)]> =
+        statements.chunks(STATEMENTS_PER_UPDATE).collect();
+    while let Some(chunk) = pending.pop_front() {
+        let updates: Vec<Document> = chunk
+            .iter()
+            .map(|(q, u)| doc! { "q": q.clone(), "u": u.clone() })
+            .collect();
+        let command = doc! { "update": collection.name(), "updates": updates, "ordered": false };
+        match db.run_command(command).await {
+            Ok(reply) => {
+                if let Ok(errors) = reply.get_array("writeErrors") {
+                    bail!(
+                        "update of {}: {} write errors: {errors:?}",
+                        collection.name(),
+                        errors.len()
+                    );
+                }
+            }
+            Err(error) if chunk.len() > 1 && format!("{error:?}").contains("code: 50") => {
+                let (first_half, second_half) = chunk.split_at(chunk.len() / 2);
+                pending.push_front(second_half);
+                pending.push_front(first_half);
+            }
+            Err(error) => return Err(error.into()),
         }
     }
     Ok(())
@@ -1140,6 +1334,51 @@ async fn forget(db: &Database, meili: &Meili, prefix: &str) -> anyhow::Result<Va
 }
 
 // --- checks ---------------------------------------------------------------------
+
+/// `check-seeded`: the counts `meili-seed` wrote, nothing flagged, and at
+/// least `min_indexes` indexes on each collection; an error names what differs.
+async fn check_seeded(
+    db: &Database,
+    messages: u64,
+    conversations: u64,
+    min_indexes: usize,
+) -> anyhow::Result<Value> {
+    let mut per_collection = Vec::new();
+    for (collection, expected) in [
+        (Collection::Messages, messages),
+        (Collection::Conversations, conversations),
+    ] {
+        let handle = db.collection::<Document>(collection.name());
+        let count = handle.count_documents(doc! {}).await.context("counting")?;
+        let flagged = handle
+            .count_documents(doc! { FLAG: true })
+            .await
+            .context("counting flagged documents")?;
+        let indexes = handle
+            .list_index_names()
+            .await
+            .context("listing indexes")?
+            .len();
+        ensure!(
+            count == expected,
+            "{}: {count} documents, expected {expected} (seed it again)",
+            collection.name()
+        );
+        ensure!(
+            flagged == 0,
+            "{}: {flagged} documents flagged since the seeding (seed it again)",
+            collection.name()
+        );
+        ensure!(
+            indexes >= min_indexes,
+            "{}: {indexes} indexes, expected at least {min_indexes}",
+            collection.name()
+        );
+        per_collection
+            .push(json!({ "collection": collection.name(), "docs": count, "indexes": indexes }));
+    }
+    Ok(json!({ "collections": per_collection }))
+}
 
 /// Per collection: indexable / unindexed in MongoDB and documents in the
 /// index; `complete` when nothing is left unindexed and the index holds

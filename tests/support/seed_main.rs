@@ -42,7 +42,10 @@ struct Args {
     /// seeder's: LibreChat's sync index, `messageId`, `conversationId`),
     /// `librechat` (every index LibreChat's own models build on both
     /// collections, by its data layer: `tests/librechat/librechat.cjs
-    /// indexes`, which needs Node.js and `npm ci` there) or `none`.
+    /// indexes`, which needs Node.js and `npm ci` there),
+    /// `librechat-plain-unique` (the same, its two unique compound indexes
+    /// built as plain ones: on DocumentDB their uniqueness check makes the
+    /// build quadratic and every write linear in the collection) or `none`.
     #[arg(long, value_enum, default_value_t = Indexes::Own)]
     indexes: Indexes,
 }
@@ -51,18 +54,27 @@ struct Args {
 enum Indexes {
     Own,
     Librechat,
+    LibrechatPlainUnique,
     None,
 }
 
 /// LibreChat's own index builds of `database`, by its data layer; the
 /// index names of each collection afterwards.
-fn librechat_indexes(mongo_uri: &str, database: &str) -> anyhow::Result<serde_json::Value> {
+fn librechat_indexes(
+    mongo_uri: &str,
+    database: &str,
+    plain_unique: bool,
+) -> anyhow::Result<serde_json::Value> {
     let harness = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/librechat/librechat.cjs");
     let output = std::process::Command::new("node")
         .arg(harness)
         .arg("indexes")
         .env("MONGO_URI", mongo_uri)
         .env("LIBRECHAT_DB", database)
+        .env(
+            "LIBRECHAT_PLAIN_UNIQUE",
+            if plain_unique { "1" } else { "0" },
+        )
         .stderr(std::process::Stdio::inherit())
         .output()
         .context(
@@ -104,8 +116,12 @@ async fn main() -> anyhow::Result<()> {
         ..Default::default()
     };
     let report = seeder::seed(&db, &spec).await?;
-    if args.indexes == Indexes::Librechat {
-        let built = librechat_indexes(&args.mongo_uri, &args.database)?;
+    if matches!(
+        args.indexes,
+        Indexes::Librechat | Indexes::LibrechatPlainUnique
+    ) {
+        let plain_unique = args.indexes == Indexes::LibrechatPlainUnique;
+        let built = librechat_indexes(&args.mongo_uri, &args.database, plain_unique)?;
         if args.progress {
             eprintln!("meili-seed: LibreChat's indexes: {built}");
         }
