@@ -94,7 +94,17 @@ async fn deletes_with_pre_images_leave_meilisearch_within_the_follow_latency() {
     let delays = await_gone(&target, &ids, &at, Duration::from_secs(15)).await;
     let (p50, max) = p50_max(&delays);
     eprintln!("50 deletes with pre-images: gone from Meilisearch p50 {p50:.3} s, max {max:.3} s");
-    assert!(max < 5.0, "within the follow latency: max {max:.3} s");
+    // The follow latency's 2 s target, plus two steps coming late on a
+    // loaded machine (CI runs two suites on two cores: 5.2 s once there,
+    // 1.6 s alone, 2.4 s beside three CPU burners). Still below the orphan
+    // check's period (ORPHAN_CHECK_EVERY; its first check ran when following
+    // began, before the deletes): only the pre-images can explain deletes
+    // gone that soon, and the log must not show a delete without one.
+    let bound = Duration::from_secs(2) + 2 * support::timing::headroom();
+    assert!(
+        max < bound.as_secs_f64(),
+        "within the follow latency ({bound:?} on a loaded machine): max {max:.3} s"
+    );
 
     await_in_step(&env, Duration::from_secs(20)).await;
     terminate(&a);
