@@ -1,18 +1,20 @@
 //! Both collections are reconciled side by side (docs/design.md §4.2): the
 //! conversations are sent while the messages are still being indexed, not
 //! after them, and the messages do not wait for the conversations either.
+//!
+//! Proven by events, not by timing: the stand-in holds every document
+//! addition (`/_standin/hold-additions`), so no batch of either collection
+//! can be confirmed; a run that did one collection after the other would never post
+//! the second one's first batch while held.
 
 mod support;
 
-use meili_reconciler::mongo::Collection;
-use meili_reconciler::reconcile::SyncOptions;
-use support::chat_data::{seed, server_now, Env};
+use std::time::Duration;
 
-/// An RFC 3339 time, comparable.
-fn rfc3339(at: &str) -> time::OffsetDateTime {
-    time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|e| panic!("{at}: {e}"))
-}
+use meili_reconciler::lease::Guard;
+use meili_reconciler::progress::Progress;
+use meili_reconciler::reconcile::{reconcile, SyncOptions};
+use support::chat_data::{seed, server_now, Env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_are_sent_while_messages_are_still_indexing() {
@@ -22,19 +24,28 @@ async fn conversations_are_sent_while_messages_are_still_indexing() {
     let knobs = standin.knobs();
     let env = Env::on_standin(&standin, "side_by_side").await;
     seed(&env, 600, 200).await;
-    // Twelve message batches and four of conversations, two in flight, each
-    // document costing 3 ms: the messages take seconds, the conversations
-    // under a second.
-    knobs.set_per_document_cost(3_000).await;
+    // Settings and deletions go on being processed: only the additions,
+    // whose confirmation a serial run would wait for, are held.
+    knobs.hold_additions(true).await;
     let opts = SyncOptions {
         batch_docs: 50,
         in_flight: 2,
         ..env.opts.clone()
     };
-    env.run_with(&opts).await.expect("reconcile");
-    knobs.set_per_document_cost(0).await;
-
-    let posts: Vec<String> = knobs
+    let run = {
+        let (db, meili, opts) = (env.db.clone(), env.meili.clone(), opts.clone());
+        tokio::spawn(async move {
+            reconcile(&db, &meili, &opts, &Guard::unfenced(), &Progress::new()).await
+        })
+    };
+    // Generous: on a serial run neither wait would ever end, so this bound
+    // only turns a hang into a failure.
+    let both_sent = async {
+        knobs.await_documents_post("messages", &run).await;
+        knobs.await_documents_post("convos", &run).await;
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(120), both_sent).await;
+    let posted_while_held = knobs
         .requests()
         .await
         .iter()
@@ -44,56 +55,26 @@ async fn conversations_are_sent_while_messages_are_still_indexing() {
                     .as_str()
                     .is_some_and(|p| p.ends_with("/documents"))
         })
-        .map(|r| r["path"].as_str().unwrap().to_string())
-        .collect();
-    let first_convos = posts
-        .iter()
-        .position(|p| p.contains("convos"))
-        .expect("conversations were sent");
-    let last_messages = posts
-        .iter()
-        .rposition(|p| p.contains("messages"))
-        .expect("messages were sent");
-    assert!(
-        first_convos < last_messages,
-        "conversations waited for every message batch: {posts:?}"
-    );
-    // Nor did the messages wait for the conversations: their first batch was
-    // posted before the conversations' last task had finished (one after the
-    // other, the messages would be read only once that task was confirmed).
-    let first_message_post = knobs
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "POST")
-        .find(|r| {
-            r["path"]
-                .as_str()
-                .is_some_and(|p| p.contains("messages") && p.ends_with("/documents"))
-        })
-        .and_then(|r| r["startedAt"].as_str().map(str::to_string))
-        .expect("messages were sent");
-    let convos_tasks = env
+        .count();
+    // The premise: while held, no document task had been confirmed.
+    let confirmed = env
         .meili
-        .tasks(&format!(
-            "indexUids={}&types=documentAdditionOrUpdate",
-            env.uid(Collection::Conversations)
-        ))
+        .tasks("types=documentAdditionOrUpdate&statuses=succeeded,failed")
         .await
         .unwrap();
-    let last_convos_finished = convos_tasks["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["finishedAt"].as_str())
-        .map(rfc3339)
-        .max()
-        .expect("the conversations' tasks finished");
-    println!("first message batch posted at {first_message_post}, conversations' last task finished at {last_convos_finished}");
+    knobs.hold_additions(false).await;
     assert!(
-        rfc3339(&first_message_post) < last_convos_finished,
-        "the messages waited for the conversations: first message batch at {first_message_post}, {convos_tasks}"
+        confirmed["results"]
+            .as_array()
+            .is_some_and(|t| t.is_empty()),
+        "the stand-in's hold did not hold: {confirmed}"
     );
+    assert!(
+        waited.is_ok(),
+        "with no document task confirmed, only one collection had a batch posted \
+         ({posted_while_held} posts in all): one collection waited for the other"
+    );
+    run.await.expect("join").expect("reconcile");
     env.assert_in_step(server_now(&env.db).await, &[]).await;
     env.cleanup().await;
 }

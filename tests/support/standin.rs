@@ -185,6 +185,17 @@ impl Knobs {
         self.call(reqwest::Method::GET, "model", None).await
     }
 
+    /// Holds document additions (`held`: they stay enqueued while later
+    /// tasks are processed) or releases them.
+    pub async fn hold_additions(&self, held: bool) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "hold-additions",
+            Some(json!({ "held": held })),
+        )
+        .await
+    }
+
     /// The next `count` tasks processed fail with this error.
     pub async fn fail_next_tasks(
         &self,
@@ -219,17 +230,24 @@ impl Knobs {
     /// Waits until a batch of documents has been posted to the messages
     /// index, failing if the run (`run`) ends first.
     pub async fn await_messages_batch<T>(&self, run: &tokio::task::JoinHandle<T>) {
+        self.await_documents_post("messages", run).await;
+    }
+
+    /// Waits until a batch of documents has been posted to an index whose
+    /// uid ends with `index_suffix`, failing if the run (`run`) ends first.
+    pub async fn await_documents_post<T>(
+        &self,
+        index_suffix: &str,
+        run: &tokio::task::JoinHandle<T>,
+    ) {
+        let path_end = format!("{index_suffix}/documents");
         loop {
             assert!(
                 !run.is_finished(),
-                "the run ended before its first batch was seen"
+                "the run ended before a batch was posted to the {index_suffix} index"
             );
             let sent = self.requests().await.iter().any(|r| {
-                r["method"] == "POST"
-                    && r["path"]
-                        .as_str()
-                        .unwrap_or("")
-                        .ends_with("messages/documents")
+                r["method"] == "POST" && r["path"].as_str().unwrap_or("").ends_with(&path_end)
             });
             if sent {
                 return;

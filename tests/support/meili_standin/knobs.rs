@@ -7,6 +7,7 @@
 //! | `GET /_standin/latency` | | the current values |
 //! | `POST /_standin/model` | `{"enabled": true, "fixedMs": F, "perIndexedDocUs": I, "perBatchDocUs": D, "scale": S, "maxTasks": T, "maxDocs": N}` (all optional) | the benchmark model of Meilisearch's indexing cost and auto-batching ([`crate::model`]; start-up default: `--model-meilisearch`, `--model-scale`) |
 //! | `GET /_standin/model` | | the current model settings |
+//! | `POST /_standin/hold-additions` | `{"held": true}` or `{"held": false}` | while held, document additions stay `enqueued` and the worker processes the tasks after them (deletions, settings) as usual; on release they are processed in uid order |
 //! | `POST /_standin/fail-next-tasks` | `{"count": N, "code": "...", "message": "...", "type": "..."}` | the next `N` tasks processed fail with that error object (defaults: `internal` / `Injected failure` / `internal`), leaving documents untouched |
 //! | `POST /_standin/outage` | `{"mode": "refuse", "ms": N}` | closes the listening socket and every open connection (so new connections are refused) and binds the same port again after `N` ms; answers once connections are refused |
 //! | `POST /_standin/outage` | `{"mode": "unavailable", "ms": N}` | every route but `/_standin/*` answers `503` with a Meilisearch-shaped error for `N` ms |
@@ -18,7 +19,7 @@
 //! Every knob answers `200` with a JSON object describing what it set.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,8 @@ pub struct Knobs {
     task_latency_ms: AtomicU64,
     per_document_cost_us: AtomicU64,
     injected: Mutex<Option<InjectedFailures>>,
+    /// Document additions wait while set (`/_standin/hold-additions`).
+    additions_held: AtomicBool,
     unavailable_until: Mutex<Option<Instant>>,
     /// Wakes the server loop to close its socket for `refusal_ms`.
     pub refusal_requested: Notify,
@@ -110,6 +113,11 @@ impl Knobs {
         Some(error)
     }
 
+    /// Whether document additions must wait (`/_standin/hold-additions`).
+    pub fn additions_held(&self) -> bool {
+        self.additions_held.load(Ordering::Relaxed)
+    }
+
     fn is_unavailable(&self) -> bool {
         locked(&self.unavailable_until).is_some_and(|until| Instant::now() < until)
     }
@@ -126,6 +134,7 @@ impl Knobs {
         self.task_latency_ms.store(0, Ordering::Relaxed);
         self.per_document_cost_us.store(0, Ordering::Relaxed);
         *locked(&self.injected) = None;
+        self.additions_held.store(false, Ordering::Relaxed);
         *locked(&self.unavailable_until) = None;
         *locked(&self.model) = *locked(&self.startup_model);
     }
@@ -208,6 +217,27 @@ pub async fn fail_next_tasks(
         error,
     });
     Json(answer)
+}
+
+#[derive(Deserialize)]
+pub struct HoldRequest {
+    held: bool,
+}
+
+/// `POST /_standin/hold-additions`: holds document additions, or releases
+/// them (waking the worker).
+pub async fn hold_additions(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<HoldRequest>,
+) -> Json<Value> {
+    state
+        .knobs
+        .additions_held
+        .store(request.held, Ordering::Relaxed);
+    if !request.held {
+        state.worker_wakeup.notify_one();
+    }
+    Json(json!({ "held": request.held }))
 }
 
 #[derive(Deserialize)]

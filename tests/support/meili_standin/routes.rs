@@ -91,6 +91,7 @@ pub fn router(state: AppState) -> Router {
             get(model::get_model).post(model::set_model),
         )
         .route("/_standin/fail-next-tasks", post(knobs::fail_next_tasks))
+        .route("/_standin/hold-additions", post(knobs::hold_additions))
         .route("/_standin/outage", post(knobs::outage))
         .route(
             "/_standin/requests",

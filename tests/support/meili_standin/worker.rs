@@ -7,7 +7,8 @@
 //! the store in uid order under one lock and records each `succeeded` (with
 //! final `details`) or `failed` (with `error`; documents untouched), with one
 //! `finishedAt`. Injected failures (`/_standin/fail-next-tasks`) take the
-//! place of a task's work.
+//! place of a task's work; held document additions
+//! (`/_standin/hold-additions`) wait while later tasks pass them.
 
 use std::time::Duration;
 
@@ -49,10 +50,16 @@ pub async fn run(state: AppState) {
 /// Picks the next batch, marks its tasks `processing` and takes their work.
 fn start_next_batch(state: &AppState) -> Option<Batch> {
     let mut store = state.store();
-    let head = (store.next_to_process..store.tasks.len())
-        .find(|&uid| store.tasks[uid].status == TaskStatus::Enqueued)?;
+    // Held additions stay enqueued, and later tasks pass them (the knob
+    // wakes the worker on release).
+    let held = state.knobs.additions_held();
+    let head = (store.next_to_process..store.tasks.len()).find(|&uid| {
+        let task = &store.tasks[uid];
+        task.status == TaskStatus::Enqueued
+            && !(held && matches!(task.work, Some(Work::AddDocuments { .. })))
+    })?;
     let model = state.knobs.model();
-    let modelled = model.enabled && autobatch::is_batchable(&store.tasks[head]);
+    let modelled = !held && model.enabled && autobatch::is_batchable(&store.tasks[head]);
     let uids = if modelled {
         autobatch::select(&store, head, &model)
     } else {
