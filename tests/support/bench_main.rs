@@ -513,6 +513,7 @@ async fn ndjson_batches(
     let mut cursor = db
         .collection::<Document>(collection.name())
         .find(mongo::unindexed_filter(&Rules::default(), collection, now))
+        .max_time(mongo::READ_TIME_LIMIT)
         .sort(doc! { "_id": 1 })
         .projection(projection(collection))
         .batch_size(cut.docs as u32)
@@ -851,6 +852,7 @@ async fn make_backlog(db: &Database, collection: Collection, docs: u64) -> anyho
     let statements: Vec<(Document, Document)> = db
         .collection::<Document>(collection.name())
         .find(doc! {})
+        .max_time(mongo::READ_TIME_LIMIT)
         .sort(doc! { "_id": 1 })
         .limit(docs as i64)
         .projection(doc! { "_id": 1, FLAG: 1 })
@@ -908,6 +910,7 @@ async fn each_marked(
     let mut cursor = db
         .collection::<Document>(collection.name())
         .find(doc! { marker: { "$exists": true } })
+        .max_time(mongo::READ_TIME_LIMIT)
         .projection(doc! { "_id": 1, marker: 1 })
         .batch_size(10_000)
         .await
@@ -1008,6 +1011,7 @@ async fn scan_cursor(
     // No limit: 0, as the server reads it.
     let mut cursor = handle
         .find(doc! {})
+        .max_time(mongo::READ_TIME_LIMIT)
         .sort(doc! { "_id": 1 })
         .projection(projection(collection))
         .batch_size(batch as u32)
@@ -1142,6 +1146,7 @@ async fn flag_writes(
         let mut cursor = db
             .collection::<Document>(collection.name())
             .find(doc! {})
+            .max_time(mongo::READ_TIME_LIMIT)
             .sort(doc! { "_id": 1 })
             .projection(doc! { "_id": 1 })
             .batch_size(page_docs as u32)
@@ -1201,6 +1206,7 @@ async fn ack_writes(db: &Database, budget: Duration, cpu: &CpuArgs) -> anyhow::R
         let docs: Vec<Document> = db
             .collection::<Document>(collection.name())
             .find(mongo::unindexed_filter(&Rules::default(), collection, now))
+            .max_time(mongo::READ_TIME_LIMIT)
             .sort(doc! { "_id": 1 })
             .projection(mongo::sync_projection(&Rules::default(), collection))
             .await
@@ -1267,6 +1273,7 @@ async fn unindex(db: &Database, every: usize) -> anyhow::Result<Value> {
         let handle = db.collection::<Document>(collection.name());
         let mut cursor = handle
             .find(doc! { FLAG: true })
+            .max_time(mongo::READ_TIME_LIMIT)
             .sort(doc! { "_id": 1 })
             .projection(doc! { "_id": 1 })
             .batch_size(10_000)
@@ -1310,6 +1317,7 @@ async fn forget(db: &Database, meili: &Meili, prefix: &str) -> anyhow::Result<Va
         let mut cursor = db
             .collection::<Document>(collection.name())
             .find(doc! { FLAG: { "$ne": true } })
+            .max_time(mongo::READ_TIME_LIMIT)
             .projection(doc! { "_id": 1, collection.primary_key(): 1 })
             .batch_size(10_000)
             .await
@@ -1349,9 +1357,14 @@ async fn check_seeded(
         (Collection::Conversations, conversations),
     ] {
         let handle = db.collection::<Document>(collection.name());
-        let count = handle.count_documents(doc! {}).await.context("counting")?;
+        let count = handle
+            .count_documents(doc! {})
+            .max_time(mongo::READ_TIME_LIMIT)
+            .await
+            .context("counting")?;
         let flagged = handle
             .count_documents(doc! { FLAG: true })
+            .max_time(mongo::READ_TIME_LIMIT)
             .await
             .context("counting flagged documents")?;
         let indexes = handle
