@@ -6,7 +6,7 @@
 //! each retention branch (`Retention::of` and `Retention::filter`, what an
 //! acknowledgement statement re-checks), `markers::is_processed` and
 //! `markers::processed_filter`, and `mongo::is_unindexed` and
-//! `mongo::unindexed_filter`.
+//! `mongo::unindexed_filter` (and its unflagged part, `Backlog::Unflagged`).
 
 mod support;
 
@@ -223,6 +223,19 @@ async fn the_predicate_selects_what_the_filter_selects() {
         assert_same(&format!("{name} unindexed"), &all, &unindexed, |d| {
             mongo::is_unindexed(&rules, collection, d, now)
         });
+        // The narrow read of a backlog the plan found free of documents
+        // flagged at another schema version: the unflagged part of it.
+        let unflagged = selected(
+            &handle,
+            mongo::unindexed_filter_in(&rules, collection, now, mongo::Backlog::Unflagged),
+        )
+        .await;
+        assert_same(
+            &format!("{name} unindexed, unflagged"),
+            &all,
+            &unflagged,
+            |d| mongo::is_unindexed(&rules, collection, d, now) && !markers::is_flagged(d),
+        );
 
         let seeded = match collection {
             Collection::Messages => &report.messages,

@@ -71,9 +71,19 @@ pub fn processed_filter(rules: &Rules) -> Document {
 /// LibreChat's `{_meiliIndex, isTemporary, expiredAt}`).
 pub fn unprocessed_filter(rules: &Rules) -> Document {
     doc! { "$or": [
-        { FLAG: { "$ne": true } },
+        unflagged_filter(),
         { FLAG: true, SCHEMA_VERSION: { "$ne": rules.schema_version } },
     ] }
+}
+
+/// Unflagged: the first branch of [`unprocessed_filter`] alone, which is
+/// every unprocessed document while no document is flagged at another
+/// schema version. An index on `_meiliIndex` answers it from the backlog's
+/// own entries; the other branch's `_meiliIndex: true` selects nearly every
+/// document, which DocumentDB then fetches one by one to test the schema
+/// version.
+pub fn unflagged_filter() -> Document {
+    doc! { FLAG: { "$ne": true } }
 }
 
 /// Documents that may be in Meilisearch by their markers: the flag is there,

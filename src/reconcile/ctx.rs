@@ -86,19 +86,23 @@ impl<'a> Ctx<'a> {
     }
 
     /// The next page (`sync.batch_docs` documents after `after`, by `_id`)
-    /// of the collection's unindexed documents, or of all its searchable
-    /// ones, at MongoDB's time `now`, filtered by the server.
+    /// of the collection's unindexed documents (those `backlog` selects),
+    /// or of all its searchable ones (`None`), at MongoDB's time `now`,
+    /// filtered by the server.
     pub async fn read_page(
         &self,
-        unindexed_only: bool,
+        backlog: Option<mongo::Backlog>,
         now: DateTime,
         after: Option<&Bson>,
     ) -> Result<Vec<RawDocumentBuf>, ReconcileError> {
         let (rules, limit) = (&self.opts.rules, self.opts.batch_docs.max(1));
-        Ok(if unindexed_only {
-            mongo::read_unindexed_page(self.db, rules, self.collection, now, after, limit).await?
-        } else {
-            mongo::read_indexable_page(self.db, rules, self.collection, now, after, limit).await?
+        let (db, collection) = (self.db, self.collection);
+        Ok(match backlog {
+            Some(backlog) => {
+                mongo::read_unindexed_page(db, rules, collection, now, backlog, after, limit)
+                    .await?
+            }
+            None => mongo::read_indexable_page(db, rules, collection, now, after, limit).await?,
         })
     }
 

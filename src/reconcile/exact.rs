@@ -417,7 +417,7 @@ async fn compare_mongo(
     let rules = &ctx.opts.rules;
     let mut after: Option<Bson> = None;
     loop {
-        let page = ctx.read_page(false, now, after.as_ref()).await?;
+        let page = ctx.read_page(None, now, after.as_ref()).await?;
         let full = page.len() == page_size;
         after = page.last().and_then(mongo::raw_id);
         for raw in &page {

@@ -140,9 +140,17 @@ pub async fn plan(
         let index_uid = opts.index_uid(collection);
         let info = meili.index(&index_uid).await?;
         let leftover_build_index = meili.index(&build_uid(&index_uid)).await?.is_some();
+        let counting = std::time::Instant::now();
         let counts = mongo::counts(mongo_db, &opts.rules, collection, now).await?;
+        let counts_ms = counting.elapsed().as_millis() as u64;
         let pending_cleanup =
             mongo::count_pending_cleanup(mongo_db, &opts.rules, collection).await?;
+        tracing::debug!(
+            collection = collection.name(),
+            counts_ms,
+            pending_cleanup_ms = counting.elapsed().as_millis() as u64 - counts_ms,
+            "plan counted"
+        );
         let (meili_documents, actual_settings) = match &info {
             Some(_) => (
                 meili.document_count(&index_uid).await?,

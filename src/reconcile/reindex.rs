@@ -267,11 +267,10 @@ async fn build_and_swap(
 
     // 6. Whatever is still unflagged goes through ordinary indexing.
     let now = mongo::server_time(ctx.db).await?;
-    let unindexed = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now)
-        .await?
-        .unindexed;
-    if unindexed > 0 {
-        let indexed = sync::index_unindexed(ctx, unindexed, &rejected).await?;
+    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
+    if counts.unindexed > 0 {
+        let backlog = mongo::Backlog::of(&counts);
+        let indexed = sync::index_unindexed(ctx, counts.unindexed, backlog, &rejected).await?;
         summary.indexed += indexed.indexed;
         summary.deleted += indexed.deleted;
         summary.flags_cleared += indexed.flags_cleared;

@@ -180,7 +180,9 @@ pub(crate) async fn reconcile_collection(
     // Expiry is a delete: what expired since it was indexed goes now, not
     // when MongoDB's TTL monitor deletes it (the counts stand: an expired
     // document is not searchable).
+    let sweeping = Instant::now();
     let expired = expiry::sweep(ctx).await?;
+    tracing::debug!(index = %ctx.uid, expired, ms = sweeping.elapsed().as_millis() as u64, "expiry swept");
     if expired > 0 {
         summary.deleted += expired;
         in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
@@ -260,7 +262,7 @@ pub(crate) async fn reconcile_collection(
         );
         summary.skipped_by_threshold = Some(counts.unindexed);
     } else if counts.unindexed > 0 {
-        index_unindexed(ctx, counts.unindexed, summary).await?;
+        index_unindexed(ctx, counts.unindexed, mongo::Backlog::of(&counts), summary).await?;
     }
 
     if compare_ids {
@@ -275,18 +277,20 @@ pub(crate) async fn reconcile_collection(
             let backlog = summary.skipped_by_threshold.take().unwrap_or(0);
             let expected = backlog + outcome.flags_cleared;
             if expected > 0 {
-                index_unindexed(ctx, expected, summary).await?;
+                index_unindexed(ctx, expected, mongo::Backlog::of(&counts), summary).await?;
             }
         }
     }
     Ok(())
 }
 
-/// Indexes the collection's unindexed documents (about `expected`), leaving
-/// out those refused earlier in the run, into the summary.
+/// Indexes the collection's unindexed documents (about `expected`, those
+/// `backlog` selects), leaving out those refused earlier in the run, into
+/// the summary.
 async fn index_unindexed(
     ctx: &Ctx<'_>,
     expected: u64,
+    backlog: mongo::Backlog,
     summary: &mut CollectionSummary,
 ) -> Result<(), ReconcileError> {
     let skip: HashSet<String> = summary
@@ -294,7 +298,7 @@ async fn index_unindexed(
         .iter()
         .map(|r| r.mongo_id_key.clone())
         .collect();
-    let outcome = sync::index_unindexed(ctx, expected, &skip).await?;
+    let outcome = sync::index_unindexed(ctx, expected, backlog, &skip).await?;
     summary.indexed += outcome.indexed;
     summary.deleted += outcome.deleted;
     summary.flags_cleared += outcome.flags_cleared;

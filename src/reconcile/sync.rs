@@ -93,13 +93,16 @@ pub(crate) struct SyncOutcome {
 /// expects more than this many pages of documents, and with the unindexed
 /// filter otherwise. On DocumentDB-based servers a filtered page sorted by
 /// `_id` costs about a third of a plain scan of the whole collection (1M
-/// documents: 5–7 s a page against 18 s for the scan), so beyond two or
-/// three pages the scan is cheaper; on MongoDB both walk the `_id` index
-/// once, and the plain scan only transfers the flagged documents too.
+/// documents: 5–7 s a page against 18 s for the scan, with the whole
+/// unprocessed condition; 2.5–3.6 s for a 1% backlog's page with the
+/// narrow one, [`mongo::Backlog::Unflagged`]), so beyond two or three pages
+/// the scan is cheaper; on MongoDB both walk the `_id` index once, and the
+/// plain scan only transfers the flagged documents too.
 pub(crate) const PLAIN_SCAN_ABOVE_PAGES: u64 = 2;
 
 /// Indexes every unindexed indexable document of the collection (about
-/// `expected` of them), leaving out the documents whose `_id` key is in
+/// `expected` of them, of which `backlog` says which a filtered read must
+/// look for), leaving out the documents whose `_id` key is in
 /// `already_rejected` (refused earlier in the same run, and reported there).
 ///
 /// One read of the collection ([`run_pass`]); then the documents whose
@@ -113,6 +116,7 @@ pub(crate) const PLAIN_SCAN_ABOVE_PAGES: u64 = 2;
 pub(crate) async fn index_unindexed(
     ctx: &Ctx<'_>,
     expected: u64,
+    backlog: mongo::Backlog,
     already_rejected: &HashSet<String>,
 ) -> Result<SyncOutcome, ReconcileError> {
     ctx.phase("index", expected);
@@ -122,7 +126,7 @@ pub(crate) async fn index_unindexed(
     let read = if expected > PLAIN_SCAN_ABOVE_PAGES * page_size {
         Read::Plain
     } else {
-        Read::Filtered
+        Read::Filtered(backlog)
     };
     let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
     tracing::debug!(index = %ctx.uid, pass = 1, ?read, sent = done.sent, indexed = done.settled.indexed, "indexing pass done");
@@ -137,7 +141,8 @@ pub(crate) async fn index_unindexed(
             // the collection finds them (they are unflagged).
             tracing::info!(index = %ctx.uid, pass, kept_at_most = max_changed_ids(ctx.opts),
                 "many documents changed while in flight: reading the unindexed ones again");
-            let done = run_pass(ctx, Feed::Unindexed, Read::Filtered, &rejected_ids).await?;
+            let read = Read::Filtered(backlog);
+            let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
             (changed, overflowed) = outcome.absorb(done.settled, &mut rejected_ids);
             continue;
         }
@@ -194,8 +199,9 @@ impl SyncOutcome {
 /// How a pass reads its documents from MongoDB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Read {
-    /// Pages of the documents the feed selects, filtered by the server.
-    Filtered,
+    /// Pages of the documents the feed selects, filtered by the server
+    /// (of the backlog, those [`mongo::Backlog`] selects).
+    Filtered(mongo::Backlog),
     /// A plain `_id`-ordered scan of every document ([`mongo::Scan`]),
     /// filtered in Rust ([`mongo::is_unindexed`], `searchable::is_searchable`).
     Plain,
@@ -239,8 +245,11 @@ async fn read_batches(
         let page = match (&mut scan, feed) {
             (Some(scan), _) => scan.next_page(page_size).await?,
             (None, feed) => {
-                ctx.read_page(matches!(feed, Feed::Unindexed), now, after.as_ref())
-                    .await?
+                let backlog = match (feed, read) {
+                    (Feed::Unindexed, Read::Filtered(backlog)) => Some(backlog),
+                    _ => None,
+                };
+                ctx.read_page(backlog, now, after.as_ref()).await?
             }
         };
         ctx.phases.add(Phase::Read, started.elapsed());
@@ -287,7 +296,7 @@ async fn read_batches(
         // A plain scan keeps filling the batch across pages (a page may
         // hold few unindexed documents); a filtered page is sent as it ends,
         // as before, so small passes are not held back.
-        let flush = !full_page || read == Read::Filtered;
+        let flush = !full_page || matches!(read, Read::Filtered(_));
         if flush && !batch.is_empty() {
             sent += batch.len() as u64;
             if !hand_over(ctx, &tx, std::mem::replace(&mut batch, Batch::new())).await {

@@ -1107,6 +1107,7 @@ async fn once_read(db: &Database, page_docs: usize, cpu: &CpuArgs) -> anyhow::Re
                     &Rules::default(),
                     collection,
                     now,
+                    mongo::Backlog::Any,
                     after.as_ref(),
                     page_docs,
                 )
