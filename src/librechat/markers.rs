@@ -68,7 +68,9 @@ pub fn processed_filter(rules: &Rules) -> Document {
 /// Not processed (the complement of [`processed_filter`]), written as
 /// LibreChat's own sync query writes it: unflagged, or flagged at another
 /// schema version — each branch can use an index on `_meiliIndex` (such as
-/// LibreChat's `{_meiliIndex, isTemporary, expiredAt}`).
+/// LibreChat's `{_meiliIndex, isTemporary, expiredAt}`), though the second
+/// one's `_meiliIndex: true` selects nearly every document: a read that
+/// may leave it out uses [`unflagged_filter`].
 pub fn unprocessed_filter(rules: &Rules) -> Document {
     doc! { "$or": [
         unflagged_filter(),
