@@ -172,13 +172,19 @@ async fn in_follow_mode_a_document_leaves_meilisearch_within_seconds_of_its_expi
         max < 3.0,
         "within a few seconds of expiredAt: max {max:.3} s"
     );
+    // Absence from Meilisearch comes first (the deletion task awaited),
+    // the markers right after it; the sweep counts its documents applied
+    // only once both are written, so that is what to await.
+    let expected = ids.len() as u64;
+    eventually(
+        Duration::from_secs(20),
+        "the sweeps to count every expired document applied",
+        || async { (applied(&base, "expired").await >= expected).then_some(()) },
+    )
+    .await;
     assert_marked_removed(&env, Collection::Messages, &ids).await;
     let status = support::follow::status(&base).await;
-    assert_eq!(
-        status["follow"]["applied"]["expired"],
-        ids.len() as u64,
-        "{status}"
-    );
+    assert_eq!(status["follow"]["applied"]["expired"], expected, "{status}");
     env.assert_in_step(server_now(&env.db).await, &[]).await;
 
     terminate(&replica);
