@@ -13,6 +13,7 @@ pub mod job;
 pub mod lease;
 pub mod librechat;
 pub mod meili;
+pub mod memory;
 pub mod metrics;
 pub mod mongo;
 pub mod progress;

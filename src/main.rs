@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
 use meili_reconciler::job::{self, Reconciler, RunOutcome};
 use meili_reconciler::lease;
+use meili_reconciler::memory;
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{self, ReconcileError, ReindexOptions};
@@ -176,34 +177,8 @@ impl Command {
     }
 }
 
-/// glibc's malloc tuned for this process's allocations: a few large
-/// buffers (a batch's NDJSON, up to `sync.batch_bytes`; a page of raw BSON)
-/// made and freed again and again, beside many small ones.
-///
-/// - Two arenas: by default a thread that allocates under contention gets
-///   an arena of its own (up to 8 per core), each keeping what is freed in it
-///   for later (a 1M-message `once`: 124.7 MiB peak RSS with the default,
-///   111.8 MiB with two arenas).
-/// - A fixed mmap threshold of 1 MiB: by default the threshold follows the
-///   largest block freed (up to 32 MiB), so after the first batch is freed
-///   every later one is carved from an arena's heap and, freed, stays there
-///   as holes among small blocks, and the trim threshold doubles with it (a
-///   100k-message `once` kept 39.5 MB from malloc for 4–6 MB in use). Fixed,
-///   a large buffer is its own mapping, returned to the system when freed.
-///
-/// docs/design.md §4.6, Memory. Called before any thread starts.
-fn tune_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets tunables of glibc's allocator; called
-    // before any other thread exists, so nothing allocates concurrently.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
-}
-
 fn main() -> ExitCode {
-    tune_malloc();
+    memory::tune();
     let cli = Cli::parse();
     let mut settings = match config::load(&Sources::from_process(cli.config.clone())) {
         Ok(settings) => settings,
@@ -234,6 +209,7 @@ fn main() -> ExitCode {
         return Exit::Done.into();
     }
 
+    memory::give_back_periodically();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -239,7 +239,21 @@ async fn read_batches(
     let rules = &opts.rules;
     let mut scan =
         (read == Read::Plain).then(|| mongo::Scan::new(ctx.db, rules, ctx.collection, page_size));
+    // The queue's one slot, reserved before a page is read: while the
+    // sender waits for room in Meilisearch the reader waits here, holding
+    // no page and no finished batch (only the one it is filling), so a run
+    // the budget holds back keeps what a run it never holds back keeps.
+    let mut slot: Option<mpsc::Permit<'_, Batch>> = None;
     loop {
+        if slot.is_none() {
+            let waiting = Instant::now();
+            let reserved = tx.reserve().await;
+            ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
+            match reserved {
+                Ok(permit) => slot = Some(permit),
+                Err(_) => return Ok(sent), // the sender stopped; its error is reported
+            }
+        }
         let started = Instant::now();
         let now = mongo::server_time(ctx.db).await?;
         let page = match (&mut scan, feed) {
@@ -284,7 +298,7 @@ async fn read_batches(
                 sent += batch.len() as u64;
                 ctx.phases.add(Phase::Build, building.elapsed());
                 let full = std::mem::replace(&mut batch, Batch::new());
-                if !hand_over(ctx, &tx, full).await {
+                if !hand_over(ctx, &tx, &mut slot, full).await {
                     return Ok(sent); // the sender stopped; its error is reported
                 }
                 building = Instant::now();
@@ -299,7 +313,8 @@ async fn read_batches(
         let flush = !full_page || matches!(read, Read::Filtered(_));
         if flush && !batch.is_empty() {
             sent += batch.len() as u64;
-            if !hand_over(ctx, &tx, std::mem::replace(&mut batch, Batch::new())).await {
+            let full = std::mem::replace(&mut batch, Batch::new());
+            if !hand_over(ctx, &tx, &mut slot, full).await {
                 return Ok(sent);
             }
         }
@@ -315,10 +330,21 @@ async fn read_batches(
     }
 }
 
-/// Hands a finished batch to the sender, counting the wait as the reader
-/// waiting on the pipeline. `false`: the sender stopped.
-async fn hand_over(ctx: &Ctx<'_>, tx: &mpsc::Sender<Batch>, mut batch: Batch) -> bool {
+/// Hands a finished batch to the sender: into the reserved `slot` when
+/// there is one, otherwise waiting for the queue (a page that fills two
+/// batches), counted as the reader waiting on the pipeline. `false`: the
+/// sender stopped.
+async fn hand_over<'a>(
+    ctx: &Ctx<'_>,
+    tx: &'a mpsc::Sender<Batch>,
+    slot: &mut Option<mpsc::Permit<'a, Batch>>,
+    mut batch: Batch,
+) -> bool {
     batch.shrink_to_fit();
+    if let Some(permit) = slot.take() {
+        permit.send(batch);
+        return true;
+    }
     let waiting = Instant::now();
     let delivered = tx.send(batch).await.is_ok();
     ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
