@@ -32,7 +32,7 @@
 //! `send`, what a batch holds in `batch`.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mongodb::bson::{Bson, Document};
 use tokio::sync::mpsc;
@@ -256,67 +256,91 @@ async fn read_batches(
         }
         let started = Instant::now();
         let now = mongo::server_time(ctx.db).await?;
-        let page = match (&mut scan, feed) {
-            (Some(scan), _) => scan.next_page(page_size).await?,
-            (None, feed) => {
-                let backlog = match (feed, read) {
-                    (Feed::Unindexed, Read::Filtered(backlog)) => Some(backlog),
-                    _ => None,
-                };
-                ctx.read_page(backlog, now, after.as_ref()).await?
-            }
-        };
         ctx.phases.add(Phase::Read, started.elapsed());
-        tracing::debug!(index = %ctx.uid, docs = page.len(), ms = started.elapsed().as_millis() as u64, "page read");
-        super::test_hook::pause_after("page-read").await;
-        let full_page = page.len() == page_size;
-        after = page.last().and_then(mongo::raw_id);
-        let mut building = Instant::now();
-        for raw in &page {
-            let doc = &mongo::parse(raw)?;
-            // The branch of LibreChat's retention filter the document is
-            // searchable in: what its acknowledgement checks again. A
-            // filtered page holds only searchable documents (the same rule,
-            // the same `now`).
-            let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
-            else {
-                continue;
-            };
-            let wanted = match feed {
-                Feed::Unindexed => !markers::is_processed(rules, doc),
-                Feed::Indexable => true,
-            };
-            if !wanted {
-                continue;
-            }
-            let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-            if skip.contains(&id_key(&mongo_id)) {
-                continue;
-            }
-            let line = ndjson_line(ctx.collection, doc)?;
-            if batch.is_full_for(line.len(), opts) {
-                sent += batch.len() as u64;
-                ctx.phases.add(Phase::Build, building.elapsed());
-                let full = std::mem::replace(&mut batch, Batch::new());
-                if !hand_over(ctx, &tx, &mut slot, full).await {
-                    return Ok(sent); // the sender stopped; its error is reported
+        // A page is read in parts: a plain scan's documents are taken off
+        // its cursor a round trip at a time and cut into batches before the
+        // next part is fetched, so the reader never holds a whole page of
+        // raw documents; a filtered page is one query, one part.
+        let mut read_in_page = 0usize;
+        let mut page_ended = false;
+        let mut building = Duration::ZERO;
+        while read_in_page < page_size && !page_ended {
+            let reading = Instant::now();
+            let part = match (&mut scan, feed) {
+                (Some(scan), _) => {
+                    let wanted = (page_size - read_in_page).min(mongo::SCAN_ROUND_TRIP_DOCS);
+                    let part = scan.next_page(wanted).await?;
+                    page_ended = part.len() < wanted;
+                    part
                 }
-                building = Instant::now();
+                (None, feed) => {
+                    let backlog = match (feed, read) {
+                        (Feed::Unindexed, Read::Filtered(backlog)) => Some(backlog),
+                        _ => None,
+                    };
+                    let part = ctx.read_page(backlog, now, after.as_ref()).await?;
+                    page_ended = part.len() < page_size;
+                    part
+                }
+            };
+            ctx.phases.add(Phase::Read, reading.elapsed());
+            super::test_hook::pause_after("page-read").await;
+            read_in_page += part.len();
+            after = part.last().and_then(mongo::raw_id).or(after);
+            let mut built = Instant::now();
+            for raw in &part {
+                let doc = &mongo::parse(raw)?;
+                // The branch of LibreChat's retention filter the document is
+                // searchable in: what its acknowledgement checks again. A
+                // filtered page holds only searchable documents (the same rule,
+                // the same `now`).
+                let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
+                else {
+                    continue;
+                };
+                let wanted = match feed {
+                    Feed::Unindexed => !markers::is_processed(rules, doc),
+                    Feed::Indexable => true,
+                };
+                if !wanted {
+                    continue;
+                }
+                let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+                if skip.contains(&id_key(&mongo_id)) {
+                    continue;
+                }
+                let line = ndjson_line(ctx.collection, doc)?;
+                // Cut before a line that would overflow the batch's bytes,
+                // and right after the line that fills its count: not when
+                // the next document arrives, so a reader the budget holds
+                // back waits holding no batch beside the queued one.
+                if batch.is_full_for(line.len(), opts) {
+                    building += built.elapsed();
+                    if !cut(ctx, &tx, &mut slot, &mut batch, &mut sent).await {
+                        return Ok(sent); // the sender stopped; its error is reported
+                    }
+                    built = Instant::now();
+                }
+                batch.push_document(ctx.collection, doc, branch, &line);
+                if batch.len() >= opts.batch_docs {
+                    building += built.elapsed();
+                    if !cut(ctx, &tx, &mut slot, &mut batch, &mut sent).await {
+                        return Ok(sent);
+                    }
+                    built = Instant::now();
+                }
             }
-            batch.push_document(ctx.collection, doc, branch, &line);
+            building += built.elapsed();
         }
-        ctx.phases.add(Phase::Build, building.elapsed());
-        drop(page);
+        ctx.phases.add(Phase::Build, building);
+        tracing::debug!(index = %ctx.uid, docs = read_in_page, ms = started.elapsed().as_millis() as u64, "page read and cut");
+        let full_page = !page_ended;
         // A plain scan keeps filling the batch across pages (a page may
         // hold few unindexed documents); a filtered page is sent as it ends,
         // as before, so small passes are not held back.
         let flush = !full_page || matches!(read, Read::Filtered(_));
-        if flush && !batch.is_empty() {
-            sent += batch.len() as u64;
-            let full = std::mem::replace(&mut batch, Batch::new());
-            if !hand_over(ctx, &tx, &mut slot, full).await {
-                return Ok(sent);
-            }
+        if flush && !batch.is_empty() && !cut(ctx, &tx, &mut slot, &mut batch, &mut sent).await {
+            return Ok(sent);
         }
         if !full_page {
             return Ok(sent);
@@ -328,6 +352,20 @@ async fn read_batches(
             }
         }
     }
+}
+
+/// Hands the batch being filled over to the sender ([`hand_over`]),
+/// counted in `sent`, and starts a new one. `false`: the sender stopped.
+async fn cut<'a>(
+    ctx: &Ctx<'_>,
+    tx: &'a mpsc::Sender<Batch>,
+    slot: &mut Option<mpsc::Permit<'a, Batch>>,
+    batch: &mut Batch,
+    sent: &mut u64,
+) -> bool {
+    *sent += batch.len() as u64;
+    let full = std::mem::replace(batch, Batch::new());
+    hand_over(ctx, tx, slot, full).await
 }
 
 /// Hands a finished batch to the sender: into the reserved `slot` when
