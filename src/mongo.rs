@@ -401,7 +401,7 @@ pub const SCAN_ROUND_TRIP_DOCS: usize = 1_000;
 /// out in pages: a cursor's `getMore`s cost about half as much as as many
 /// `_id`-range queries (secantusdb: 5.5 s against 11.2 s for 52,000
 /// documents). A cursor that fails (it timed out while the reader waited on a
-/// slow pipeline, the server stepped down) is reopened once per page after
+/// slow pipeline, the server stepped down) is reopened once per `next_page` after
 /// the last `_id` handed out, so nothing is skipped or read twice.
 pub struct Scan {
     handle: MongoCollection<RawDocumentBuf>,
@@ -413,7 +413,7 @@ pub struct Scan {
 }
 
 impl Scan {
-    /// A scan of `collection` handed out in pages of `page_size`, fetched
+    /// A scan of `collection` handed out in parts of up to `page_size`, fetched
     /// [`SCAN_ROUND_TRIP_DOCS`] documents a round trip (fewer when a page
     /// is smaller).
     pub fn new(db: &Database, rules: &Rules, collection: Collection, page_size: usize) -> Scan {
