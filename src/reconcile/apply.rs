@@ -56,7 +56,7 @@ pub(crate) async fn index_documents(
             .expect("the channel holds every batch of the call");
     }
     drop(tx);
-    send_batches(ctx, true, rx).await
+    send_batches(ctx, true, rx, None).await
 }
 
 /// `docs` as the batches the sender takes: grouped for the acknowledgement

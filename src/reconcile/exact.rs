@@ -212,7 +212,7 @@ pub(crate) async fn compare(
                 };
                 let (tally, settled) = tokio::try_join!(
                     compare_mongo(ctx, now, part, &mut meili, &mut comparison, Some(repair)),
-                    send_batches(ctx, true, rx)
+                    send_batches(ctx, true, rx, None)
                 )?;
                 repairs.flags_set += tally.acked.flagged;
                 repairs.deleted += tally.acked.deleted + settled.deleted;

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use mongodb::bson::Bson;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::ack;
 use super::batch::{ndjson_line, Batch, BatchDoc};
@@ -53,21 +53,52 @@ pub(crate) fn max_changed_ids(opts: &SyncOptions) -> usize {
 /// bounded queue between the sender and the acknowledger.
 const ACK_QUEUE_BATCHES: usize = 4;
 
+/// What the sender tells the reader that feeds it (docs/design.md §4.6,
+/// Reader): how many batches it has taken off the queue, and whether it has
+/// room to enqueue another right now. The reader begins a page only when
+/// the sender has taken every batch handed to it and has room, so a run the
+/// budget holds back never holds a finished batch — up to `sync.batch_bytes`
+/// of NDJSON — waiting for room: a batch is built when it can be sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Demand {
+    /// Batches taken off the queue so far.
+    pub taken: u64,
+    /// Room in Meilisearch (the budget and `in_flight`) for one more.
+    pub room: bool,
+}
+
+impl Demand {
+    /// Before anything is sent: room, nothing taken.
+    pub fn new() -> Self {
+        Demand {
+            taken: 0,
+            room: true,
+        }
+    }
+
+    /// Whether a reader that has handed over `handed` batches should read on.
+    pub fn wants_more_after(&self, handed: u64) -> bool {
+        self.taken == handed && self.room
+    }
+}
+
 /// Sends batches, keeping at most `max_bytes_in_flight` bytes of NDJSON (and
 /// `in_flight` tasks) enqueued in Meilisearch and not yet ended, so that
 /// Meilisearch finds several tasks of the index enqueued and merges them into
 /// one indexing batch; settles each task (wait, isolate rejects) and, when
 /// `acknowledge`, hands its accepted documents to the acknowledger, which
-/// runs beside the sender.
+/// runs beside the sender. `demand`, when given, tells the reader when to
+/// build the next batch ([`Demand`]).
 pub(crate) async fn send_batches(
     ctx: &Ctx<'_>,
     acknowledge: bool,
     rx: mpsc::Receiver<Batch>,
+    demand: Option<watch::Sender<Demand>>,
 ) -> Result<Settled, ReconcileError> {
     let (ack_tx, ack_rx) = mpsc::channel::<Vec<BatchDoc>>(ACK_QUEUE_BATCHES);
     let ack_tx = acknowledge.then_some(ack_tx); // dropped at once otherwise
     let (mut settled, acked) = tokio::try_join!(
-        enqueue_and_settle(ctx, rx, ack_tx),
+        enqueue_and_settle(ctx, rx, ack_tx, demand),
         acknowledge_queue(ctx, ack_rx)
     )?;
     settled.deleted += acked.deleted;
@@ -88,10 +119,15 @@ pub(crate) async fn send_batches(
 /// keep counting against `max_bytes_in_flight` until the acknowledger takes
 /// them, so memory stays bounded by the budget either way; a slow
 /// acknowledger still holds enqueueing back, through the budget.
+///
+/// Whether it has room is published in `demand` at every turn, and taken
+/// away the moment it takes a batch, until that batch is enqueued and the
+/// budget looked at again.
 async fn enqueue_and_settle(
     ctx: &Ctx<'_>,
     mut rx: mpsc::Receiver<Batch>,
     ack_tx: Option<mpsc::Sender<Vec<BatchDoc>>>,
+    demand: Option<watch::Sender<Demand>>,
 ) -> Result<Settled, ReconcileError> {
     let max_tasks = ctx.opts.in_flight.max(1);
     let max_bytes = ctx.opts.max_bytes_in_flight.max(1);
@@ -104,6 +140,9 @@ async fn enqueue_and_settle(
     let mut open = true;
     while open || !pending.is_empty() || !unhanded.is_empty() {
         let room = open && pending.len() < max_tasks && bytes_held < max_bytes;
+        if let Some(demand) = &demand {
+            demand.send_if_modified(|d| std::mem::replace(&mut d.room, room) != room);
+        }
         let idle = if room {
             Phase::PipelineWaited
         } else if !unhanded.is_empty() {
@@ -139,6 +178,12 @@ async fn enqueue_and_settle(
                 ctx.phases.add(idle, waiting.elapsed());
                 match batch {
                     Some(batch) => {
+                        if let Some(demand) = &demand {
+                            demand.send_modify(|d| {
+                                d.taken += 1;
+                                d.room = false;
+                            });
+                        }
                         let enqueued = enqueue(ctx, batch).await?;
                         bytes_held += enqueued.bytes;
                         pending.push(settle(ctx, enqueued));

@@ -2,7 +2,9 @@
 //! per pass. The reader reads documents in `_id` order — a plain scan
 //! filtered in Rust when the pass expects more than [`PLAIN_SCAN_ABOVE_PAGES`]
 //! pages, the server's unindexed filter otherwise ([`Read`]) — and cuts them
-//! into NDJSON batches by count and bytes. The sender enqueues batches while
+//! into NDJSON batches by count and bytes, beginning a page only when the
+//! sender has taken every batch it was handed and has room for another
+//! ([`Demand`]), so no finished batch waits for room. The sender enqueues batches while
 //! fewer than `max_bytes_in_flight` bytes (and `in_flight` tasks) are enqueued
 //! and not yet indexed and handed to the acknowledger, so Meilisearch can
 //! merge consecutive tasks into one indexing batch; it drops each batch's
@@ -35,7 +37,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::{Bson, Document};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::apply;
 use super::batch::{id_key, ndjson_line, Batch};
@@ -43,7 +45,7 @@ use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::phases::Phase;
 use super::rejects::Rejected;
-use super::send::{max_changed_ids, send_batches, Settled};
+use super::send::{max_changed_ids, send_batches, Demand, Settled};
 use crate::librechat::{markers, searchable};
 use crate::mongo;
 
@@ -216,11 +218,35 @@ pub(crate) async fn run_pass(
     skip: &HashSet<String>,
 ) -> Result<PassOutcome, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
+    let (demand_tx, demand_rx) = watch::channel(Demand::new());
     let (sent, settled) = tokio::try_join!(
-        read_batches(ctx, feed, read, tx, skip),
-        send_batches(ctx, feed.acknowledges(), rx)
+        read_batches(ctx, feed, read, tx, SenderDemand::new(demand_rx), skip),
+        send_batches(ctx, feed.acknowledges(), rx, Some(demand_tx))
     )?;
     Ok(PassOutcome { sent, settled })
+}
+
+/// What the sender asks the reader for ([`Demand`]), with how many batches
+/// the reader has handed over.
+struct SenderDemand {
+    demand: watch::Receiver<Demand>,
+    handed: u64,
+}
+
+impl SenderDemand {
+    fn new(demand: watch::Receiver<Demand>) -> Self {
+        SenderDemand { demand, handed: 0 }
+    }
+
+    /// Waits until the sender has taken every batch handed over and has
+    /// room for another. `false`: the sender stopped.
+    async fn wanted(&mut self) -> bool {
+        let handed = self.handed;
+        self.demand
+            .wait_for(|d| d.wants_more_after(handed))
+            .await
+            .is_ok()
+    }
 }
 
 /// Reads pages of the documents `feed` selects and cuts them into batches.
@@ -229,6 +255,7 @@ async fn read_batches(
     feed: Feed,
     read: Read,
     tx: mpsc::Sender<Batch>,
+    mut demand: SenderDemand,
     skip: &HashSet<String>,
 ) -> Result<u64, ReconcileError> {
     let opts = ctx.opts;
@@ -239,19 +266,24 @@ async fn read_batches(
     let rules = &opts.rules;
     let mut scan =
         (read == Read::Plain).then(|| mongo::Scan::new(ctx.db, rules, ctx.collection, page_size));
-    // The queue's one slot, reserved before a page is read: while the
-    // sender waits for room in Meilisearch the reader waits here, holding
-    // no page and no finished batch (only the one it is filling), so a run
-    // the budget holds back keeps what a run it never holds back keeps.
+    // Before a page is read: the sender's demand, then the queue's one
+    // slot. While the sender waits for room in Meilisearch the reader waits
+    // here, holding no page and no finished batch (only the one it is
+    // filling): it builds a batch only when the sender can enqueue it, so a
+    // run the budget holds back keeps what a run it never holds back keeps.
     let mut slot: Option<mpsc::Permit<'_, Batch>> = None;
     loop {
         if slot.is_none() {
             let waiting = Instant::now();
-            let reserved = tx.reserve().await;
+            let reserved = if demand.wanted().await {
+                tx.reserve().await.ok()
+            } else {
+                None
+            };
             ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
             match reserved {
-                Ok(permit) => slot = Some(permit),
-                Err(_) => return Ok(sent), // the sender stopped; its error is reported
+                Some(permit) => slot = Some(permit),
+                None => return Ok(sent), // the sender stopped; its error is reported
             }
         }
         let started = Instant::now();
@@ -316,7 +348,7 @@ async fn read_batches(
                 // back waits holding no batch beside the queued one.
                 if batch.is_full_for(line.len(), opts) {
                     building += built.elapsed();
-                    if !cut(ctx, &tx, &mut slot, &mut batch, &mut sent).await {
+                    if !cut(ctx, &tx, &mut slot, &mut demand, &mut batch, &mut sent).await {
                         return Ok(sent); // the sender stopped; its error is reported
                     }
                     built = Instant::now();
@@ -324,7 +356,7 @@ async fn read_batches(
                 batch.push_document(ctx.collection, doc, branch, &line);
                 if batch.len() >= opts.batch_docs {
                     building += built.elapsed();
-                    if !cut(ctx, &tx, &mut slot, &mut batch, &mut sent).await {
+                    if !cut(ctx, &tx, &mut slot, &mut demand, &mut batch, &mut sent).await {
                         return Ok(sent);
                     }
                     built = Instant::now();
@@ -339,7 +371,10 @@ async fn read_batches(
         // hold few unindexed documents); a filtered page is sent as it ends,
         // as before, so small passes are not held back.
         let flush = !full_page || matches!(read, Read::Filtered(_));
-        if flush && !batch.is_empty() && !cut(ctx, &tx, &mut slot, &mut batch, &mut sent).await {
+        if flush
+            && !batch.is_empty()
+            && !cut(ctx, &tx, &mut slot, &mut demand, &mut batch, &mut sent).await
+        {
             return Ok(sent);
         }
         if !full_page {
@@ -355,16 +390,19 @@ async fn read_batches(
 }
 
 /// Hands the batch being filled over to the sender ([`hand_over`]),
-/// counted in `sent`, and starts a new one. `false`: the sender stopped.
+/// counted in `sent` and in `demand`, and starts a new one. `false`: the sender stopped.
 async fn cut<'a>(
     ctx: &Ctx<'_>,
     tx: &'a mpsc::Sender<Batch>,
     slot: &mut Option<mpsc::Permit<'a, Batch>>,
+    demand: &mut SenderDemand,
     batch: &mut Batch,
     sent: &mut u64,
 ) -> bool {
     *sent += batch.len() as u64;
     let full = std::mem::replace(batch, Batch::new());
+    demand.handed += 1;
+    tracing::debug!(index = %ctx.uid, docs = full.len(), handed = demand.handed, "batch handed to the sender");
     hand_over(ctx, tx, slot, full).await
 }
 
