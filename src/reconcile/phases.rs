@@ -46,8 +46,8 @@ pub enum Phase {
     /// the acknowledger's queue (acknowledging is behind: their bytes still
     /// count against the in-flight budget).
     AckWaited,
-    /// The reader waiting for the queue: for its slot before reading the
-    /// next page, or holding a finished batch the pipeline had no room for.
+    /// The reader waiting on the sender: for its demand before reading the
+    /// next page, or holding a second finished batch of one page.
     ReaderWaited,
     /// The sender with room for another batch, waiting for the reader.
     PipelineWaited,

@@ -266,25 +266,18 @@ async fn read_batches(
     let rules = &opts.rules;
     let mut scan =
         (read == Read::Plain).then(|| mongo::Scan::new(ctx.db, rules, ctx.collection, page_size));
-    // Before a page is read: the sender's demand, then the queue's one
-    // slot. While the sender waits for room in Meilisearch the reader waits
-    // here, holding no page and no finished batch (only the one it is
-    // filling): it builds a batch only when the sender can enqueue it, so a
-    // run the budget holds back keeps what a run it never holds back keeps.
-    let mut slot: Option<mpsc::Permit<'_, Batch>> = None;
     loop {
-        if slot.is_none() {
-            let waiting = Instant::now();
-            let reserved = if demand.wanted().await {
-                tx.reserve().await.ok()
-            } else {
-                None
-            };
-            ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
-            match reserved {
-                Some(permit) => slot = Some(permit),
-                None => return Ok(sent), // the sender stopped; its error is reported
-            }
+        // Before a page is read, the sender's demand: while it waits for
+        // room in Meilisearch the reader waits here, holding no page and no
+        // finished batch (only the one it is filling; the queue is empty
+        // once the sender has taken every batch): it builds a batch only
+        // when the sender can enqueue it, so a run the budget holds back
+        // keeps what a run it never holds back keeps.
+        let waiting = Instant::now();
+        let wanted = demand.wanted().await;
+        ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
+        if !wanted {
+            return Ok(sent); // the sender stopped; its error is reported
         }
         let started = Instant::now();
         let now = mongo::server_time(ctx.db).await?;
@@ -348,7 +341,7 @@ async fn read_batches(
                 // back waits holding no batch beside the queued one.
                 if batch.is_full_for(line.len(), opts) {
                     building += built.elapsed();
-                    if !cut(ctx, &tx, &mut slot, &mut demand, &mut batch, &mut sent).await {
+                    if !cut(ctx, &tx, &mut demand, &mut batch, &mut sent).await {
                         return Ok(sent); // the sender stopped; its error is reported
                     }
                     built = Instant::now();
@@ -356,7 +349,7 @@ async fn read_batches(
                 batch.push_document(ctx.collection, doc, branch, &line);
                 if batch.len() >= opts.batch_docs {
                     building += built.elapsed();
-                    if !cut(ctx, &tx, &mut slot, &mut demand, &mut batch, &mut sent).await {
+                    if !cut(ctx, &tx, &mut demand, &mut batch, &mut sent).await {
                         return Ok(sent);
                     }
                     built = Instant::now();
@@ -371,10 +364,7 @@ async fn read_batches(
         // hold few unindexed documents); a filtered page is sent as it ends,
         // as before, so small passes are not held back.
         let flush = !full_page || matches!(read, Read::Filtered(_));
-        if flush
-            && !batch.is_empty()
-            && !cut(ctx, &tx, &mut slot, &mut demand, &mut batch, &mut sent).await
-        {
+        if flush && !batch.is_empty() && !cut(ctx, &tx, &mut demand, &mut batch, &mut sent).await {
             return Ok(sent);
         }
         if !full_page {
@@ -389,40 +379,24 @@ async fn read_batches(
     }
 }
 
-/// Hands the batch being filled over to the sender ([`hand_over`]),
-/// counted in `sent` and in `demand`, and starts a new one. `false`: the sender stopped.
-async fn cut<'a>(
+/// Hands the batch being filled over to the sender, counted in `sent` and
+/// in `demand`, and starts a new one: the queue is empty unless the page
+/// fills a second batch, which waits for it, counted as the reader waiting
+/// on the pipeline. `false`: the sender stopped.
+async fn cut(
     ctx: &Ctx<'_>,
-    tx: &'a mpsc::Sender<Batch>,
-    slot: &mut Option<mpsc::Permit<'a, Batch>>,
+    tx: &mpsc::Sender<Batch>,
     demand: &mut SenderDemand,
     batch: &mut Batch,
     sent: &mut u64,
 ) -> bool {
     *sent += batch.len() as u64;
-    let full = std::mem::replace(batch, Batch::new());
+    let mut full = std::mem::replace(batch, Batch::new());
+    full.shrink_to_fit();
     demand.handed += 1;
     tracing::debug!(index = %ctx.uid, docs = full.len(), handed = demand.handed, "batch handed to the sender");
-    hand_over(ctx, tx, slot, full).await
-}
-
-/// Hands a finished batch to the sender: into the reserved `slot` when
-/// there is one, otherwise waiting for the queue (a page that fills two
-/// batches), counted as the reader waiting on the pipeline. `false`: the
-/// sender stopped.
-async fn hand_over<'a>(
-    ctx: &Ctx<'_>,
-    tx: &'a mpsc::Sender<Batch>,
-    slot: &mut Option<mpsc::Permit<'a, Batch>>,
-    mut batch: Batch,
-) -> bool {
-    batch.shrink_to_fit();
-    if let Some(permit) = slot.take() {
-        permit.send(batch);
-        return true;
-    }
     let waiting = Instant::now();
-    let delivered = tx.send(batch).await.is_ok();
+    let delivered = tx.send(full).await.is_ok();
     ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
     delivered
 }
