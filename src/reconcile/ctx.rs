@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use mongodb::bson::{Bson, DateTime, RawDocumentBuf};
 use mongodb::Database;
+use tokio::sync::watch;
 
 use super::error::ReconcileError;
 use super::options::SyncOptions;
@@ -32,6 +33,10 @@ pub(crate) struct Ctx<'a> {
     /// How sent documents are read back (a refused batch, an acknowledgement
     /// that did not match everything).
     pub read_back: crate::mongo::ReadBack,
+    /// When set, no acknowledgement is written until it reads `true`: a
+    /// head start's documents are sent while the plan counts, and the
+    /// counts must see MongoDB as it was before the run wrote a flag.
+    pub ack_gate: Option<watch::Receiver<bool>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -55,6 +60,7 @@ impl<'a> Ctx<'a> {
             uid,
             phases: Arc::default(),
             read_back: crate::mongo::ReadBack::default(),
+            ack_gate: None,
         }
     }
 
@@ -63,6 +69,30 @@ impl<'a> Ctx<'a> {
     pub fn with_scattered_ids(mut self) -> Ctx<'a> {
         self.read_back = crate::mongo::ReadBack::Ids;
         self
+    }
+
+    /// The same context acknowledging nothing until `gate` reads `true`.
+    pub fn with_ack_gate(mut self, gate: watch::Receiver<bool>) -> Ctx<'a> {
+        self.ack_gate = Some(gate);
+        self
+    }
+
+    /// Waits until acknowledgements may be written ([`Ctx::ack_gate`]).
+    /// `false`: the gate was dropped closed, nothing may be acknowledged.
+    pub async fn ack_gate_open(&self) -> bool {
+        let Some(gate) = &self.ack_gate else {
+            return true;
+        };
+        let mut gate = gate.clone();
+        if *gate.borrow() {
+            return true;
+        }
+        tracing::debug!(index = %self.uid, "acknowledgement waits for the plan's counts");
+        let waiting = std::time::Instant::now();
+        let open = gate.wait_for(|open| *open).await.is_ok();
+        let ms = waiting.elapsed().as_millis() as u64;
+        tracing::debug!(index = %self.uid, open, ms, "acknowledgement no longer waits for the plan's counts");
+        open
     }
 
     /// The same context counting its phases on `phases` (the run's clock).

@@ -25,6 +25,7 @@
 //! - `send`: the sender and the acknowledger every feed uses;
 //! - `apply`, `exact`, `sync`: the feeds — given documents (follow mode),
 //!   the exact comparison, the pipelined indexer;
+//! - `head_start`: a small backlog sent while the plan counts;
 //! - `summary`: what a run did;
 //! - `run`: one reconciliation;
 //! - `reindex`, `verify`: the forced reindex and the comparison command,
@@ -38,6 +39,7 @@ mod error;
 pub mod exact;
 mod excluded;
 pub(crate) mod expiry;
+mod head_start;
 mod marker;
 mod options;
 pub mod orphans;

@@ -17,6 +17,7 @@
 
 use std::fmt;
 
+use mongodb::bson::DateTime;
 use mongodb::Database;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -131,6 +132,47 @@ pub async fn plan(
     meili: &Meili,
     opts: &SyncOptions,
 ) -> Result<Plan, ReconcileError> {
+    let survey = survey(mongo_db, meili, opts).await?;
+    let mut indexes = Vec::new();
+    for surveyed in &survey.indexes {
+        let counts = count(mongo_db, opts, surveyed.collection, survey.now).await?;
+        indexes.push(surveyed.decide(counts, opts));
+    }
+    Ok(survey.into_plan(indexes))
+}
+
+/// What the plan reads before MongoDB's counts of the searchable documents
+/// (the one part of it that reads every document, seconds at millions):
+/// both servers' view of each index. A run may start sending a small
+/// backlog while the counts are taken ([`Surveyed::may_send_before_counts`],
+/// design §4.6, Head start).
+pub(crate) struct Survey {
+    meili_health: String,
+    /// MongoDB's clock when the survey began: the counts' `now`.
+    pub now: DateTime,
+    pub indexes: Vec<Surveyed>,
+}
+
+/// One index as surveyed: everything [`decide`] needs but the counts.
+pub(crate) struct Surveyed {
+    pub collection: Collection,
+    pub index_uid: String,
+    /// `None`: the index does not exist; `Some(None)`: no primary key.
+    primary_key: Option<Option<String>>,
+    /// Documents in the index, read before anything is sent.
+    meili_documents: u64,
+    settings_to_apply: Map<String, Value>,
+    pending_cleanup: u64,
+    exact_comparison_pending: bool,
+    leftover_build_index: bool,
+}
+
+/// Reads everything the plan needs but MongoDB's counts; writes nothing.
+pub(crate) async fn survey(
+    mongo_db: &Database,
+    meili: &Meili,
+    opts: &SyncOptions,
+) -> Result<Survey, ReconcileError> {
     let meili_health = meili.health().await?;
     let now = mongo::server_time(mongo_db).await?;
     let desired = settings::desired(&opts.filterable_attributes);
@@ -140,13 +182,8 @@ pub async fn plan(
         let index_uid = opts.index_uid(collection);
         let info = meili.index(&index_uid).await?;
         let leftover_build_index = meili.index(&build_uid(&index_uid)).await?.is_some();
-        let counting = std::time::Instant::now();
-        let counts = mongo::counts(mongo_db, &opts.rules, collection, now).await?;
         let pending_cleanup =
             mongo::count_pending_cleanup(mongo_db, &opts.rules, collection).await?;
-        // At millions of documents the counts are a fixed cost of every run.
-        let ms = counting.elapsed().as_millis() as u64;
-        tracing::debug!(collection = collection.name(), ms, "plan counted");
         let (meili_documents, actual_settings) = match &info {
             Some(_) => (
                 meili.document_count(&index_uid).await?,
@@ -154,37 +191,97 @@ pub async fn plan(
             ),
             None => (0, Value::Object(Map::new())),
         };
-        let mut index = decide(
+        indexes.push(Surveyed {
             collection,
+            exact_comparison_pending: pending.contains(&index_uid),
             index_uid,
-            info.map(|i| i.primary_key),
+            primary_key: info.map(|i| i.primary_key),
             meili_documents,
+            settings_to_apply: settings::diff(&actual_settings, &desired),
+            pending_cleanup,
+            leftover_build_index,
+        });
+    }
+    Ok(Survey {
+        meili_health,
+        now,
+        indexes,
+    })
+}
+
+/// MongoDB's counts of `collection`'s searchable documents at `now`: one
+/// aggregation over every one of them, timed (at millions of documents a
+/// fixed cost of every run).
+pub(crate) async fn count(
+    mongo_db: &Database,
+    opts: &SyncOptions,
+    collection: Collection,
+    now: DateTime,
+) -> Result<Counts, ReconcileError> {
+    let counting = std::time::Instant::now();
+    let counts = mongo::counts(mongo_db, &opts.rules, collection, now).await?;
+    let ms = counting.elapsed().as_millis() as u64;
+    tracing::debug!(collection = collection.name(), ms, "plan counted");
+    Ok(counts)
+}
+
+impl Survey {
+    /// The plan of the surveyed indexes, decided ([`Surveyed::decide`]).
+    pub(crate) fn into_plan(self, indexes: Vec<IndexPlan>) -> Plan {
+        let nothing_to_do = indexes.iter().all(|i| {
+            i.settings_to_apply.is_empty()
+                && i.pending_cleanup == 0
+                && i.rebuild.is_none()
+                && !i.drift_suspected
+                && !i.exact_comparison_pending
+                && !i.leftover_build_index
+                && i.documents_to_index == 0
+        });
+        let now = self.now;
+        Plan {
+            meili_health: self.meili_health,
+            server_time: now
+                .try_to_rfc3339_string()
+                .unwrap_or_else(|_| now.timestamp_millis().to_string()),
+            indexes,
+            nothing_to_do,
+        }
+    }
+}
+
+impl Surveyed {
+    /// The decisions for this index, given MongoDB's counts.
+    pub(crate) fn decide(&self, counts: Counts, opts: &SyncOptions) -> IndexPlan {
+        let mut index = decide(
+            self.collection,
+            self.index_uid.clone(),
+            self.primary_key.clone(),
+            self.meili_documents,
             counts,
-            settings::diff(&actual_settings, &desired),
+            self.settings_to_apply.clone(),
             opts,
         );
-        index.exact_comparison_pending = pending.contains(&index.index_uid);
-        index.leftover_build_index = leftover_build_index;
-        index.pending_cleanup = pending_cleanup;
-        indexes.push(index);
+        index.exact_comparison_pending = self.exact_comparison_pending;
+        index.leftover_build_index = self.leftover_build_index;
+        index.pending_cleanup = self.pending_cleanup;
+        index
     }
-    let nothing_to_do = indexes.iter().all(|i| {
-        i.settings_to_apply.is_empty()
-            && i.pending_cleanup == 0
-            && i.rebuild.is_none()
-            && !i.drift_suspected
-            && !i.exact_comparison_pending
-            && !i.leftover_build_index
-            && i.documents_to_index == 0
-    });
-    Ok(Plan {
-        meili_health,
-        server_time: now
-            .try_to_rfc3339_string()
-            .unwrap_or_else(|_| now.timestamp_millis().to_string()),
-        indexes,
-        nothing_to_do,
-    })
+
+    /// Whether documents may be sent to this index before the counts are
+    /// known: it exists with the right primary key and settings (nothing to
+    /// create or wait for before a document write), and nothing but
+    /// indexing and the drift check can follow — no cleanup of excluded
+    /// documents, no exact comparison pending, no leftover build index to
+    /// drop. Only the counts can then still decide a rebuild (the index
+    /// lost), which the run sees before any flag is written.
+    pub(crate) fn may_send_before_counts(&self) -> bool {
+        let expected = self.collection.primary_key();
+        matches!(&self.primary_key, Some(Some(pk)) if pk == expected)
+            && self.settings_to_apply.is_empty()
+            && self.pending_cleanup == 0
+            && !self.exact_comparison_pending
+            && !self.leftover_build_index
+    }
 }
 
 /// The decisions for one index, from what was read. `primary_key` is `None`

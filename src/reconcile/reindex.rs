@@ -176,7 +176,7 @@ async fn in_place(
         )
         .with_phases(&phases);
         // Rebuilding: the flags are reset first, so they are counted afterwards.
-        reconcile_collection(&ctx, &index, false, &mut summary).await?;
+        reconcile_collection(&ctx, &index, false, &mut summary, Default::default()).await?;
         summaries.push(summary);
     }
     Ok((summaries, phases))

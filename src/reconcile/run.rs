@@ -13,8 +13,9 @@ use mongodb::Database;
 
 use super::ctx::Ctx;
 use super::error::ReconcileError;
+use super::head_start::{self, HeadStart};
 use super::options::{build_uid, SyncOptions};
-use super::plan::{self, IndexPlan, RebuildReason};
+use super::plan::{self, IndexPlan, RebuildReason, Surveyed};
 use super::summary::{CollectionSummary, RunSummary};
 use super::{exact, excluded, expiry, marker, orphans, phases, rebuild, settings, sync};
 use crate::lease::Guard;
@@ -38,7 +39,18 @@ pub async fn reconcile(
 ) -> Result<RunSummary, ReconcileError> {
     let started = Instant::now();
     progress.phase("plan", 0);
-    let plan = plan::plan(mongo_db, meili, opts).await?;
+    let survey = plan::survey(mongo_db, meili, opts).await?;
+    if !opts.deep && survey.indexes.iter().all(Surveyed::may_send_before_counts) {
+        let (summaries, phases) =
+            reconcile_with_head_start(mongo_db, meili, opts, guard, progress, &survey).await?;
+        return Ok(finish(summaries, started, &phases, progress));
+    }
+    let mut counted = Vec::new();
+    for surveyed in &survey.indexes {
+        let counts = plan::count(mongo_db, opts, surveyed.collection, survey.now).await?;
+        counted.push(surveyed.decide(counts, opts));
+    }
+    let plan = survey.into_plan(counted);
     let desired = settings::desired(&opts.filterable_attributes);
 
     // Structure and settings of every index before any document is written.
@@ -78,12 +90,94 @@ pub async fn reconcile(
                 index.index_uid.clone(),
             )
             .with_phases(&phases);
-            async move { reconcile_collection(&ctx, index, plan_counts_current, summary).await }
+            async move {
+                let before = BeforeCounts::default();
+                reconcile_collection(&ctx, index, plan_counts_current, summary, before).await
+            }
         });
     futures::future::try_join_all(work).await?;
     drop(lanes);
 
     Ok(finish(summaries, started, &phases, progress))
+}
+
+/// [`reconcile`] when no index needs its structure or settings changed
+/// (nor anything else that must precede indexing,
+/// [`Surveyed::may_send_before_counts`]): both collections side by side,
+/// each sweeping its expired documents, then counting while its small
+/// backlog is already sent ([`head_start`]), then on as [`reconcile`]
+/// goes. Returns the summaries and the run's phase clock.
+async fn reconcile_with_head_start(
+    mongo_db: &Database,
+    meili: &Meili,
+    opts: &SyncOptions,
+    guard: &Guard,
+    progress: &Progress,
+    survey: &plan::Survey,
+) -> Result<(Vec<CollectionSummary>, Arc<phases::PhaseClock>), ReconcileError> {
+    let phases = Arc::default();
+    let lanes: Vec<Lane> = survey.indexes.iter().map(|_| progress.lane()).collect();
+    let work = survey.indexes.iter().zip(&lanes).map(|(surveyed, lane)| {
+        let ctx = Ctx::new(
+            mongo_db,
+            meili,
+            opts,
+            guard,
+            lane,
+            surveyed.collection,
+            surveyed.index_uid.clone(),
+        )
+        .with_phases(&phases);
+        async move {
+            let mut summary = CollectionSummary {
+                collection: surveyed.collection.name().to_string(),
+                index_uid: surveyed.index_uid.clone(),
+                ..Default::default()
+            };
+            // Swept before anything is sent, so that the index's count
+            // read after a sweep is the run's starting point.
+            let swept = sweep_expired(&ctx).await?;
+            let (index, head_start) =
+                head_start::count_with_head_start(&ctx, surveyed, survey.now).await?;
+            let before = BeforeCounts {
+                swept: Some(swept),
+                head_start,
+            };
+            // The structure and settings are right (else no head start),
+            // and a rebuild of a lost index recreates nothing: nothing to
+            // prepare. The counts were taken before any write of the run.
+            reconcile_collection(&ctx, &index, true, &mut summary, before).await?;
+            Ok::<_, ReconcileError>(summary)
+        }
+    });
+    let summaries = futures::future::try_join_all(work).await?;
+    drop(lanes);
+    Ok((summaries, phases))
+}
+
+/// What a collection's work did before its plan was decided (the head
+/// start's way, [`reconcile_with_head_start`]).
+#[derive(Debug, Default)]
+pub(crate) struct BeforeCounts {
+    /// The expiry sweep, when it ran: documents deleted, and the index's
+    /// count after it when any were.
+    swept: Option<(u64, Option<u64>)>,
+    head_start: HeadStart,
+}
+
+/// Sweeps the collection's expired documents from its index (a delete:
+/// what expired since it was indexed goes now, not when MongoDB's TTL
+/// monitor deletes it). Returns how many, and the index's count after
+/// them when any were deleted.
+async fn sweep_expired(ctx: &Ctx<'_>) -> Result<(u64, Option<u64>), ReconcileError> {
+    let sweeping = Instant::now();
+    let expired = expiry::sweep(ctx).await?;
+    tracing::debug!(index = %ctx.uid, expired, ms = sweeping.elapsed().as_millis() as u64, "expiry swept");
+    let in_meili = match expired {
+        0 => None,
+        _ => Some(ctx.meili.document_count(&ctx.uid).await?),
+    };
+    Ok((expired, in_meili))
 }
 
 /// The run's summary, logged; progress moves to `done`.
@@ -153,12 +247,15 @@ pub(crate) async fn prepare_index(
 /// `plan_counts_current`: nothing was written since `index` was planned, so
 /// its counts (MongoDB's and the index's) decide the drift check and the
 /// threshold instead of counting again — on a large collection the count
-/// aggregation reads every document.
+/// aggregation reads every document. `before`: what the head start's way
+/// did before the plan was decided (the sweep, the backlog sent), else
+/// nothing.
 pub(crate) async fn reconcile_collection(
     ctx: &Ctx<'_>,
     index: &IndexPlan,
     plan_counts_current: bool,
     summary: &mut CollectionSummary,
+    before: BeforeCounts,
 ) -> Result<(), ReconcileError> {
     if let Some(reason) = &index.rebuild {
         tracing::info!(index = %ctx.uid, %reason, "rebuilding");
@@ -177,15 +274,15 @@ pub(crate) async fn reconcile_collection(
             in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
         }
     }
-    // Expiry is a delete: what expired since it was indexed goes now, not
-    // when MongoDB's TTL monitor deletes it (the counts stand: an expired
-    // document is not searchable).
-    let sweeping = Instant::now();
-    let expired = expiry::sweep(ctx).await?;
-    tracing::debug!(index = %ctx.uid, expired, ms = sweeping.elapsed().as_millis() as u64, "expiry swept");
+    // Expiry is a delete (the counts stand: an expired document is not
+    // searchable).
+    let (expired, in_meili_after) = match before.swept {
+        Some(swept) => swept,
+        None => sweep_expired(ctx).await?,
+    };
     if expired > 0 {
         summary.deleted += expired;
-        in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
+        in_meili_now = in_meili_after;
     }
 
     let mut repaired = false;
@@ -253,7 +350,22 @@ pub(crate) async fn reconcile_collection(
         }
     };
     let exempt = ctx.opts.force || summary.rebuilt.is_some() || repaired || counts.indexed == 0;
-    if counts.unindexed > 0 && counts.unindexed < ctx.opts.threshold && !exempt {
+    if let HeadStart::Sent(settled) = before.head_start {
+        // The unflagged backlog went while the plan counted: what changed
+        // in flight is sent again, then what is flagged at another schema
+        // version, which the head start's narrow read left out.
+        let skip = HashSet::new();
+        let outcome =
+            sync::send_changed_again(ctx, settled, mongo::Backlog::Unflagged, &skip).await?;
+        summary.indexed += outcome.indexed;
+        summary.deleted += outcome.deleted;
+        summary.flags_cleared += outcome.flags_cleared;
+        summary.rejected.extend(outcome.rejected);
+        if mongo::Backlog::of(&counts) == mongo::Backlog::Any {
+            let expected = counts.flagged - counts.indexed;
+            index_unindexed(ctx, expected, mongo::Backlog::Any, summary).await?;
+        }
+    } else if counts.unindexed > 0 && counts.unindexed < ctx.opts.threshold && !exempt {
         tracing::info!(
             index = %ctx.uid,
             unindexed = counts.unindexed,

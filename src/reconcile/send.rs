@@ -214,6 +214,11 @@ async fn acknowledge_queue(
 ) -> Result<ack::Acked, ReconcileError> {
     let mut total = ack::Acked::default();
     while let Some(docs) = rx.recv().await {
+        // A head start's first settled batch waits here for the plan's
+        // counts (`Ctx::ack_gate`); closed, the run dropped the head start.
+        if !ctx.ack_gate_open().await {
+            return Ok(total);
+        }
         let started = Instant::now();
         let refs: Vec<&BatchDoc> = docs.iter().collect();
         let acked = ack::acknowledge(ctx, &refs).await?;

@@ -30,13 +30,16 @@
 //! the exact comparison's repairs ([`super::exact`], which feeds its own
 //! batches to [`send_batches`]).
 //!
+//! A pass may start from a page already read ([`send_page`]): the head
+//! start's (`super::head_start`), sent while the plan counts.
+//!
 //! Here: the passes and the reader; the sender and the acknowledger are in
 //! `send`, what a batch holds in `batch`.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::{Bson, DateTime, Document, RawDocumentBuf};
 use tokio::sync::{mpsc, watch};
 
 use super::apply;
@@ -122,17 +125,32 @@ pub(crate) async fn index_unindexed(
     already_rejected: &HashSet<String>,
 ) -> Result<SyncOutcome, ReconcileError> {
     ctx.phase("index", expected);
-    let mut outcome = SyncOutcome::default();
-    let mut rejected_ids = already_rejected.clone();
     let page_size = ctx.opts.batch_docs.max(1) as u64;
     let read = if expected > PLAIN_SCAN_ABOVE_PAGES * page_size {
         Read::Plain
     } else {
         Read::Filtered(backlog)
     };
-    let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
+    let done = run_pass(ctx, Feed::Unindexed, read, already_rejected).await?;
     tracing::debug!(index = %ctx.uid, pass = 1, ?read, sent = done.sent, indexed = done.settled.indexed, "indexing pass done");
-    let (mut changed, mut overflowed) = outcome.absorb(done.settled, &mut rejected_ids);
+    send_changed_again(ctx, done.settled, backlog, already_rejected).await
+}
+
+/// After a first pass — a read of the collection ([`index_unindexed`]) or
+/// a head start's page (`super::head_start`), which `first` settled — the
+/// documents whose acknowledgement found them changed while in flight are
+/// read again by `_id` and sent again (acknowledged alike), until none
+/// changed (at most [`MAX_PASSES`] passes in all). Returns what every pass
+/// did.
+pub(crate) async fn send_changed_again(
+    ctx: &Ctx<'_>,
+    first: Settled,
+    backlog: mongo::Backlog,
+    already_rejected: &HashSet<String>,
+) -> Result<SyncOutcome, ReconcileError> {
+    let mut outcome = SyncOutcome::default();
+    let mut rejected_ids = already_rejected.clone();
+    let (mut changed, mut overflowed) = outcome.absorb(first, &mut rejected_ids);
     // The changed documents are scattered over the collection: read back by
     // `_id` list, never by a range that could span it.
     let scattered = ctx.on_index(ctx.uid.clone()).with_scattered_ids();
@@ -217,10 +235,37 @@ pub(crate) async fn run_pass(
     read: Read,
     skip: &HashSet<String>,
 ) -> Result<PassOutcome, ReconcileError> {
+    run_pass_from(ctx, feed, read, skip, None).await
+}
+
+/// A pass of the unindexed documents whose first page (of those `backlog`
+/// selects, read at MongoDB's time `now`) is `page`, already read: the
+/// head start's (`super::head_start`). It is cut and sent as the reader
+/// cuts a page it read; a page shorter than `sync.batch_docs` ends the pass.
+pub(crate) async fn send_page(
+    ctx: &Ctx<'_>,
+    backlog: mongo::Backlog,
+    now: DateTime,
+    page: Vec<RawDocumentBuf>,
+) -> Result<PassOutcome, ReconcileError> {
+    let read = Read::Filtered(backlog);
+    let skip = HashSet::new();
+    run_pass_from(ctx, Feed::Unindexed, read, &skip, Some((now, page))).await
+}
+
+/// [`run_pass`], its first page given when `first` (read at its time).
+async fn run_pass_from(
+    ctx: &Ctx<'_>,
+    feed: Feed,
+    read: Read,
+    skip: &HashSet<String>,
+    first: Option<(DateTime, Vec<RawDocumentBuf>)>,
+) -> Result<PassOutcome, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let (demand_tx, demand_rx) = watch::channel(Demand::new());
+    let demand = SenderDemand::new(demand_rx);
     let (sent, settled) = tokio::try_join!(
-        read_batches(ctx, feed, read, tx, SenderDemand::new(demand_rx), skip),
+        read_batches(ctx, feed, read, tx, demand, skip, first),
         send_batches(ctx, feed.acknowledges(), rx, Some(demand_tx))
     )?;
     Ok(PassOutcome { sent, settled })
@@ -249,7 +294,8 @@ impl SenderDemand {
     }
 }
 
-/// Reads pages of the documents `feed` selects and cuts them into batches.
+/// Reads pages of the documents `feed` selects and cuts them into batches;
+/// the first page is `first` when given (read at its time).
 async fn read_batches(
     ctx: &Ctx<'_>,
     feed: Feed,
@@ -257,6 +303,7 @@ async fn read_batches(
     tx: mpsc::Sender<Batch>,
     mut demand: SenderDemand,
     skip: &HashSet<String>,
+    mut first: Option<(DateTime, Vec<RawDocumentBuf>)>,
 ) -> Result<u64, ReconcileError> {
     let opts = ctx.opts;
     let page_size = opts.batch_docs.max(1);
@@ -280,7 +327,10 @@ async fn read_batches(
             return Ok(sent); // the sender stopped; its error is reported
         }
         let started = Instant::now();
-        let now = mongo::server_time(ctx.db).await?;
+        let now = match &first {
+            Some((now, _)) => *now,
+            None => mongo::server_time(ctx.db).await?,
+        };
         ctx.phases.add(Phase::Read, started.elapsed());
         // A page is read in parts: a plain scan's documents are taken off
         // its cursor a round trip at a time and cut into batches before the
@@ -291,14 +341,18 @@ async fn read_batches(
         let mut building = Duration::ZERO;
         while read_in_page < page_size && !page_ended {
             let reading = Instant::now();
-            let part = match (&mut scan, feed) {
-                (Some(scan), _) => {
+            let part = match (first.take(), &mut scan, feed) {
+                (Some((_, page)), _, _) => {
+                    page_ended = page.len() < page_size;
+                    page
+                }
+                (None, Some(scan), _) => {
                     let wanted = (page_size - read_in_page).min(mongo::SCAN_ROUND_TRIP_DOCS);
                     let part = scan.next_page(wanted).await?;
                     page_ended = part.len() < wanted;
                     part
                 }
-                (None, feed) => {
+                (None, None, feed) => {
                     let backlog = match (feed, read) {
                         (Feed::Unindexed, Read::Filtered(backlog)) => Some(backlog),
                         _ => None,

@@ -4,7 +4,9 @@
 //! from MongoDB —, `batch-enqueued` — a batch's task enqueued, not yet
 //! awaited —, `acknowledged` — a batch acknowledged; a refused batch's
 //! `refused-batch-reread` — read again from MongoDB, before it is bisected;
-//! a drift repair's `drift-meili-ids` and `drift-mongo-ids`),
+//! a drift repair's `drift-meili-ids` and `drift-mongo-ids`; the head
+//! start's `head-start-counting` — before the plan's count, while the
+//! backlog's page is read and sent),
 //! printing `test hook: paused after <step>` to stderr and still holding its
 //! lease — so a test can kill the process (SIGKILL) at exactly that point, or
 //! change the data under it. It waits forever, or, when
