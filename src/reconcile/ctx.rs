@@ -83,10 +83,11 @@ impl<'a> Ctx<'a> {
         let Some(gate) = &self.ack_gate else {
             return true;
         };
-        let mut gate = gate.clone();
+        // Asked before every batch: open, it costs a look, not a clone.
         if *gate.borrow() {
             return true;
         }
+        let mut gate = gate.clone();
         tracing::debug!(index = %self.uid, "acknowledgement waits for the plan's counts");
         let waiting = std::time::Instant::now();
         let open = gate.wait_for(|open| *open).await.is_ok();

@@ -357,10 +357,7 @@ pub(crate) async fn reconcile_collection(
         let skip = HashSet::new();
         let outcome =
             sync::send_changed_again(ctx, settled, mongo::Backlog::Unflagged, &skip).await?;
-        summary.indexed += outcome.indexed;
-        summary.deleted += outcome.deleted;
-        summary.flags_cleared += outcome.flags_cleared;
-        summary.rejected.extend(outcome.rejected);
+        add_indexing(summary, outcome);
         if mongo::Backlog::of(&counts) == mongo::Backlog::Any {
             let expected = counts.flagged - counts.indexed;
             index_unindexed(ctx, expected, mongo::Backlog::Any, summary).await?;
@@ -411,11 +408,16 @@ async fn index_unindexed(
         .map(|r| r.mongo_id_key.clone())
         .collect();
     let outcome = sync::index_unindexed(ctx, expected, backlog, &skip).await?;
+    add_indexing(summary, outcome);
+    Ok(())
+}
+
+/// Adds what indexing did to the collection's summary.
+fn add_indexing(summary: &mut CollectionSummary, outcome: sync::SyncOutcome) {
     summary.indexed += outcome.indexed;
     summary.deleted += outcome.deleted;
     summary.flags_cleared += outcome.flags_cleared;
     summary.rejected.extend(outcome.rejected);
-    Ok(())
 }
 
 #[cfg(test)]
