@@ -15,7 +15,7 @@ use meili_reconciler::lease::{
     Outcome,
 };
 use meili_reconciler::progress::{Progress, ProgressSnapshot};
-use mongodb::bson::{doc, DateTime};
+use mongodb::bson::{doc, DateTime, Document};
 use mongodb::Database;
 use serde_json::json;
 use support::lease_harness::*;
@@ -961,6 +961,28 @@ async fn shutdown_leaves_the_lease_to_expire_when_a_write_outlasts_the_drain() {
     );
 }
 
+/// Creates `name` with a validator no lease document passes. Asked again
+/// (what a lost reply may have created dropped first) when the connection
+/// fails instead of an answer: DocumentDB, which refuses validators, now
+/// and then loses that refusal ([`support::server::is_connection_error`]).
+async fn create_validated_collection(db: &Database, name: &str) -> mongodb::error::Result<()> {
+    const ATTEMPTS: usize = 3;
+    for attempt in 1.. {
+        let created = db
+            .create_collection(name)
+            .validator(doc! { "$jsonSchema": { "required": ["aFieldNoLeaseHas"] } })
+            .await;
+        match created {
+            Err(error) if attempt < ATTEMPTS && support::server::is_connection_error(&error) => {
+                eprintln!("create the validated collection, attempt {attempt}: {error}; again");
+                let _ = db.collection::<Document>(name).drop().await;
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
 /// A claim MongoDB refuses for good (here a validator on `distributedJobs`
 /// that no lease document passes; a missing privilege alike) ends the wait
 /// with that refusal (exit 1), instead of a claim sent again on every poll
@@ -971,10 +993,7 @@ async fn a_claim_mongodb_refuses_ends_the_wait_with_the_refusal() {
     let db = database("lease_refused").await;
     let mut opts = fast_options("refused", "refused-owner");
     opts.wait_timeout = Some(Duration::from_secs(30));
-    let validated = db
-        .create_collection(&opts.collection)
-        .validator(doc! { "$jsonSchema": { "required": ["aFieldNoLeaseHas"] } })
-        .await;
+    let validated = create_validated_collection(&db, &opts.collection).await;
     let reader = match validated {
         Ok(()) => None,
         Err(error) if support::server::is_unsupported(&error) => {
