@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use meili_reconciler::flag_retry;
 use meili_reconciler::lease::store::{ClaimResult, Fence, JobStatus, JobStore};
 use meili_reconciler::lease::{
     clock, read_status, run_single_flight, Guard, LeaseError, LeaseLost, LeaseOptions, LeaseState,
@@ -961,26 +962,28 @@ async fn shutdown_leaves_the_lease_to_expire_when_a_write_outlasts_the_drain() {
     );
 }
 
-/// Creates `name` with a validator no lease document passes. Asked again
-/// (what a lost reply may have created dropped first) when the connection
-/// fails instead of an answer: DocumentDB, which refuses validators, now
-/// and then loses that refusal ([`support::server::is_connection_error`]).
+/// Creates `name` with a validator no lease document passes, asked again
+/// (what a lost reply may have created dropped first) when no answer came:
+/// DocumentDB's gateway (0.106), which refuses validators, now and then
+/// fails to send that refusal over TLS on a loaded machine (its log:
+/// "Couldn't reply with error … bad write retry") and drops the connection.
 async fn create_validated_collection(db: &Database, name: &str) -> mongodb::error::Result<()> {
     const ATTEMPTS: usize = 3;
-    for attempt in 1.. {
+    let mut attempt = 1;
+    loop {
         let created = db
             .create_collection(name)
             .validator(doc! { "$jsonSchema": { "required": ["aFieldNoLeaseHas"] } })
             .await;
         match created {
-            Err(error) if attempt < ATTEMPTS && support::server::is_connection_error(&error) => {
+            Err(error) if attempt < ATTEMPTS && flag_retry::is_transient(&error) => {
                 eprintln!("create the validated collection, attempt {attempt}: {error}; again");
                 let _ = db.collection::<Document>(name).drop().await;
+                attempt += 1;
             }
             other => return other,
         }
     }
-    unreachable!("the last attempt returns")
 }
 
 /// A claim MongoDB refuses for good (here a validator on `distributedJobs`

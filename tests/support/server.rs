@@ -32,16 +32,6 @@ pub fn is_unsupported(error: &Error) -> bool {
     }
 }
 
-/// Whether `error` is the connection failing, not the server answering.
-/// DocumentDB's gateway (0.106) sometimes fails to send the reply to a
-/// command it refuses, over TLS on a loaded machine (its log: "Couldn't
-/// reply with error … bad write retry"), and drops the connection: the
-/// client sees a reset where the server meant a refusal. A test asking a
-/// question whose answer may be a refusal asks again then.
-pub fn is_connection_error(error: &Error) -> bool {
-    matches!(&*error.kind, ErrorKind::Io(_))
-}
-
 /// Why the shared MongoDB serves no change streams, or `None` if it does
 /// (a change stream opened on a scratch collection, once per test binary).
 pub async fn no_change_streams() -> Option<String> {
