@@ -18,6 +18,14 @@
 //! `--drain-secs`, or the delay grew over the phase (the last third's median
 //! above twice the first third's plus 250 ms).
 //!
+//! `--docs-per-request K` writes K documents a request: K inserts as one
+//! `insertMany`, K edits as one `updateMany` (one text for all K), a hook's
+//! K documents as one Meilisearch task and one flag update — the same
+//! documents a second, in K times fewer requests, for a MongoDB that
+//! answers one request at a time (secantusdb) and cannot take the rate
+//! one document a request. Each of the K is timed from the request's
+//! acknowledgement.
+//!
 //! Per phase it also reports where the delay went, from the follower's
 //! own account (`follow.latency` in its `/status`: per document written to
 //! Meilisearch, histograms of each stage — delivery by the change stream,
@@ -73,6 +81,10 @@ struct Args {
     /// Fraction of writes that edit a message instead of inserting one.
     #[arg(long, default_value_t = 0.3)]
     edit_fraction: f64,
+    /// Documents written by one request (all inserts, all edits, or all
+    /// like the save hook); the rate stays in documents a second.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    docs_per_request: u64,
     /// Rates tried after the main phase, until one is not sustained ("" for none).
     #[arg(long, default_value = "100,200,400,800,1600")]
     step_rates: String,
@@ -307,7 +319,7 @@ async fn opcounters(client: &mongodb::Client) -> anyhow::Result<Document> {
 }
 
 /// The follower's MongoDB requests between two opcounter snapshots, per
-/// write: the writer's own inserts and updates (`writer_inserts`,
+/// write: the writer's own insert and update requests (`writer_inserts`,
 /// `writer_updates`) and the two `serverStatus` commands are taken out.
 fn requests_per_write(
     before: &Document,
@@ -398,44 +410,61 @@ async fn phase(
     });
 
     let began = Instant::now();
-    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let per_request = args.docs_per_request as usize;
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(per_request as f64 / rate));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
     let mut writes = FuturesUnordered::new();
     let (mut written, mut hooked, mut edits) = (0usize, 0usize, 0usize);
+    let (mut insert_requests, mut update_requests) = (0u64, 0u64);
     while began.elapsed() < Duration::from_secs(secs) {
         ticks.tick().await;
         let permit = in_flight.clone().acquire_owned().await?;
         let n = written;
-        written += 1;
-        let edit_target = if rand::rng().random_bool(args.edit_fraction.clamp(0.0, 1.0)) {
+        written += per_request;
+        let edit_targets = if rand::rng().random_bool(args.edit_fraction.clamp(0.0, 1.0)) {
             let mut seen = seen.lock().unwrap();
             let settled = seen.settled.len();
-            (settled > 0).then(|| {
-                seen.settled
-                    .swap_remove(rand::rng().random_range(0..settled))
+            (settled >= per_request).then(|| {
+                (0..per_request)
+                    .map(|_| {
+                        let at = rand::rng().random_range(0..seen.settled.len());
+                        seen.settled.swap_remove(at)
+                    })
+                    .collect::<Vec<_>>()
             })
         } else {
             None
         };
         // Only inserts play the hook (it indexes what was saved, as saved).
-        let hook = edit_target.is_none() && rand::rng().random_bool(hook_fraction.clamp(0.0, 1.0));
-        hooked += usize::from(hook);
-        edits += usize::from(edit_target.is_some());
+        let hook = edit_targets.is_none() && rand::rng().random_bool(hook_fraction.clamp(0.0, 1.0));
+        hooked += if hook { per_request } else { 0 };
+        edits += edit_targets.as_ref().map_or(0, Vec::len);
+        insert_requests += u64::from(edit_targets.is_none());
+        update_requests += u64::from(edit_targets.is_some() || hook);
         let (bench, pending, name) = (bench.clone(), pending.clone(), name.to_string());
         let seen = seen.clone();
         writes.push(tokio::spawn(async move {
             let _permit = permit;
-            let timed = write(&bench, &pending, &name, n, hook, edit_target, began).await?;
+            let group = Group {
+                phase: &name,
+                first: n,
+                docs: per_request,
+                hook,
+                edits: edit_targets,
+            };
+            let timed = write(&bench, &pending, group, began).await?;
             if bench.args.writer_only {
-                // Nothing checks it: editable at once.
+                // Nothing checks them: editable at once.
                 let mut queue = pending.lock().unwrap();
-                if let Some(p) = queue
-                    .iter()
-                    .position(|p| p.id == timed)
-                    .and_then(|at| queue.remove(at))
-                {
-                    seen.lock().unwrap().settled.push((p.id, p.message_id));
+                for id in timed {
+                    if let Some(p) = queue
+                        .iter()
+                        .position(|p| p.id == id)
+                        .and_then(|at| queue.remove(at))
+                    {
+                        seen.lock().unwrap().settled.push((p.id, p.message_id));
+                    }
                 }
             }
             anyhow::Ok(())
@@ -468,8 +497,8 @@ async fn phase(
         (Some(before), Some(after)) => requests_per_write(
             before,
             after,
-            (written - edits) as u64,
-            (edits + hooked) as u64,
+            insert_requests,
+            update_requests,
             written as u64,
         ),
         _ => Value::Null,
@@ -496,6 +525,7 @@ async fn phase(
         "targetRate": rate,
         "achievedRate": achieved,
         "writes": written,
+        "docsPerRequest": per_request,
         "edits": edits,
         "hookWrites": hooked,
         "timed": all.len(),
@@ -523,63 +553,95 @@ fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[rank - 1])
 }
 
-/// One save, as LibreChat makes it (and, for a hook write, what its save
-/// hook does next); timed writes are queued for the checker.
+/// The documents one request writes.
+struct Group<'a> {
+    phase: &'a str,
+    /// The phase's number of the first document (names new messages).
+    first: usize,
+    docs: usize,
+    /// Inserts that then do what LibreChat's save hook does.
+    hook: bool,
+    /// Messages edited (`None`: `docs` new messages inserted).
+    edits: Option<Vec<(ObjectId, String)>>,
+}
+
+/// One save of `group.docs` documents, as LibreChat makes each (and, for a
+/// hook group, what its save hook does next); timed writes are queued for
+/// the checker. Returns the `_id`s written.
 async fn write(
     bench: &Bench,
     pending: &Mutex<VecDeque<Pending>>,
-    phase: &str,
-    n: usize,
-    hook: bool,
-    edit: Option<(ObjectId, String)>,
+    group: Group<'_>,
     began: Instant,
-) -> anyhow::Result<ObjectId> {
-    let (id, message_id, text, doc) = match edit {
-        Some((id, message_id)) => {
-            let text = format!("benchmark message {message_id}, edit {n} of {phase}");
+) -> anyhow::Result<Vec<ObjectId>> {
+    let (written, inserted) = match group.edits {
+        Some(targets) => {
+            let text = format!("benchmark message edit {} of {}", group.first, group.phase);
+            let ids: Vec<ObjectId> = targets.iter().map(|(id, _)| *id).collect();
             bench
                 .messages
-                .update_one(
-                    doc! { "_id": id },
+                .update_many(
+                    doc! { "_id": { "$in": ids.clone() } },
                     doc! { "$set": { "text": &text, "updatedAt": DateTime::now(), "_meiliIndex": false } },
                 )
                 .await?;
-            (id, message_id, text, None)
+            let written: Vec<_> = targets
+                .into_iter()
+                .map(|(id, message_id)| (id, message_id, text.clone()))
+                .collect();
+            (written, Vec::new())
         }
         None => {
-            let doc = message(phase, n);
-            bench.messages.insert_one(doc.clone()).await?;
-            let id = doc.get_object_id("_id")?;
-            let message_id = doc.get_str("messageId")?.to_string();
-            let text = doc.get_str("text")?.to_string();
-            (id, message_id, text, Some(doc))
+            let docs: Vec<Document> = (group.first..group.first + group.docs)
+                .map(|n| message(group.phase, n))
+                .collect();
+            bench.messages.insert_many(&docs).await?;
+            let mut written = Vec::with_capacity(docs.len());
+            for doc in &docs {
+                written.push((
+                    doc.get_object_id("_id")?,
+                    doc.get_str("messageId")?.to_string(),
+                    doc.get_str("text")?.to_string(),
+                ));
+            }
+            (written, docs)
         }
     };
     let acked = Instant::now();
-    if let (true, Some(doc)) = (hook, doc) {
+    let ids: Vec<ObjectId> = written.iter().map(|(id, _, _)| *id).collect();
+    if group.hook && !inserted.is_empty() {
         // LibreChat's post-save hook: index this version, then flag it.
-        let shaped = Value::Object(meili_reconciler::mongo::to_meili(
-            meili_reconciler::mongo::Collection::Messages,
-            &doc,
-        ));
+        let shaped: Vec<Value> = inserted
+            .iter()
+            .map(|doc| {
+                Value::Object(meili_reconciler::mongo::to_meili(
+                    meili_reconciler::mongo::Collection::Messages,
+                    doc,
+                ))
+            })
+            .collect();
         bench
             .meili
-            .add_documents(&[shaped], Some("messageId"))
+            .add_documents(&shaped, Some("messageId"))
             .await?;
         bench
             .messages
-            .update_one(doc! { "_id": id }, doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } })
+            .update_many(doc! { "_id": { "$in": ids.clone() } }, doc! { "$set": { "_meiliIndex": true, "_meiliCleanupVersion": 1, "_meiliIndexSchemaVersion": 1 } })
             .await?;
-        return Ok(id);
+        return Ok(ids);
     }
-    pending.lock().unwrap().push_back(Pending {
-        id,
-        message_id,
-        text,
-        acked,
-        at: acked.duration_since(began).as_secs_f64(),
-    });
-    Ok(id)
+    let at = acked.duration_since(began).as_secs_f64();
+    let mut queue = pending.lock().unwrap();
+    for (id, message_id, text) in written {
+        queue.push_back(Pending {
+            id,
+            message_id,
+            text,
+            acked,
+            at,
+        });
+    }
+    Ok(ids)
 }
 
 /// Polls Meilisearch for every pending write until its version shows up;
