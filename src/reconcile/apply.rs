@@ -224,7 +224,7 @@ pub(crate) async fn settle_enqueued(
         let settled = send::settle_outcome(ctx, addition, outcome).await?;
         done.indexed += settled.accepted.len() as u64;
         done.rejected.extend(settled.rejected);
-        accepted.add(settled.accepted);
+        accepted.add(settled.accepted.unpack());
     }
     done.deleted = enqueued.deletions.len() as u64;
     Ok(done)

@@ -18,11 +18,12 @@ use crate::mongo::{self, DocVersion};
 
 /// One document of a batch: what its acknowledgement needs — its version
 /// (`_id`, `updatedAt`, LibreChat's version token) and the retention branch
-/// it was read in. Up to `sync.max_bytes_in_flight` worth of documents wait
-/// in flight at once, so LibreChat's own documents — an ObjectId `_id`, a
-/// date `updatedAt`, no token or an ObjectId's hex, and a UUID
+/// it was read in. LibreChat's own documents — an ObjectId `_id`, a date
+/// `updatedAt`, no token or an ObjectId's hex, and a UUID
 /// `messageId`/`conversationId` — are held inline in 56 bytes with no
-/// allocation; anything else is boxed and converts back exactly as well.
+/// allocation, and packed smaller still while they wait in flight
+/// ([`super::packed`]); anything else is boxed and converts back exactly as
+/// well.
 #[derive(Clone, Debug)]
 pub(crate) enum BatchDoc {
     Typical {
@@ -206,14 +207,12 @@ impl Batch {
         Bytes::copy_from_slice(&self.payload[self.offsets[range.start]..self.offsets[range.end]])
     }
 
-    /// Takes the whole NDJSON out of the batch, without copying it, to be
-    /// enqueued: while a task waits its turn in Meilisearch the batch keeps
-    /// per document only what the acknowledgement needs (ids and versions),
-    /// and the NDJSON is freed as soon as the request that sends it ends.
-    pub(super) fn take_payload(&mut self) -> Bytes {
-        self.shrink_to_fit();
-        self.offsets = Vec::new();
-        Bytes::from(std::mem::take(&mut self.payload))
+    /// Splits the batch, without copying, into its NDJSON, to be enqueued
+    /// (freed as soon as the request that sends it ends), and its documents,
+    /// which are all a task waiting its turn in Meilisearch keeps
+    /// (`packed::Packed`).
+    pub(super) fn into_payload_and_docs(self) -> (Bytes, Vec<BatchDoc>) {
+        (Bytes::from(self.payload), self.docs)
     }
 
     /// Gives back the slack a finished batch's vectors grew (up to as much

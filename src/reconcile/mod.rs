@@ -43,6 +43,7 @@ mod head_start;
 mod marker;
 mod options;
 pub mod orphans;
+mod packed;
 pub mod phases;
 pub mod plan;
 pub mod rebuild;

@@ -18,6 +18,7 @@ use super::batch::{ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::options::SyncOptions;
+use super::packed::Packed;
 use super::phases::Phase;
 use super::rejects::{self, Rejected};
 use crate::librechat::searchable;
@@ -95,7 +96,7 @@ pub(crate) async fn send_batches(
     rx: mpsc::Receiver<Batch>,
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Settled, ReconcileError> {
-    let (ack_tx, ack_rx) = mpsc::channel::<Vec<BatchDoc>>(ACK_QUEUE_BATCHES);
+    let (ack_tx, ack_rx) = mpsc::channel::<Packed>(ACK_QUEUE_BATCHES);
     let ack_tx = acknowledge.then_some(ack_tx); // dropped at once otherwise
     let (mut settled, acked) = tokio::try_join!(
         enqueue_and_settle(ctx, rx, ack_tx, demand),
@@ -126,7 +127,7 @@ pub(crate) async fn send_batches(
 async fn enqueue_and_settle(
     ctx: &Ctx<'_>,
     mut rx: mpsc::Receiver<Batch>,
-    ack_tx: Option<mpsc::Sender<Vec<BatchDoc>>>,
+    ack_tx: Option<mpsc::Sender<Packed>>,
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Settled, ReconcileError> {
     let max_tasks = ctx.opts.in_flight.max(1);
@@ -135,7 +136,7 @@ async fn enqueue_and_settle(
     let mut bytes_held = 0usize;
     let mut pending = FuturesUnordered::new();
     // Settled batches the acknowledger has not taken yet, with their bytes.
-    let mut unhanded: VecDeque<(usize, Vec<BatchDoc>)> = VecDeque::new();
+    let mut unhanded: VecDeque<(usize, Packed)> = VecDeque::new();
     let mut settled = Settled::default();
     let mut open = true;
     while open || !pending.is_empty() || !unhanded.is_empty() {
@@ -210,16 +211,17 @@ async fn reserve<T>(
 /// batch after another, until the sender is done.
 async fn acknowledge_queue(
     ctx: &Ctx<'_>,
-    mut rx: mpsc::Receiver<Vec<BatchDoc>>,
+    mut rx: mpsc::Receiver<Packed>,
 ) -> Result<ack::Acked, ReconcileError> {
     let mut total = ack::Acked::default();
-    while let Some(docs) = rx.recv().await {
+    while let Some(packed) = rx.recv().await {
         // A head start's first settled batch waits here for the plan's
         // counts (`Ctx::ack_gate`); closed, the run dropped the head start.
         if !ctx.ack_gate_open().await {
             return Ok(total);
         }
         let started = Instant::now();
+        let docs = packed.unpack();
         let refs: Vec<&BatchDoc> = docs.iter().collect();
         let acked = ack::acknowledge(ctx, &refs).await?;
         ctx.phases.add(Phase::Ack, started.elapsed());
@@ -243,9 +245,9 @@ async fn acknowledge_queue(
 /// exact comparison's repairs send flagged documents too). A document deleted
 /// or made unindexable meanwhile is left out: the refused task indexed
 /// nothing, so nothing of it is searchable.
-async fn reread(ctx: &Ctx<'_>, refused: &Batch) -> Result<Batch, ReconcileError> {
+async fn reread(ctx: &Ctx<'_>, refused: &[BatchDoc]) -> Result<Batch, ReconcileError> {
     let now = mongo::server_time(ctx.db).await?;
-    let refs: Vec<&BatchDoc> = refused.docs.iter().collect();
+    let refs: Vec<&BatchDoc> = refused.iter().collect();
     let mut batch = Batch::new();
     for run in ack::same_type_runs(&refs) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
@@ -264,10 +266,10 @@ async fn reread(ctx: &Ctx<'_>, refused: &Batch) -> Result<Batch, ReconcileError>
     Ok(batch)
 }
 
-/// A batch whose task is enqueued: its documents (the NDJSON went with the
-/// request), the bytes it held, its task and when it was sent.
+/// A batch whose task is enqueued: its documents, packed (the NDJSON went
+/// with the request), the bytes it held, its task and when it was sent.
 pub(crate) struct Enqueued {
-    pub batch: Batch,
+    pub docs: Packed,
     pub bytes: usize,
     pub task: u64,
     pub sent: Instant,
@@ -275,9 +277,10 @@ pub(crate) struct Enqueued {
 
 /// Enqueues `batch` in Meilisearch (the guard checked first); its NDJSON is
 /// freed when the request ends.
-pub(crate) async fn enqueue(ctx: &Ctx<'_>, mut batch: Batch) -> Result<Enqueued, ReconcileError> {
+pub(crate) async fn enqueue(ctx: &Ctx<'_>, batch: Batch) -> Result<Enqueued, ReconcileError> {
     let sent = Instant::now();
-    let payload = batch.take_payload();
+    let (payload, docs) = batch.into_payload_and_docs();
+    let docs = Packed::pack(docs);
     let bytes = payload.len();
     let task = ctx
         .meili
@@ -285,7 +288,7 @@ pub(crate) async fn enqueue(ctx: &Ctx<'_>, mut batch: Batch) -> Result<Enqueued,
         .await?;
     ctx.phases.add(Phase::Send, sent.elapsed());
     Ok(Enqueued {
-        batch,
+        docs,
         bytes,
         task,
         sent,
@@ -293,10 +296,10 @@ pub(crate) async fn enqueue(ctx: &Ctx<'_>, mut batch: Batch) -> Result<Enqueued,
 }
 
 /// A settled task: the bytes it held in flight, the documents Meilisearch
-/// accepted (in `_id` order) and those it rejected.
+/// accepted (in `_id` order, packed) and those it rejected.
 pub(crate) struct Done {
     pub bytes: usize,
-    pub accepted: Vec<BatchDoc>,
+    pub accepted: Packed,
     pub rejected: Vec<Rejected>,
 }
 
@@ -320,25 +323,26 @@ pub(crate) async fn settle_outcome(
     outcome: TaskOutcome,
 ) -> Result<Done, ReconcileError> {
     let Enqueued {
-        batch, bytes, task, ..
+        docs, bytes, task, ..
     } = enqueued;
-    let (batch, verdicts) = match &outcome.error {
-        None => {
-            let verdicts = vec![None; batch.len()];
-            (batch, verdicts)
-        }
-        Some(error) if rejects::is_document_error(&error.code) => {
-            tracing::warn!(index = %ctx.uid, task, code = %error.code, docs = batch.len(),
-                "a batch was refused; isolating the documents Meilisearch rejects");
-            let batch = reread(ctx, &batch).await?;
-            // Tests stop here to change a document after it was read again
-            // (`refused-batch-reread`, `reconcile::test_hook`).
-            super::test_hook::pause_after("refused-batch-reread").await;
-            let verdicts = rejects::isolate(ctx, &batch).await?;
-            (batch, verdicts)
-        }
-        Some(_) => return Err(outcome.into_result("add documents").unwrap_err().into()),
+    let Some(error) = &outcome.error else {
+        // Everything accepted: the documents stay packed for the acknowledger.
+        return Ok(Done {
+            bytes,
+            accepted: docs,
+            rejected: Vec::new(),
+        });
     };
+    if !rejects::is_document_error(&error.code) {
+        return Err(outcome.into_result("add documents").unwrap_err().into());
+    }
+    tracing::warn!(index = %ctx.uid, task, code = %error.code, docs = docs.len(),
+        "a batch was refused; isolating the documents Meilisearch rejects");
+    let batch = reread(ctx, &docs.unpack()).await?;
+    // Tests stop here to change a document after it was read again
+    // (`refused-batch-reread`, `reconcile::test_hook`).
+    super::test_hook::pause_after("refused-batch-reread").await;
+    let verdicts = rejects::isolate(ctx, &batch).await?;
     let mut accepted = Vec::with_capacity(batch.len());
     let mut rejected = Vec::new();
     for (doc, verdict) in batch.docs.into_iter().zip(verdicts) {
@@ -347,6 +351,7 @@ pub(crate) async fn settle_outcome(
             Some(error) => rejected.push(Rejected::new(&doc, error)),
         }
     }
+    let accepted = Packed::pack(accepted);
     Ok(Done {
         bytes,
         accepted,
