@@ -211,7 +211,9 @@ impl Batch {
     /// (freed as soon as the request that sends it ends), and its documents,
     /// which are all a task waiting its turn in Meilisearch keeps
     /// (`packed::Packed`).
-    pub(super) fn into_payload_and_docs(self) -> (Bytes, Vec<BatchDoc>) {
+    pub(super) fn into_payload_and_docs(mut self) -> (Bytes, Vec<BatchDoc>) {
+        // `Bytes` keeps a vector's spare capacity for as long as the request.
+        self.payload.shrink_to_fit();
         (Bytes::from(self.payload), self.docs)
     }
 
