@@ -4,7 +4,8 @@
 //! Up to `sync.max_bytes_in_flight` worth of documents wait in flight at
 //! once, so what each one holds there sets how much a large run's memory
 //! stands above a small one's. A [`BatchDoc`] of LibreChat's shape is 56
-//! bytes; packed it is about 22 (40 with a version token): the `_id` and the
+//! bytes; packed it is about 22 (26 with a version token, 27 where no two
+//! `_id`s share their process bytes, as the benchmark seeder's): the `_id` and the
 //! token as differences from the document before and from the `_id` (a
 //! batch is read in `_id` order, and ObjectIds made by one process share
 //! their middle five bytes and count up), `updatedAt` as its distance from
