@@ -42,6 +42,13 @@ struct IdParts {
 }
 
 impl IdParts {
+    /// What a batch's first `_id` is told apart from.
+    const FIRST_PREVIOUS: IdParts = IdParts {
+        seconds: 0,
+        process: [0; 5],
+        counter: 0,
+    };
+
     fn of(id: &ObjectId) -> IdParts {
         let b = id.bytes();
         IdParts {
@@ -62,7 +69,7 @@ impl IdParts {
 }
 
 /// Documents of one batch, packed, in their order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Packed {
     bytes: Vec<u8>,
     /// Documents not of LibreChat's shape, in their order among the others.
@@ -78,7 +85,7 @@ impl Packed {
             others: Vec::new(),
             len: docs.len(),
         };
-        let mut previous = IdParts::of(&ObjectId::from_bytes([0; 12]));
+        let mut previous = IdParts::FIRST_PREVIOUS;
         for doc in docs {
             let BatchDoc::Typical {
                 id,
@@ -141,7 +148,7 @@ impl Packed {
         let mut docs = Vec::with_capacity(self.len);
         let mut others = self.others.into_iter();
         let mut input = Reader(&self.bytes);
-        let mut previous = IdParts::of(&ObjectId::from_bytes([0; 12]));
+        let mut previous = IdParts::FIRST_PREVIOUS;
         while !input.0.is_empty() {
             let header = input.take::<1>()[0];
             if header & OTHER != 0 {
