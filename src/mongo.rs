@@ -344,15 +344,66 @@ pub async fn read_unindexed_page(
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
     let mut projection = collection.read_projection();
     projection.extend(judging_fields(rules, collection));
-    read_page(
-        db,
-        collection,
-        unindexed_filter_in(rules, collection, now, backlog),
-        after,
-        limit,
-        projection,
-    )
-    .await
+    let hint = match backlog {
+        Backlog::Unflagged => backlog_index(db, collection).await?,
+        // The other branch (flagged at another schema version) would walk
+        // every flagged entry of that index: left to the server's planner.
+        Backlog::Any => None,
+    };
+    let filter = unindexed_filter_in(rules, collection, now, backlog);
+    read_page(db, collection, filter, after, limit, projection, hint).await
+}
+
+/// The key of LibreChat's index for its own backlog query (its models
+/// create it on both collections): `{ _meiliIndex: 1, isTemporary: 1,
+/// expiredAt: 1 }`.
+const BACKLOG_INDEX_KEY: [&str; 3] = [FLAG, "isTemporary", "expiredAt"];
+
+/// The name of LibreChat's backlog index on `collection` ([`BACKLOG_INDEX_KEY`],
+/// ascending), when it is there and holds every document: not partial, not
+/// sparse, no collation (a partial or sparse one leaves documents out, and
+/// one with a collation answers comparisons by other rules).
+///
+/// [`read_unindexed_page`] names it as the hint of a narrow backlog read
+/// (`Backlog::Unflagged`, at most a few pages: `reconcile::sync`): the
+/// unflagged entries are the backlog plus the unsearchable documents, while
+/// a planner may prefer another index — DocumentDB ANDs a bitmap of the
+/// whole `user` index with it (1M messages, a 1% backlog: 1.6–1.8 s a page,
+/// 1.2 s hinted) and MongoDB may walk the `_id` index for the sort. An index
+/// dropped between this look and the read fails that read (the hint names
+/// nothing), and the next run reads without it.
+pub async fn backlog_index(
+    db: &Database,
+    collection: Collection,
+) -> Result<Option<String>, MongoError> {
+    let indexes: Vec<mongodb::IndexModel> = collection
+        .handle(db)
+        .list_indexes()
+        .await
+        .map_err(mongo_err("list indexes"))?
+        .try_collect()
+        .await
+        .map_err(mongo_err("list indexes"))?;
+    Ok(indexes.into_iter().find_map(|index| {
+        let ascending = |value: &Bson| {
+            value
+                .as_f64()
+                .or_else(|| value.as_i64().map(|n| n as f64))
+                .or_else(|| value.as_i32().map(f64::from))
+                == Some(1.0)
+        };
+        let key_matches = index.keys.len() == BACKLOG_INDEX_KEY.len()
+            && index
+                .keys
+                .iter()
+                .zip(BACKLOG_INDEX_KEY)
+                .all(|((field, value), expected)| field == expected && ascending(value));
+        let options = index.options?;
+        let whole = options.partial_filter_expression.is_none()
+            && options.sparse != Some(true)
+            && options.collation.is_none();
+        (key_matches && whole).then_some(options.name).flatten()
+    }))
 }
 
 /// The next page of every indexable document at server time `now`, whatever
@@ -375,6 +426,7 @@ pub async fn read_indexable_page(
         after,
         limit,
         projection,
+        None,
     )
     .await
 }
@@ -512,18 +564,22 @@ async fn read_page(
     after: Option<&Bson>,
     limit: usize,
     projection: Document,
+    hint: Option<String>,
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
     if let Some(after) = after {
         filter.insert("_id", doc! { "$gt": after.clone() });
     }
-    collection
-        .raw_handle(db)
+    let handle = collection.raw_handle(db);
+    let mut find = handle
         .find(filter)
         .sort(doc! { "_id": 1 })
         .limit(limit as i64)
         .projection(projection)
-        .max_time(READ_TIME_LIMIT)
-        .await
+        .max_time(READ_TIME_LIMIT);
+    if let Some(name) = hint {
+        find = find.hint(mongodb::options::Hint::Name(name));
+    }
+    find.await
         .map_err(mongo_err("read"))?
         .try_collect()
         .await
@@ -566,7 +622,7 @@ pub async fn indexable_ids_page(
     let pk = collection.primary_key();
     let mut projection = doc! { "_id": 1, pk: 1 };
     projection.extend(judging_fields(rules, collection));
-    let docs = read_page(db, collection, doc! {}, after, limit, projection).await?;
+    let docs = read_page(db, collection, doc! {}, after, limit, projection, None).await?;
     let last = docs.len() < limit;
     let after = docs.last().and_then(raw_id);
     let mut entries = Vec::new();
@@ -1414,7 +1470,7 @@ pub async fn expired_page(
     let mut projection =
         doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1, collection.primary_key(): 1 };
     projection.extend(judging_fields(rules, collection));
-    read_page(db, collection, filter, after, limit, projection)
+    read_page(db, collection, filter, after, limit, projection, None)
         .await?
         .iter()
         .map(parse)

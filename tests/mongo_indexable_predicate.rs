@@ -6,7 +6,9 @@
 //! each retention branch (`Retention::of` and `Retention::filter`, what an
 //! acknowledgement statement re-checks), `markers::is_processed` and
 //! `markers::processed_filter`, and `mongo::is_unindexed` and
-//! `mongo::unindexed_filter` (and its unflagged part, `Backlog::Unflagged`).
+//! `mongo::unindexed_filter` (and its unflagged part, `Backlog::Unflagged`,
+//! also as read page by page through LibreChat's backlog index, which
+//! `mongo::backlog_index` names only when it holds every document).
 
 mod support;
 
@@ -236,6 +238,42 @@ async fn the_predicate_selects_what_the_filter_selects() {
             &unflagged,
             |d| mongo::is_unindexed(&rules, collection, d, now) && !markers::is_flagged(d),
         );
+        // The same, read as the sync reads it: pages by `_id`, hinted to
+        // LibreChat's backlog index (the seeder builds it; the odd
+        // documents make it multikey), selects exactly those documents.
+        assert_eq!(
+            mongo::backlog_index(&db, collection)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("_meiliIndex_1_isTemporary_1_expiredAt_1"),
+            "{name}: LibreChat's backlog index is found"
+        );
+        let mut read = BTreeSet::new();
+        let mut after: Option<Bson> = None;
+        loop {
+            let page = mongo::read_unindexed_page(
+                &db,
+                &rules,
+                collection,
+                now,
+                mongo::Backlog::Unflagged,
+                after.as_ref(),
+                100,
+            )
+            .await
+            .unwrap();
+            let Some(last) = page.last() else { break };
+            after = mongo::raw_id(last);
+            read.extend(
+                page.iter()
+                    .map(|raw| mongo::id_key(&mongo::raw_id(raw).unwrap())),
+            );
+        }
+        assert_eq!(
+            read, unflagged,
+            "{name}: the hinted narrow read, page by page"
+        );
 
         let seeded = match collection {
             Collection::Messages => &report.messages,
@@ -277,4 +315,87 @@ fn matches_branch(d: &Document, branch: Retention, now: DateTime) -> bool {
         }
         Retention::Legacy => is_null(t) && is_null(e),
     }
+}
+
+/// The backlog read's hint names LibreChat's index only when that index
+/// holds every document: a partial or sparse one with the same key, or the
+/// same fields in another order, would leave documents out of the read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_index_is_named_only_when_it_holds_every_document() {
+    use mongodb::options::IndexOptions;
+    use mongodb::IndexModel;
+
+    let db = support::lease_harness::database("backlogindex").await;
+    let handle = db.collection::<Document>(Collection::Messages.name());
+    handle.insert_one(doc! { "user": "u" }).await.unwrap();
+    let key = doc! { "_meiliIndex": 1, "isTemporary": 1, "expiredAt": 1 };
+    let named = |name: &str| IndexOptions::builder().name(name.to_string());
+    let cases = [
+        ("none", None),
+        (
+            "partial",
+            Some(
+                IndexModel::builder().keys(key.clone()).options(
+                    named("partial")
+                        .partial_filter_expression(doc! { "_meiliIndex": { "$eq": false } })
+                        .build(),
+                ),
+            ),
+        ),
+        (
+            "sparse",
+            Some(
+                IndexModel::builder()
+                    .keys(key.clone())
+                    .options(named("sparse").sparse(true).build()),
+            ),
+        ),
+        (
+            "reordered",
+            Some(
+                IndexModel::builder()
+                    .keys(doc! { "isTemporary": 1, "_meiliIndex": 1, "expiredAt": 1 })
+                    .options(named("reordered").build()),
+            ),
+        ),
+        (
+            "descending",
+            Some(
+                IndexModel::builder()
+                    .keys(doc! { "_meiliIndex": 1, "isTemporary": 1, "expiredAt": -1 })
+                    .options(named("descending").build()),
+            ),
+        ),
+    ];
+    for (what, index) in cases {
+        if let Some(index) = index {
+            handle.create_index(index.build()).await.unwrap();
+        }
+        assert_eq!(
+            mongo::backlog_index(&db, Collection::Messages)
+                .await
+                .unwrap(),
+            None,
+            "{what}: not an index a hint may name"
+        );
+        handle.drop_indexes().await.unwrap();
+    }
+    handle
+        .create_index(
+            IndexModel::builder()
+                .keys(key)
+                .options(named("librechat").build())
+                .build(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        mongo::backlog_index(&db, Collection::Messages)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("librechat"),
+        "the whole index, by whatever name"
+    );
+    db.drop().await.unwrap();
 }
