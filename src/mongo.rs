@@ -354,6 +354,9 @@ pub async fn read_unindexed_page(
     read_page(db, collection, filter, after, limit, projection, hint).await
 }
 
+/// MongoDB's error code for a collection (or database) that does not exist.
+const NAMESPACE_NOT_FOUND: i32 = 26;
+
 /// The key of LibreChat's index for its own backlog query (its models
 /// create it on both collections): `{ _meiliIndex: 1, isTemporary: 1,
 /// expiredAt: 1 }`.
@@ -376,14 +379,19 @@ pub async fn backlog_index(
     db: &Database,
     collection: Collection,
 ) -> Result<Option<String>, MongoError> {
-    let indexes: Vec<mongodb::IndexModel> = collection
-        .handle(db)
-        .list_indexes()
-        .await
-        .map_err(mongo_err("list indexes"))?
-        .try_collect()
-        .await
-        .map_err(mongo_err("list indexes"))?;
+    let listed = match collection.handle(db).list_indexes().await {
+        Ok(cursor) => cursor.try_collect().await,
+        Err(error) => Err(error),
+    };
+    let indexes: Vec<mongodb::IndexModel> = match listed {
+        Ok(indexes) => indexes,
+        // MongoDB (and DocumentDB) answer NamespaceNotFound for a collection
+        // that does not exist: it has no index, and nothing to read.
+        Err(error) if matches!(&*error.kind, ErrorKind::Command(c) if c.code == NAMESPACE_NOT_FOUND) => {
+            return Ok(None)
+        }
+        Err(error) => return Err(mongo_err("list indexes")(error)),
+    };
     Ok(indexes.into_iter().find_map(|index| {
         let ascending = |value: &Bson| {
             value

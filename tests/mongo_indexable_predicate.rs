@@ -319,13 +319,22 @@ fn matches_branch(d: &Document, branch: Retention, now: DateTime) -> bool {
 
 /// The backlog read's hint names LibreChat's index only when that index
 /// holds every document: a partial or sparse one with the same key, or the
-/// same fields in another order, would leave documents out of the read.
+/// same fields in another order, would leave documents out of the read; a
+/// collection that does not exist has none (and its read finds nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backlog_index_is_named_only_when_it_holds_every_document() {
     use mongodb::options::IndexOptions;
     use mongodb::IndexModel;
 
     let db = support::lease_harness::database("backlogindex").await;
+    // A collection that does not exist (MongoDB answers NamespaceNotFound).
+    assert_eq!(
+        mongo::backlog_index(&db, Collection::Conversations)
+            .await
+            .unwrap(),
+        None,
+        "no collection, no index"
+    );
     let handle = db.collection::<Document>(Collection::Messages.name());
     handle.insert_one(doc! { "user": "u" }).await.unwrap();
     let key = doc! { "_meiliIndex": 1, "isTemporary": 1, "expiredAt": 1 };
