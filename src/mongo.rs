@@ -371,7 +371,7 @@ const BACKLOG_INDEX_KEY: [&str; 3] = [FLAG, "isTemporary", "expiredAt"];
 /// (`Backlog::Unflagged`, at most a few pages: `reconcile::sync`): the
 /// unflagged entries are the backlog plus the unsearchable documents, while
 /// a planner may prefer another index — DocumentDB ANDs a bitmap of the
-/// whole `user` index with it (1M messages, a 1% backlog: 1.6–1.8 s a page,
+/// whole of an index led by `user` with it (1M messages, a 1% backlog: 1.6–1.8 s a page,
 /// 1.2 s hinted) and MongoDB may walk the `_id` index for the sort. An index
 /// dropped between this look and the read fails that read (the hint names
 /// nothing), and the next run reads without it.
