@@ -379,27 +379,21 @@ pub async fn backlog_index(
     db: &Database,
     collection: Collection,
 ) -> Result<Option<String>, MongoError> {
-    let listed = match collection.handle(db).list_indexes().await {
-        Ok(cursor) => cursor.try_collect().await,
-        Err(error) => Err(error),
-    };
-    let indexes: Vec<mongodb::IndexModel> = match listed {
+    let handle = collection.handle(db);
+    let listed: mongodb::error::Result<Vec<mongodb::IndexModel>> =
+        async { handle.list_indexes().await?.try_collect().await }.await;
+    let indexes = match listed {
         Ok(indexes) => indexes,
         // MongoDB (and DocumentDB) answer NamespaceNotFound for a collection
         // that does not exist: it has no index, and nothing to read.
-        Err(error) if matches!(&*error.kind, ErrorKind::Command(c) if c.code == NAMESPACE_NOT_FOUND) => {
-            return Ok(None)
-        }
+        Err(error) if command_code(&error) == Some(NAMESPACE_NOT_FOUND) => return Ok(None),
         Err(error) => return Err(mongo_err("list indexes")(error)),
     };
+    // Key values come back as whichever number type created the index.
+    let ascending = |value: &Bson| {
+        matches!(value, Bson::Int32(1) | Bson::Int64(1)) || value.as_f64() == Some(1.0)
+    };
     Ok(indexes.into_iter().find_map(|index| {
-        let ascending = |value: &Bson| {
-            value
-                .as_f64()
-                .or_else(|| value.as_i64().map(|n| n as f64))
-                .or_else(|| value.as_i32().map(f64::from))
-                == Some(1.0)
-        };
         let key_matches = index.keys.len() == BACKLOG_INDEX_KEY.len()
             && index
                 .keys
@@ -1046,12 +1040,20 @@ impl CommandSize {
     }
 }
 
+/// The code of a command error (`None` for any other kind of error).
+fn command_code(error: &mongodb::error::Error) -> Option<i32> {
+    match &*error.kind {
+        ErrorKind::Command(command) => Some(command.code),
+        _ => None,
+    }
+}
+
 /// MongoDB's `MaxTimeMSExpired`: the server stopped the operation for
 /// taking longer than it allows.
 const MAX_TIME_EXPIRED: i32 = 50;
 
 fn took_too_long(error: &mongodb::error::Error) -> bool {
-    matches!(&*error.kind, ErrorKind::Command(c) if c.code == MAX_TIME_EXPIRED)
+    command_code(error) == Some(MAX_TIME_EXPIRED)
 }
 
 /// Whether an `update` reply's write errors say the server stopped it for
