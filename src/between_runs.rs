@@ -21,15 +21,16 @@ pub(crate) async fn retry_delay(reconciler: &Reconciler, lease: &LeaseOptions) -
 }
 
 /// Counts the unindexed backlog for the metrics (after each run, on every
-/// replica): the unflagged documents only, by the sync index — not the
-/// whole collection, as the plan's counts read it.
+/// replica): the unflagged searchable documents only, by LibreChat's sync
+/// index ([`mongo::count_unflagged`]) — not the whole collection, as the
+/// plan's counts read it.
 pub async fn update_backlog(reconciler: &Reconciler) {
     let Ok(now) = mongo::server_time(&reconciler.db).await else {
         return;
     };
     for collection in Collection::ALL {
         if let Ok(unindexed) =
-            mongo::count_unindexed(&reconciler.db, &reconciler.sync.rules, collection, now).await
+            mongo::count_unflagged(&reconciler.db, &reconciler.sync.rules, collection, now).await
         {
             crate::metrics::unindexed_backlog(collection.name(), unindexed);
         }
