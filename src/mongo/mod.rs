@@ -1,0 +1,275 @@
+//! The chat collections in MongoDB (`messages`, `conversations`): the
+//! queries and writes that LibreChat's rules (`crate::librechat`: what is
+//! searchable, the projection, the markers) turn into. Every query and write
+//! of these collections is in this module (their change stream is
+//! `follow::stream`'s), one kind per file:
+//!
+//! - [`counts`]: the plan's counts, the backlog gauge's count, LibreChat's
+//!   own progress counts;
+//! - [`reads`]: documents read by `_id` page or scan — the backlog, every
+//!   indexable document, id pages, expired and excluded documents;
+//! - [`read_back`]: documents in hand read again by `_id` — the
+//!   acknowledgement's read-back, follow mode's flush-time flag check;
+//! - [`writes`]: every write of LibreChat's markers, version-exact;
+//! - [`error`]: why an operation failed, from the driver's errors.
+//!
+//! This file holds what they share: the server's clock, what is read to
+//! judge a document, and the backlog's filters. Queries use the server's
+//! clock (`hello.localTime`) for expiry, never `$$NOW`, and page by `_id`
+//! range instead of holding a cursor or sending long `$in` lists. Every flag
+//! write goes through [`writes`], checks the lease's `Guard` first and never
+//! touches `updatedAt`.
+
+use mongodb::bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
+use mongodb::{Collection as MongoCollection, Database};
+
+use crate::librechat::markers::{self, SCHEMA_VERSION, VERSION_TOKEN};
+use crate::librechat::searchable;
+use crate::librechat::{projection, Rules};
+
+pub use crate::librechat::projection::{meili_id, to_meili};
+
+pub mod counts;
+pub mod error;
+pub mod read_back;
+pub mod reads;
+pub mod writes;
+
+pub use counts::{
+    count_pending_cleanup, count_unflagged, counts, estimated_count, librechat_progress, Counts,
+    LibreChatProgress,
+};
+pub(crate) use error::failed;
+pub use error::MongoError;
+pub use read_back::{id_key, processed_among, read_documents, read_states, ReadBack};
+pub use reads::{
+    backlog_index, collections_with_pre_images, expired_page, indexable_ids_page,
+    indexable_meili_ids_among, next_expiry, parse, pending_cleanup_page, raw_id,
+    read_indexable_page, read_unindexed_page, IdEntry, IdsPage, Scan, SCAN_ROUND_TRIP_DOCS,
+};
+pub use writes::{
+    clear_flags, clear_flags_of_unindexable, mark_excluded_removed, mark_removed,
+    reset_flags_batch, set_flags_if_unchanged, DocVersion, Updated, STATEMENTS_PER_COMMAND,
+};
+
+use error::mongo_err;
+
+/// The flag LibreChat keeps on each document: true = Meilisearch has it.
+pub use crate::librechat::markers::FLAG;
+
+/// The field whose exact value identifies a document's version: LibreChat
+/// (mongoose timestamps) rewrites it with every save.
+pub const VERSION_FIELD: &str = "updatedAt";
+
+/// `maxTimeMS` of every read: long enough for any read of ours at millions
+/// of documents, so that a server's own default limit does not end one —
+/// DocumentDB-based servers (Azure Cosmos DB for MongoDB vCore, FerretDB 2)
+/// end a statement after 10 s unless the command names its own limit, and an
+/// `_id`-ordered read there sorts what it reads: ~3–4 s to reopen a scan of
+/// 1M messages on an idle 2-core machine, over 10 s while our own
+/// acknowledgements load it (seen: a run failing with code 50 on the reopen
+/// after the server dropped the scan's idle cursor). MongoDB itself applies
+/// no limit unless given one.
+pub const READ_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+pub use crate::librechat::Collection;
+
+/// How the chat collections are read.
+trait Handles {
+    fn read_projection(self) -> Document;
+    fn raw_handle(self, db: &Database) -> MongoCollection<RawDocumentBuf>;
+    fn handle(self, db: &Database) -> MongoCollection<Document>;
+}
+
+impl Handles for Collection {
+    /// What to read from MongoDB to build the Meilisearch document, plus
+    /// its version (`updatedAt`, LibreChat's version token).
+    fn read_projection(self) -> Document {
+        let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1 };
+        projection.extend(projection::read_projection(self));
+        projection
+    }
+
+    /// The collection read as raw BSON: a page of 10,000 documents kept
+    /// raw takes about their wire size, parsed into `Document`s several
+    /// times that (an ordered map and a `String` per field).
+    fn raw_handle(self, db: &Database) -> MongoCollection<RawDocumentBuf> {
+        db.collection(self.name())
+    }
+
+    fn handle(self, db: &Database) -> MongoCollection<Document> {
+        db.collection::<Document>(self.name())
+    }
+}
+
+/// The server's current time (`hello.localTime`: a BSON date on MongoDB,
+/// Int64 milliseconds on DocumentDB-based servers).
+pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
+    let hello = db
+        .run_command(doc! { "hello": 1 })
+        .await
+        .map_err(mongo_err("hello"))?;
+    match hello.get("localTime") {
+        Some(Bson::DateTime(t)) => Ok(*t),
+        Some(Bson::Int64(ms)) => Ok(DateTime::from_millis(*ms)),
+        Some(Bson::Int32(ms)) => Ok(DateTime::from_millis(i64::from(*ms))),
+        Some(Bson::Double(ms)) => Ok(DateTime::from_millis(*ms as i64)),
+        _ => Err(MongoError::Failed {
+            what: "hello".into(),
+            detail: "the answer has no localTime".into(),
+        }),
+    }
+}
+
+/// What to read of a document besides its projection to judge it: the
+/// fields its searchability depends on, its flag and schema version.
+pub fn judging_fields(rules: &Rules, collection: Collection) -> Document {
+    let mut projection = doc! { FLAG: 1, SCHEMA_VERSION: 1 };
+    for field in searchable::read_fields(rules, collection) {
+        projection.insert(field, 1);
+    }
+    projection
+}
+
+/// What a pass reads of each document: its Meilisearch form's sources, its
+/// version and [`judging_fields`].
+pub fn sync_projection(rules: &Rules, collection: Collection) -> Document {
+    let mut projection = collection.read_projection();
+    projection.extend(judging_fields(rules, collection));
+    projection
+}
+
+/// What is read of a document to judge it again and act on it without
+/// its Meilisearch form: its `_id`, version, primary key and
+/// [`judging_fields`] (a read-back, the expiry sweep).
+pub fn state_projection(rules: &Rules, collection: Collection) -> Document {
+    let mut projection =
+        doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1, collection.primary_key(): 1 };
+    projection.extend(judging_fields(rules, collection));
+    projection
+}
+
+/// Searchable documents that are not processed (not flagged at the current
+/// schema version): what indexing sends.
+pub fn unindexed_filter(rules: &Rules, collection: Collection, now: DateTime) -> Document {
+    unindexed_filter_in(rules, collection, now, Backlog::Any)
+}
+
+/// Which unprocessed documents a filtered read of the backlog selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backlog {
+    /// Every unprocessed one: unflagged, or flagged at another schema
+    /// version ([`markers::unprocessed_filter`]).
+    Any,
+    /// The unflagged ones ([`markers::unflagged_filter`]): all of them when
+    /// the plan counted no searchable document flagged at another schema
+    /// version. LibreChat's index `{_meiliIndex, isTemporary, expiredAt}`
+    /// then serves the read from the backlog's own entries, where [`Any`]'s
+    /// second branch makes DocumentDB fetch every flagged document (at 1M,
+    /// 7–9 s for the one page of a 1% backlog, against 2.5–3.6 s).
+    ///
+    /// [`Any`]: Backlog::Any
+    Unflagged,
+}
+
+impl Backlog {
+    /// The filter for what the plan counted: `flagged` searchable
+    /// documents, `indexed` of them at the current schema version. A
+    /// document flagged at another version after the count (an older
+    /// LibreChat's hook) waits for the next run, like any write behind the
+    /// reader.
+    pub fn of(counts: &Counts) -> Backlog {
+        if counts.flagged > counts.indexed {
+            Backlog::Any
+        } else {
+            Backlog::Unflagged
+        }
+    }
+}
+
+/// [`unindexed_filter`], or the part of it `backlog` selects.
+pub fn unindexed_filter_in(
+    rules: &Rules,
+    collection: Collection,
+    now: DateTime,
+    backlog: Backlog,
+) -> Document {
+    let markers = match backlog {
+        Backlog::Any => markers::unprocessed_filter(rules),
+        Backlog::Unflagged => markers::unflagged_filter(),
+    };
+    doc! { "$and": [markers, searchable::filter(rules, collection, now)] }
+}
+
+/// Whether `doc` matches [`unindexed_filter`] at `now`, decided in Rust.
+/// `doc` must carry [`judging_fields`].
+pub fn is_unindexed(rules: &Rules, collection: Collection, doc: &Document, now: DateTime) -> bool {
+    !markers::is_processed(rules, doc) && searchable::is_searchable(rules, collection, doc, now)
+}
+
+/// A count in a server's answer (a `$sum`, an `update`'s `n`): Int32,
+/// Int64 or (on some servers) a whole Double.
+pub(super) fn count_field(row: &Document, field: &str) -> Result<u64, MongoError> {
+    let n = match row.get(field) {
+        Some(Bson::Int32(n)) => i64::from(*n),
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Double(n)) if n.fract() == 0.0 => *n as i64,
+        other => {
+            return Err(MongoError::Failed {
+                what: "count".into(),
+                detail: format!("unexpected {field} in the answer: {other:?}"),
+            })
+        }
+    };
+    Ok(n.max(0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backlog_is_read_narrow_only_when_no_document_is_flagged_at_another_version() {
+        let counts = |flagged, indexed| Counts {
+            indexable: 100,
+            indexed,
+            unindexed: 100 - indexed,
+            flagged,
+        };
+        assert_eq!(Backlog::of(&counts(90, 90)), Backlog::Unflagged);
+        assert_eq!(Backlog::of(&counts(0, 0)), Backlog::Unflagged);
+        assert_eq!(
+            Backlog::of(&counts(91, 90)),
+            Backlog::Any,
+            "one document flagged at another schema version"
+        );
+        assert_eq!(Backlog::of(&counts(90, 0)), Backlog::Any, "a schema bump");
+    }
+
+    #[test]
+    fn unindexed_in_rust_means_unprocessed_and_searchable() {
+        let rules = Rules::default();
+        let now = DateTime::from_millis(1_000);
+        let m = Collection::Messages;
+        let unindexed = |d: Document| is_unindexed(&rules, m, &d, now);
+        assert!(unindexed(doc! { "_id": 1, "user": "u" }));
+        assert!(unindexed(doc! { "_id": 1, "user": "u", FLAG: false }));
+        assert!(
+            unindexed(doc! { "_id": 1, "user": "u", FLAG: true }),
+            "an older schema version"
+        );
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", FLAG: true, SCHEMA_VERSION: 1 }
+        ));
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", FLAG: [true], SCHEMA_VERSION: 1 }
+        ));
+        assert!(!unindexed(doc! { "_id": 1, "user": "" }));
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", "unfinished": true }
+        ));
+        assert!(!unindexed(
+            doc! { "_id": 1, "user": "u", "subagentTask": {} }
+        ));
+    }
+}
