@@ -22,7 +22,7 @@
 //! | `failed`, `retryAt <= now` | claim (retry) |
 //!
 //! and for one LibreChat's `runDistributedJob` wrote last (see
-//! [`Holder`](super::store::Holder)):
+//! [`super::store::Holder`]):
 //!
 //! | document | verdict |
 //! |---|---|

@@ -4,7 +4,7 @@
 //! of these collections is in this module (their change stream is
 //! `follow::stream`'s), one kind per file:
 //!
-//! - [`counts`]: the plan's counts, the backlog gauge's count, LibreChat's
+//! - [`counts`](mod@counts): the plan's counts, the backlog gauge's count, LibreChat's
 //!   own progress counts;
 //! - [`reads`]: documents read by `_id` page or scan — the backlog, every
 //!   indexable document, id pages, expired and excluded documents;

@@ -7,7 +7,7 @@
 //! deleted while the run worked is found too.
 //!
 //! [`plan`](plan::plan) and [`verify`](verify::verify) are read-only;
-//! [`reconcile`], [`reindex`] and [`verify::repair`] do the work under a
+//! [`reconcile`], [`reindex()`] and [`verify::repair`] do the work under a
 //! lease [`Guard`](crate::lease::Guard) that every write checks first.
 //!
 //! Where each rule lives, lowest first (a module imports only from those

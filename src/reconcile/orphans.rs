@@ -42,7 +42,7 @@ use crate::mongo;
 const PAGE: usize = 10_000;
 /// Flags cleared per flush.
 const CLEAR_FLUSH: usize = 1_000;
-/// Bytes one id takes in [`MongoIds`] (a hash, and a bit rounded up).
+/// Bytes one id takes in [`MeiliIds`] (its hash, and its seen-bit rounded up).
 const BYTES_PER_ID: usize = 9;
 
 /// What a drift repair did.
@@ -76,10 +76,9 @@ impl Partitions {
         Partitions(expected_ids.div_ceil(per_partition).max(1))
     }
 
-    /// The partition an id's hash falls in (its lowest bit is not part of
-    /// it: [`MongoIds`] keeps the flag there).
+    /// The partition an id's hash falls in.
     pub fn of(self, hash: u64) -> u64 {
-        (hash >> 1) % self.0
+        hash % self.0
     }
 
     /// The partitions comparing `ctx.uid` (holding `in_meili` documents)
@@ -358,8 +357,6 @@ mod tests {
             let hash = id_hash(id);
             let homes: Vec<u64> = (0..3).filter(|&p| parts.of(hash) == p).collect();
             assert_eq!(homes.len(), 1);
-            // The flag bit does not move an id to another partition.
-            assert_eq!(parts.of(hash | 1), parts.of(hash & !1));
         }
     }
 
