@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
+use mongodb::options::Hint;
 use mongodb::{Collection as MongoCollection, Database};
 
 use super::error::{command_code, failed, mongo_err, short, MongoError, NAMESPACE_NOT_FOUND};
@@ -32,14 +33,26 @@ pub async fn read_unindexed_page(
     limit: usize,
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
     let projection = sync_projection(rules, collection);
-    let hint = match backlog {
-        Backlog::Unflagged => backlog_index(db, collection).await?,
-        // The other branch (flagged at another schema version) would walk
-        // every flagged entry of that index: left to the server's planner.
-        Backlog::Any => None,
-    };
+    let hint = backlog_hint(db, collection, backlog).await?;
     let filter = unindexed_filter_in(rules, collection, now, backlog);
     read_page(db, collection, filter, after, limit, projection, hint).await
+}
+
+/// The hint of a query over `backlog`'s filter ([`unindexed_filter_in`]):
+/// LibreChat's backlog index ([`backlog_index`]) for the unflagged ones,
+/// none for [`Backlog::Any`] — its other branch (flagged at another schema
+/// version) would walk every flagged entry of that index, so it is left to
+/// the server's planner. What the backlog's reads and the gauge's count
+/// both name.
+pub(super) async fn backlog_hint(
+    db: &Database,
+    collection: Collection,
+    backlog: Backlog,
+) -> Result<Option<Hint>, MongoError> {
+    Ok(match backlog {
+        Backlog::Unflagged => backlog_index(db, collection).await?.map(Hint::Name),
+        Backlog::Any => None,
+    })
 }
 
 /// The key of LibreChat's index for its own backlog query (its models
@@ -250,7 +263,7 @@ async fn read_page(
     after: Option<&Bson>,
     limit: usize,
     projection: Document,
-    hint: Option<String>,
+    hint: Option<Hint>,
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
     if let Some(after) = after {
         filter.insert("_id", doc! { "$gt": after.clone() });
@@ -262,8 +275,8 @@ async fn read_page(
         .limit(limit as i64)
         .projection(projection)
         .max_time(READ_TIME_LIMIT);
-    if let Some(name) = hint {
-        find = find.hint(mongodb::options::Hint::Name(name));
+    if let Some(hint) = hint {
+        find = find.hint(hint);
     }
     find.await
         .map_err(mongo_err("read"))?
