@@ -3,7 +3,7 @@
 //!
 //! The `metrics` facade records; `metrics-exporter-prometheus` renders the
 //! text format for `/metrics`. Keeping every name here means the exported
-//! series are documented in one place (and in the README's table). Every
+//! series are documented in one place (and in docs/operations.md's table). Every
 //! family is described and registered at zero when the recorder is installed,
 //! so the first scrape of a replica that has not run yet already shows each
 //! family with `# HELP` and `# TYPE` (and each known label value at 0), and

@@ -98,7 +98,7 @@ async fn run_answers_health_ready_status_and_metrics() {
         (Some("ok"), Some("ok"))
     );
 
-    // /metrics is Prometheus text with the series the README lists.
+    // /metrics is Prometheus text with the series docs/operations.md lists.
     let (code, text) = get(&format!("{base}/metrics")).await;
     assert_eq!(code, 200);
     let lines = text.lines().map(|l| Ok(l.to_string()));
@@ -208,11 +208,12 @@ fn camel(snake: &str) -> String {
     out
 }
 
-/// The metric families of the README's table: (name, type, label values
+/// The metric families of docs/operations.md's table: (name, type, label values
 /// listed in backticks in its labels column).
-fn readme_metric_families() -> Vec<(String, String, Vec<String>)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+fn documented_metric_families() -> Vec<(String, String, Vec<String>)> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .expect("docs/operations.md");
     let families: Vec<_> = readme
         .lines()
         .filter(|line| line.starts_with("| `reconciler_"))
@@ -232,13 +233,13 @@ fn readme_metric_families() -> Vec<(String, String, Vec<String>)> {
         .collect();
     assert!(
         families.len() >= 10,
-        "the README's metrics table: {families:?}"
+        "docs/operations.md's metrics table: {families:?}"
     );
     families
 }
 
 /// A replica that has not finished its first run (LibreChat holds a live
-/// lease, so it waits) already answers every family of the README's table
+/// lease, so it waits) already answers every family of docs/operations.md's table
 /// with `# HELP` and `# TYPE`, each known label value at 0.
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_answer_every_family_before_the_first_run_finishes() {
@@ -296,7 +297,7 @@ async fn metrics_answer_every_family_before_the_first_run_finishes() {
         format!("{}messages", target.prefix),
         format!("{}convos", target.prefix),
     ];
-    for (name, kind, values) in readme_metric_families() {
+    for (name, kind, values) in documented_metric_families() {
         assert!(
             text.lines().any(|l| l == format!("# TYPE {name} {kind}")),
             "# TYPE {name} {kind} missing:\n{text}"
