@@ -42,8 +42,8 @@
 //! **In place** (`--in-place`): the structure and settings step of a
 //! reconciliation, then the collection's flags reset in batches (the
 //! rebuild's resumable reset) and the ordinary forced reconciliation of the
-//! live index — cheaper, but search misses documents until they are sent
-//! again.
+//! live index — cheaper (no second index), and search keeps answering from
+//! the live index while every document is sent again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
