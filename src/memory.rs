@@ -20,13 +20,13 @@ pub const GIVE_BACK_EVERY: Duration = Duration::from_secs(1);
 ///
 /// - Two arenas: by default a thread that allocates under contention gets
 ///   an arena of its own (up to 8 per core), each keeping what is freed in it
-///   for later (a 1M-message `once`: 124.7 MiB peak RSS with the default,
-///   111.8 MiB with two arenas).
+///   for later, and a long run's peak RSS grows with the arenas
+///   (docs/benchmarks.md, "Memory").
 /// - A fixed mmap threshold of 1 MiB: by default the threshold follows the
 ///   largest block freed (up to 32 MiB), so after the first batch is freed
 ///   every later one is carved from an arena's heap and, freed, stays there
-///   as holes among small blocks, and the trim threshold doubles with it (a
-///   100k-message `once` kept 39.5 MB from malloc for 4–6 MB in use). Fixed,
+///   as holes among small blocks, and the trim threshold doubles with it:
+///   the process keeps many times what it uses. Fixed,
 ///   a large buffer is its own mapping, returned to the system when freed.
 ///
 /// Call before any other thread starts.

@@ -1,4 +1,4 @@
-//! The lease on a replica set (issue 13, docs/design.md "Concerns and
+//! The lease on a replica set (docs/design.md §5.11, "Concerns and
 //! ambiguous outcomes"): every lease write is `w: majority` with journaling
 //! and a `wtimeout`, every lease read `readConcern: majority`; a write whose
 //! outcome is unknown (write-concern error, lost reply) is resolved by

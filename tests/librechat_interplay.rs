@@ -3,7 +3,7 @@
 //! its description, `support/librechat_double.rs`) beside real
 //! `meili-reconciler once` and `run` processes.
 //!
-//! What must hold (issue 9 §2, docs/design.md "LibreChat's lease"): no two
+//! What must hold (docs/design.md §5.10, "LibreChat's lease on the same document"): no two
 //! critical sections overlap in the document's commit order, no side loses a
 //! lease it holds, our completion reads as "done" to LibreChat's waiters, and
 //! LibreChat's `completed` never counts as a reconciliation for us.

@@ -8,7 +8,7 @@ and stops it with SIGINT (a clean shutdown) after SECS seconds if it has not
 ended. Writes the samples to OUT.rss ("unix-seconds kib" a line) and prints
 the peak and when it came. A high-water mark (VmHWM, GNU time's %M) says how
 high RSS went; the samples say when, so the peak can be matched with the
-log's events (docs/design.md §7.5, "Memory, sampled every 10 ms").
+log's events (docs/benchmarks.md, "Memory and the in-flight budget").
 """
 import signal
 import subprocess

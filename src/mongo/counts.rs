@@ -92,8 +92,8 @@ pub async fn counts(
 /// refreshes after every run: it needs no partition, so it need not pay for
 /// one. Not the whole unprocessed condition: its other branch (flagged at
 /// another schema version) reads every flagged document on MongoDB and
-/// DocumentDB alike (at 1M messages on DocumentDB, 5.1 s against 1.0 s: design §6.1), on
-/// every replica after every run; the plan counts those documents, and a run
+/// DocumentDB alike, on every replica after every run (docs/benchmarks.md,
+/// "The backlog gauge"); the plan counts those documents, and a run
 /// sends them.
 pub async fn count_unflagged(
     db: &Database,

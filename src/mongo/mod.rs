@@ -65,11 +65,10 @@ pub const VERSION_FIELD: &str = "updatedAt";
 /// of documents, so that a server's own default limit does not end one —
 /// DocumentDB-based servers (Azure Cosmos DB for MongoDB vCore, FerretDB 2)
 /// end a statement after 10 s unless the command names its own limit, and an
-/// `_id`-ordered read there sorts what it reads: ~3–4 s to reopen a scan of
-/// 1M messages on an idle 2-core machine, over 10 s while our own
-/// acknowledgements load it (seen: a run failing with code 50 on the reopen
-/// after the server dropped the scan's idle cursor). MongoDB itself applies
-/// no limit unless given one.
+/// `_id`-ordered read there sorts what it reads, so reopening a scan of
+/// millions of documents can pass 10 s while our own acknowledgements load
+/// the server (a run would fail with code 50). MongoDB itself applies no
+/// limit unless given one.
 pub const READ_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 pub use crate::librechat::Collection;
@@ -165,8 +164,7 @@ pub enum Backlog {
     /// the plan counted no searchable document flagged at another schema
     /// version. LibreChat's index `{_meiliIndex, isTemporary, expiredAt}`
     /// then serves the read from the backlog's own entries, where [`Any`]'s
-    /// second branch makes DocumentDB fetch every flagged document (at 1M,
-    /// 7–9 s for the one page of a 1% backlog, against 2.5–3.6 s).
+    /// second branch makes DocumentDB fetch every flagged document.
     ///
     /// [`Any`]: Backlog::Any
     Unflagged,

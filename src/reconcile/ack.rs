@@ -89,8 +89,8 @@ pub(crate) async fn acknowledge(
 /// multiple of `writers`, as even as can be. The writers then take the
 /// commands in rounds that keep every one of them busy to the end — cut into
 /// full commands and a remainder, the remainder would be written by one
-/// writer alone while the others wait (a 1% backlog of 1M on DocumentDB:
-/// 8 × 1,000 + 644, the 644 alone for 1.3 s). A batch smaller than the
+/// writer alone while the others wait (e.g. 8 × 1,000 + 644 statements:
+/// the 644 written alone). A batch smaller than the
 /// writers' commands is split between them too (an incremental run's, a
 /// micro-batch of follow mode).
 fn statements_per_command(docs: usize, writers: usize) -> usize {

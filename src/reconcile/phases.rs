@@ -1,4 +1,4 @@
-//! Where a run's indexing time goes (issue 11): the reader's time reading
+//! Where a run's indexing time goes: the reader's time reading
 //! MongoDB and building batches, the sender's time enqueueing tasks and
 //! waiting for Meilisearch, the acknowledger's time, and the time each end
 //! of the pipeline stood idle waiting for the other.

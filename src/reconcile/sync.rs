@@ -97,12 +97,9 @@ pub(crate) struct SyncOutcome {
 /// A pass reads by plain `_id` range pages (filtering in Rust) when it
 /// expects more than this many pages of documents, and with the unindexed
 /// filter otherwise. On DocumentDB-based servers a filtered page sorted by
-/// `_id` costs about a third of a plain scan of the whole collection (1M
-/// documents: 5–7 s a page against 18 s for the scan, with the whole
-/// unprocessed condition; 2.5–3.6 s for a 1% backlog's page with the
-/// narrow one, [`mongo::Backlog::Unflagged`], 1.2–2.5 s since it names
-/// LibreChat's index as its hint), so beyond two or three pages
-/// the scan is cheaper; on MongoDB both walk the `_id` index once, and the
+/// `_id` costs a large fraction of a plain scan of the whole collection
+/// (less with the narrow [`mongo::Backlog::Unflagged`] hinted to
+/// LibreChat's index), so beyond two or three pages the scan is cheaper; on MongoDB both walk the `_id` index once, and the
 /// plain scan only transfers the flagged documents too.
 pub(crate) const PLAIN_SCAN_ABOVE_PAGES: u64 = 2;
 
@@ -417,7 +414,7 @@ async fn read_batches(
         let full_page = !page_ended;
         // A plain scan keeps filling the batch across pages (a page may
         // hold few unindexed documents); a filtered page is sent as it ends,
-        // as before, so small passes are not held back.
+        // so small passes are not held back.
         let flush = !full_page || matches!(read, Read::Filtered(_));
         if flush && !batch.is_empty() && !cut(ctx, &tx, &mut demand, &mut batch, &mut sent).await {
             return Ok(sent);

@@ -1,6 +1,6 @@
 //! Busy CPU time for `meili-bench` (and, through its `cpu` command, for
 //! `scripts/bench-sync` around `once`): how much work a pass made the machine
-//! do, to compare with the limit issue 11 defines.
+//! do, to compare with the limit docs/benchmarks.md defines ("Method").
 //!
 //! Two counts per snapshot: the whole machine's busy time from `/proc/stat`
 //! (user + nice + system + irq + softirq + steal, every core: the figure the

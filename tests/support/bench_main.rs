@@ -1,5 +1,5 @@
 //! `meili-bench`: the raw passes `scripts/bench-sync` measures the limit of
-//! issue 11 with, on data `meili-seed` wrote, plus the helpers around them.
+//! docs/benchmarks.md ("Method") with, on data `meili-seed` wrote, plus the helpers around them.
 //!
 //! - `ingest`: Meilisearch ingesting the documents `once` would send (the
 //!   unindexed indexable ones, projected and cut into NDJSON batches exactly

@@ -1,6 +1,6 @@
 //! A protocol double of LibreChat's own `runDistributedJob` (LibreChat's
 //! `packages/api/src/cluster/DistributedJob.ts`), written from its
-//! description in issue 9, for the mixed-fleet tests. It claims the same
+//! description of its protocol (docs/design.md §5.10), for the mixed-fleet tests. It claims the same
 //! `distributedJobs` document this service does, with LibreChat's rules:
 //!
 //! - every time is the replica's own clock (here: the local clock plus

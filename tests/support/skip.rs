@@ -1,5 +1,5 @@
 //! A test that cannot run on the given servers says so, visibly, and is
-//! counted (issue 24): [`skip`] writes one line
+//! counted: [`skip`] writes one line
 //!
 //! ```text
 //! SKIPPED <test binary>::<test>: <reason>

@@ -1,4 +1,4 @@
-//! The lease timings of every test, derived from one headroom (issue 24).
+//! The lease timings of every test, derived from one headroom.
 //!
 //! An owner stops itself (self-fences) once its last confirmed renewal was
 //! sent more than `ttl - safety_margin` ago, and a renewal (a server-clock

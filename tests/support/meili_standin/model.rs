@@ -1,6 +1,6 @@
 //! The benchmark mode: a model of what indexing costs a real Meilisearch, so
 //! `scripts/bench-sync` can show on the stand-in how a sync pipeline's batching
-//! decides its speed (issue 11). Off unless the stand-in starts with
+//! decides its speed. Off unless the stand-in starts with
 //! `--model-meilisearch` or `POST /_standin/model` turns it on; off, the
 //! stand-in processes every task at once as it always did.
 //!
@@ -19,7 +19,7 @@
 //!
 //! # Calibration (defaults: fixed 1.8 s, per indexed document 3.3 µs, per batch document 156 µs)
 //!
-//! Real figures (issue 11: Meilisearch 1.50, 2 cores): (1) 50k messages
+//! Real figures (Meilisearch 1.50, 2 cores): (1) 50k messages
 //! (44,260 indexable, 5 tasks) + 2,000 conversations (1,806, 1 task), every
 //! task enqueued at once: 12.7 s; (2) 1M messages (909,844 indexable, 91
 //! tasks of 10k) enqueued at once: 146 s; (3) `once` with 2 tasks of 10k in
