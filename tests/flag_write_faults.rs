@@ -1,8 +1,9 @@
 //! Flag writes survive the faults of a replica set (docs/design.md §3.4):
-//! they are multi-document updates the driver does not retry, and idempotent, so a write-concern error (applied, unconfirmed), a
-//! step-down or a dropped connection makes us send them again within the
-//! lease instead of failing the run. Faults come from the server itself
-//! (`failCommand`, scoped by `appName` to the `once` under test).
+//! they are multi-document updates the driver does not retry, and idempotent,
+//! so a write-concern error (applied, unconfirmed), a step-down or a dropped
+//! connection makes us send them again within the lease instead of failing
+//! the run. Faults come from the server itself (`failCommand`, scoped by
+//! `appName` to the `once` under test).
 
 mod support;
 
