@@ -13,7 +13,9 @@
 //! environment variable). Secrets (the master key, credentials and
 //! secret-bearing options in the MongoDB URI) are held in [`Secret`] /
 //! [`MongoUri`], whose `Debug` and `Display` never show them, and are kept out
-//! of every error.
+//! of every error. LibreChat's own sync settings that change one of this
+//! service's ([`LIBRECHAT_TUNING_VARS`]) are recorded in
+//! [`Settings::librechat_overrides`], for the CLI to say so once at start.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -54,6 +56,21 @@ pub const LIBRECHAT_VARS: &[(&str, &str)] = &[
     ("MEILI_SYNC_BATCH_SIZE", "sync.batch_docs"),
     ("MEILI_SYNC_DELAY_MS", "sync.delay"),
     ("SEARCH", "sync.enabled"),
+];
+
+/// LibreChat's variables that tune LibreChat's own sync and, read here,
+/// this service's too, with other defaults: LibreChat's are 100 documents a
+/// batch (`MEILI_SYNC_BATCH_SIZE`), 100 ms between batches
+/// (`MEILI_SYNC_DELAY_MS`) and 1000 (`MEILI_SYNC_THRESHOLD`). A value meant
+/// for LibreChat in the shared `.env` would change this service silently:
+/// each one that sets a value other than the one it replaces is reported
+/// ([`Settings::librechat_overrides`], logged once at start). The other
+/// variables of [`LIBRECHAT_VARS`] mean the same thing to both (the servers,
+/// the key, `SEARCH`, whose `false` is logged on its own).
+pub const LIBRECHAT_TUNING_VARS: &[&str] = &[
+    "MEILI_SYNC_THRESHOLD",
+    "MEILI_SYNC_BATCH_SIZE",
+    "MEILI_SYNC_DELAY_MS",
 ];
 
 /// LibreChat's switch for its own start-up sync. Read only to log, once, that
@@ -204,6 +221,65 @@ pub struct Settings {
     /// `true`, any case): its in-process sync is off, the recommended set-up
     /// beside this service. Changes nothing here; the CLI logs it at start.
     pub librechat_sync_off: bool,
+    /// Each of [`LIBRECHAT_TUNING_VARS`] that set a setting to another value
+    /// than the one it replaced (the CLI logs each once, at start).
+    pub librechat_overrides: Vec<LibreChatOverride>,
+}
+
+/// A LibreChat variable that set one of this service's settings to a value
+/// other than the one below it (the default, or a configuration file's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LibreChatOverride {
+    /// The variable, e.g. `MEILI_SYNC_BATCH_SIZE`.
+    pub var: &'static str,
+    /// Its value as given.
+    pub value: String,
+    /// The setting it set, e.g. `sync.batch_docs`.
+    pub key: &'static str,
+    /// The setting's value now, e.g. `100ms` for `MEILI_SYNC_DELAY_MS=100`.
+    pub set_to: String,
+    /// The value it replaced.
+    pub replaced: String,
+    /// Whether that was the built-in default (else a configuration file's).
+    pub replaced_default: bool,
+}
+
+impl LibreChatOverride {
+    /// The setting's own variable, which wins over the LibreChat one.
+    pub fn own_var(&self) -> String {
+        env_var_of(self.key)
+    }
+}
+
+impl fmt::Display for LibreChatOverride {
+    /// One line: the variable, its value, what it replaced, what to do.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let replaced = if self.replaced_default {
+            format!("the default {}", self.replaced)
+        } else {
+            format!("{} from the configuration file", self.replaced)
+        };
+        write!(
+            f,
+            "{var}={value}, LibreChat's setting for its own sync, sets this service's {key} to {set_to} \
+             in place of {replaced}; to choose this service's value set {own} (it wins over {var}), \
+             or unset {var} where this service runs",
+            var = self.var,
+            value = self.value,
+            key = self.key,
+            set_to = self.set_to,
+            own = self.own_var(),
+        )
+    }
+}
+
+/// The environment variable of a `section.key` setting:
+/// `RECONCILER__SECTION__KEY`.
+pub fn env_var_of(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}__{}",
+        key.replace('.', "__").to_ascii_uppercase()
+    )
 }
 
 /// Where settings come from besides the built-in defaults.
@@ -231,6 +307,14 @@ impl Sources {
 
 /// Loads, layers and validates the settings.
 pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
+    let file_error = |e: config::ConfigError| ConfigError::File {
+        path: sources
+            .config_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "config/default.toml".into()),
+        reason: e.to_string(),
+    };
     let mut builder = Config::builder().add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml));
     if let Some(dir) = &sources.base_dir {
         let path = dir.join("config/default.toml");
@@ -247,33 +331,80 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
         }
         builder = builder.add_source(File::from(path.clone()).format(FileFormat::Toml));
     }
-    builder = builder.add_source(librechat_layer(&sources.env)?);
+    // The files alone: what a LibreChat variable replaces.
+    let files = builder.clone().build().map_err(file_error)?;
+    let librechat = librechat_layer(&sources.env)?;
+    builder = builder.add_source(librechat.clone());
     let env_map: config::Map<String, String> = sources
         .env
         .iter()
         .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    builder = builder.add_source(
-        Environment::with_prefix(ENV_PREFIX)
-            .prefix_separator("__")
-            .separator("__")
-            .source(Some(env_map)),
-    );
-    let merged = builder.build().map_err(|e| ConfigError::File {
-        path: sources
-            .config_file
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "config/default.toml".into()),
-        reason: e.to_string(),
-    })?;
+    let own_env = Environment::with_prefix(ENV_PREFIX)
+        .prefix_separator("__")
+        .separator("__")
+        .source(Some(env_map));
+    let own_keys: Vec<String> = config::Source::collect(&own_env)
+        .map(|m| m.into_keys().collect())
+        .unwrap_or_default();
+    builder = builder.add_source(own_env);
+    let merged = builder.build().map_err(file_error)?;
     let mut settings = Raw::from_config(merged)?.validate()?;
     settings.librechat_sync_off = sources
         .env
         .get(LIBRECHAT_NO_SYNC)
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    settings.librechat_overrides = librechat_overrides(&sources.env, &files, &librechat, &own_keys);
     Ok(settings)
+}
+
+/// Each of [`LIBRECHAT_TUNING_VARS`] that is what sets its setting (no
+/// `RECONCILER__` variable sets it too) to another value than the files'.
+fn librechat_overrides(
+    env: &HashMap<String, String>,
+    files: &Config,
+    librechat: &Config,
+    own_keys: &[String],
+) -> Vec<LibreChatOverride> {
+    let defaults: HashMap<String, Value> = defaults().into_iter().collect();
+    LIBRECHAT_VARS
+        .iter()
+        .filter(|(var, _)| LIBRECHAT_TUNING_VARS.contains(var))
+        .filter(|(_, key)| !own_keys.iter().any(|own| own == key))
+        .filter_map(|(var, key)| {
+            let value = env.get(*var)?.trim();
+            let set_to = librechat.get_string(key).ok()?;
+            let replaced = files.get_string(key).ok()?;
+            if same_setting(&set_to, &replaced) {
+                return None;
+            }
+            let replaced_default = defaults
+                .get(*key)
+                .is_some_and(|d| same_setting(&d.to_string(), &replaced));
+            Some(LibreChatOverride {
+                var,
+                value: value.to_string(),
+                key,
+                set_to,
+                replaced,
+                replaced_default,
+            })
+        })
+        .collect()
+}
+
+/// Whether two written values of one setting are the same value: as whole
+/// numbers, as durations, or else as text.
+fn same_setting(a: &str, b: &str) -> bool {
+    let (a, b) = (a.trim(), b.trim());
+    if let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>()) {
+        return a == b;
+    }
+    if let (Ok(a), Ok(b)) = (humantime::parse_duration(a), humantime::parse_duration(b)) {
+        return a == b;
+    }
+    a.eq_ignore_ascii_case(b)
 }
 
 /// LibreChat's variables, as a layer between the files and `RECONCILER__…`.
@@ -492,6 +623,7 @@ impl Raw {
             follow,
             log: LogSettings { format },
             librechat_sync_off: false,
+            librechat_overrides: Vec::new(),
         })
     }
 

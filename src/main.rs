@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
+use meili_reconciler::follow::ModeView;
 use meili_reconciler::job::{self, Reconciler, RunOutcome};
 use meili_reconciler::lease;
 use meili_reconciler::memory;
@@ -164,7 +165,24 @@ enum Command {
     },
 }
 
+/// This build's version (`Cargo.toml`), as `--version`, the start line and
+/// `/status` show it.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 impl Command {
+    /// The subcommand's name, as typed.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Run => "run",
+            Command::Once { .. } => "once",
+            Command::Reindex { .. } => "reindex",
+            Command::Plan { .. } => "plan",
+            Command::Verify { repair: false, .. } => "verify",
+            Command::Verify { repair: true, .. } => "verify --repair",
+            Command::Status { .. } => "status",
+        }
+    }
+
     /// Commands an operator runs at a terminal: they try each server once and
     /// exit 4 within `mongo.connect_timeout`, with one line on stderr, instead
     /// of waiting for a server that may still be starting (as `once` and `run`
@@ -196,6 +214,26 @@ fn main() -> ExitCode {
     }
     let replica = replica_id(&settings);
     telemetry::init(&settings.log.format, &replica);
+    if !cli.command.is_interactive() {
+        // Which build wrote the log: one line, before anything else.
+        tracing::info!(
+            version = VERSION,
+            command = cli.command.name(),
+            "meili-reconciler {VERSION} starting `{}`",
+            cli.command.name()
+        );
+    }
+    for set in &settings.librechat_overrides {
+        // LibreChat's own sync settings in the shared `.env`: said once, plainly.
+        tracing::warn!(
+            variable = set.var,
+            value = %set.value,
+            setting = set.key,
+            set_to = %set.set_to,
+            replaced = %set.replaced,
+            "{set}"
+        );
+    }
     if settings.librechat_sync_off {
         // LibreChat's switch, not ours: say we saw it, and that we still work.
         tracing::info!(
@@ -257,14 +295,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
     };
     let lease_opts = job::lease_options(&settings, &replica);
     if let Command::Status { json } = command {
-        return status(
-            &db,
-            &lease_opts,
-            &settings.sync.rules,
-            settings.follow.pre_images,
-            json,
-        )
-        .await;
+        return status(&db, &lease_opts, &settings, json).await;
     }
     let meili = servers::meili_client(&settings.meili);
     if let Err(error) = servers::check_meili(&meili, &settings.meili, &patience).await {
@@ -495,25 +526,31 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
     }
 }
 
+/// `status`: the lease, the mode `run` takes with these settings on this
+/// server (and why), and the chat collections.
 async fn status(
     db: &mongodb::Database,
     lease_opts: &lease::LeaseOptions,
-    rules: &meili_reconciler::librechat::Rules,
-    pre_images: meili_reconciler::config::PreImages,
+    settings: &Settings,
     json: bool,
 ) -> Exit {
     let read = async {
         let status = lease::read_status(db, lease_opts)
             .await
             .map_err(|e| e.to_string())?;
-        let collections = views::collections(db, rules, pre_images)
+        let mode = ModeView::of_server(db, settings.serve.follow, settings.sync.plan_only).await;
+        let collections = views::collections(db, &settings.sync.rules, settings.follow.pre_images)
             .await
             .map_err(|e| format!("counting the chat collections: {e}"))?;
-        Ok::<_, String>((status, collections))
+        Ok::<_, String>((status, mode, collections))
     };
     match read.await {
-        Ok((status, collections)) if json => {
+        Ok((status, mode, collections)) if json => {
             let mut value = serde_json::to_value(&status).expect("status serializes");
+            value
+                .as_object_mut()
+                .expect("the status is an object")
+                .extend(ModeView::status_fields(Some(&mode)));
             value["collections"] = serde_json::to_value(&collections).expect("the views serialize");
             out!(
                 "{}",
@@ -521,8 +558,9 @@ async fn status(
             );
             Exit::Done
         }
-        Ok((status, collections)) => {
+        Ok((status, mode, collections)) => {
             out!("{status}");
+            out!("{mode}");
             for view in &collections {
                 out!("{view}");
             }

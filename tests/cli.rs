@@ -1,4 +1,4 @@
-//! The command line as operators meet it: help texts, and the exit codes of
+//! The command line as operators meet it: help texts, the version, and the exit codes of
 //! docs/design.md §1 for bad configuration, disabled search and unreachable servers.
 
 use std::process::{Command, Output};
@@ -43,6 +43,18 @@ fn help_prints_for_the_tool_and_every_subcommand() {
     for flag in ["--index", "--in-place", "messages", "convos"] {
         assert!(reindex.contains(flag), "{flag} missing:\n{reindex}");
     }
+}
+
+/// `--version` prints the name and `Cargo.toml`'s version, and nothing is
+/// needed for it (no settings, no servers).
+#[test]
+fn version_prints_the_package_version() {
+    let out = reconciler(&["--version"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("meili-reconciler {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]

@@ -29,12 +29,15 @@
 //!   handover);
 //! - `replica`: a `run` replica's loop around it (wait for the lease,
 //!   resume after a handover, fall back to interval mode);
+//! - `mode`: follow or interval mode, and why (the server's answer, what
+//!   would give follow mode), for the log, `/status` and `status`;
 //! - `status`: what `/status` and `/metrics` show.
 
 mod apply;
 mod batch;
 mod expiry;
 mod latency;
+pub mod mode;
 mod owner;
 mod pipeline;
 pub mod replica;
@@ -44,6 +47,7 @@ mod stream;
 use std::time::Duration;
 
 pub use crate::config::PreImages;
+pub use mode::{Mode, ModeView};
 pub use status::{FollowState, FollowStatus};
 
 /// The knobs of follow mode, from the settings.

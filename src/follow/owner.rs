@@ -44,6 +44,7 @@ use super::apply::{self, Target};
 use super::batch::MicroBatch;
 use super::expiry::{self, ExpiryClock};
 use super::latency::BatchTimes;
+use super::mode::{ModeView, NoChangeStreams};
 use super::pipeline::{InFlight, Pipeline};
 use super::status::{FollowState, FollowStatus};
 use super::stream::{self, Reader, StreamConfig, StreamError, StreamItem};
@@ -258,13 +259,13 @@ impl Owner {
 
     async fn unsupported(
         &self,
-        why: &str,
+        why: &NoChangeStreams,
         guard: &Guard,
         progress: &Progress,
     ) -> anyhow::Result<Begun> {
-        stream::log_unsupported(why);
+        self.replica
+            .enter_mode(ModeView::no_change_streams(why), self.options.interval);
         self.unsupported.store(true, Ordering::SeqCst);
-        self.status().set_state(FollowState::Unsupported);
         let summary = self.reconcile(guard, progress).await?;
         Ok(Begun::Unsupported(summary))
     }

@@ -2,18 +2,18 @@
 //! lease wanting it for itself (`own_run_only`: another replica's completion
 //! never satisfies it), follows as its owner (`owner`), and when the lease
 //! is handed over (to `once`, `reindex`, `verify --repair`), lost, or a run
-//! failed, it goes back to waiting (after the failure's `retryAt`). Every
-//! replica asks the server first whether it serves change streams at all;
-//! when it does not, `run` falls back to interval-only reconciliation.
+//! failed, it goes back to waiting (after the failure's `retryAt`). `run`
+//! comes here only once the server said it serves change streams (or could
+//! not be asked: the owner finds out, [`super::mode`]); when it turns out
+//! not to, `run` falls back to interval-only reconciliation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::owner::Owner;
-use super::stream::{self, log_unsupported, StreamError};
 use super::{FollowOptions, FollowState};
 use crate::job::{self, Reconciler, RunOutcome};
 use crate::lease::{self, Guard, LeaseOptions};
@@ -40,17 +40,6 @@ pub async fn run(
     state: &ReplicaState,
     shutdown: &Shutdown,
 ) -> FollowEnd {
-    match stream::probe(&reconciler.db).await {
-        Err(StreamError::Unsupported(why)) => {
-            log_unsupported(&why);
-            state.follow.set_state(FollowState::Unsupported);
-            return FollowEnd::Unsupported;
-        }
-        Err(other) => {
-            debug!(error = %other, "could not tell whether change streams are served; the owner finds out")
-        }
-        Ok(()) => {}
-    }
     let mut lease = lease.clone();
     lease.own_run_only = true;
     lease.request_handover = false;

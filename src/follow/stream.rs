@@ -23,6 +23,7 @@ use mongodb::Database;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::mode::NoChangeStreams;
 use crate::config::PreImages;
 use crate::lease::Guard;
 use crate::librechat::{markers, projection, Rules};
@@ -35,7 +36,7 @@ pub(crate) enum StreamError {
     /// MongoDB, a server without change streams, a user without the
     /// privilege): `run` falls back to interval-only reconciliation.
     #[error("{0}")]
-    Unsupported(String),
+    Unsupported(NoChangeStreams),
     /// The resume point is no longer usable (no longer in the oplog, or not
     /// a valid token): reconcile fully, then follow from a fresh point.
     #[error("{0}")]
@@ -76,15 +77,12 @@ pub(crate) fn classify(error: &mongodb::error::Error, resuming: bool) -> StreamE
     {
         transient()
     } else {
-        StreamError::Unsupported(detail)
+        StreamError::Unsupported(NoChangeStreams::from_server(
+            command.code,
+            &command.message,
+            detail,
+        ))
     }
-}
-
-/// The one line an operator sees when following is not possible here.
-pub(crate) fn log_unsupported(why: &str) {
-    tracing::warn!(reason = %why,
-        "MongoDB does not serve change streams here (a standalone server, or one without them): \
-         not following; reconciling every serve.interval instead");
 }
 
 /// How the stream is opened.
@@ -182,7 +180,9 @@ pub(crate) async fn starting_point(
         .resume_token()
         .and_then(|token| token_document(&token))
         .ok_or_else(|| {
-            StreamError::Unsupported("the server gives change streams no resume token".into())
+            StreamError::Unsupported(NoChangeStreams::other(
+                "the server gives change streams no resume token",
+            ))
         })
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP side of `run`: `/healthz` (alive), `/readyz` (both servers
-//! answer), `/status` (JSON: this replica, the lease, the last run, progress)
+//! answer), `/status` (JSON: this build's version, this replica, its mode
+//! and why, the lease, the last run, progress)
 //! and `/metrics` (Prometheus text).
 
 use std::time::Duration;
@@ -15,6 +16,7 @@ use mongodb::Database;
 use serde_json::json;
 
 use super::state::ReplicaState;
+use crate::follow::ModeView;
 use crate::lease::{self, LeaseOptions};
 use crate::meili::Meili;
 
@@ -68,7 +70,8 @@ async fn status(State(ctx): State<HttpContext>) -> Response {
             Ok(Err(e)) => json!({ "error": e.to_string() }),
             Err(_) => json!({ "error": "MongoDB did not answer in time" }),
         };
-    let body = json!({
+    let mut body = json!({
+        "version": env!("CARGO_PKG_VERSION"),
         "replica": ctx.state.replica,
         "role": ctx.state.role(),
         "progress": ctx.state.progress.snapshot(),
@@ -77,6 +80,10 @@ async fn status(State(ctx): State<HttpContext>) -> Response {
         "follow": ctx.state.follow.view(),
         "lease": lease,
     });
+    let mode = ModeView::status_fields(ctx.state.mode().as_ref());
+    body.as_object_mut()
+        .expect("the body is an object")
+        .extend(mode);
     Json(body).into_response()
 }
 

@@ -12,7 +12,8 @@
 //! With `serve.follow` (the default) the replica instead waits for the lease
 //! for itself and, as its owner, follows MongoDB's change streams between
 //! periodic reconciliations ([`crate::follow::replica`]); a server without
-//! change streams falls back to the interval schedule above.
+//! change streams falls back to the interval schedule above, saying why
+//! once ([`crate::follow::mode`]).
 
 pub mod http;
 pub mod state;
@@ -23,6 +24,7 @@ use tokio::net::TcpListener;
 
 use crate::between_runs::{jittered, retry_delay};
 use crate::config::Settings;
+use crate::follow::{Mode, ModeView};
 use crate::job::{self, Reconciler, RunOutcome};
 use crate::lease::LeaseOptions;
 use crate::mongo::Collection;
@@ -110,14 +112,22 @@ async fn schedule(
     state: &ReplicaState,
     shutdown: &Shutdown,
 ) {
-    if settings.serve.follow && !settings.sync.plan_only {
+    let interval = settings.serve.interval;
+    let mode = ModeView::of_server(
+        &reconciler.db,
+        settings.serve.follow,
+        settings.sync.plan_only,
+    )
+    .await;
+    let follow = mode.mode == Mode::Follow;
+    state.enter_mode(mode, interval);
+    if follow {
         let options = crate::follow::FollowOptions::from_settings(settings);
         match crate::follow::replica::run(reconciler, &options, lease, state, shutdown).await {
             crate::follow::replica::FollowEnd::Stopped => return,
             crate::follow::replica::FollowEnd::Unsupported => {}
         }
     }
-    let interval = settings.serve.interval;
     let mut lease = lease.clone();
     lease.wait_timeout = None;
     let mut first = true;

@@ -1,12 +1,13 @@
 //! What this replica knows about itself, for `/status`: its role, the last
-//! run's outcome, the progress of the run it owns, and where it stands in
-//! follow mode.
+//! run's outcome, the progress of the run it owns, its mode (follow or
+//! interval, and why) and where it stands in follow mode.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::follow::{FollowState, FollowStatus};
+use crate::follow::{FollowState, FollowStatus, Mode, ModeView};
 use crate::job::RunOutcome;
 use crate::progress::Progress;
 
@@ -38,6 +39,8 @@ struct Inner {
     role: Role,
     last_run: Option<LastRun>,
     next_run_in_secs: Option<u64>,
+    /// `None` until `run` has decided (it asks the server first).
+    mode: Option<ModeView>,
 }
 
 /// Shared between the schedule and the HTTP handlers. Cheap to clone.
@@ -60,6 +63,7 @@ impl ReplicaState {
                 role: Role::Starting,
                 last_run: None,
                 next_run_in_secs: None,
+                mode: None,
             })),
         }
     }
@@ -92,5 +96,25 @@ impl ReplicaState {
 
     pub fn next_run_in_secs(&self) -> Option<u64> {
         self.inner.read().expect("state poisoned").next_run_in_secs
+    }
+
+    /// Takes `mode` and logs its line, once: the mode this replica already
+    /// has is not logged again. Interval mode imposed by the server also
+    /// shows as follow state `unsupported`.
+    pub fn enter_mode(&self, mode: ModeView, interval: Duration) {
+        let mut inner = self.inner.write().expect("state poisoned");
+        if inner.mode.as_ref() == Some(&mode) {
+            return;
+        }
+        mode.log(interval);
+        if mode.mode == Mode::Interval && !mode.chosen {
+            self.follow.set_state(FollowState::Unsupported);
+        }
+        inner.mode = Some(mode);
+    }
+
+    /// The mode, once `run` has decided it.
+    pub fn mode(&self) -> Option<ModeView> {
+        self.inner.read().expect("state poisoned").mode.clone()
     }
 }
