@@ -56,7 +56,7 @@ impl DeleteRegime {
         match self {
             DeleteRegime::PreImages => "deletes in follow mode: by pre-image, within the follow latency",
             DeleteRegime::IdComparison => {
-                "deletes in follow mode: no pre-images, by the id-set comparison, within follow.orphan_check_every + one comparison (see the README to turn pre-images on)"
+                "deletes in follow mode: no pre-images, by the id-set comparison, within follow.orphan_check_every + one comparison (pre-images: docs/install.md#follow-mode)"
             }
         }
     }
