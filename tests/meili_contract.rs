@@ -1,9 +1,12 @@
 //! Contract of the Meilisearch stand-in: every behaviour meili-reconciler
 //! relies on, exercised through `meilisearch-sdk` (plus raw HTTP where the SDK
 //! hides what is asserted: status codes, error codes it does not know, task
-//! `details`). The suite passes unchanged against a real Meilisearch v1; the
-//! knob tests need a private stand-in and skip (with a printed reason) when the
-//! configured server is a real one.
+//! `details`). The suite passes unchanged against a real Meilisearch v1 from
+//! 1.12.3 (the version LibreChat's compose file pins) to 1.50: where an answer
+//! differs between versions, the test asks `GET /version` and asserts what
+//! that version documents ([`Version`]). The knob tests need a private
+//! stand-in and skip (with a printed reason) when the configured server is a
+//! real one.
 
 mod support;
 
@@ -175,6 +178,37 @@ fn duration_secs(iso: &Value) -> f64 {
     }
 }
 
+/// A Meilisearch version (`pkgVersion` of `GET /version`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Version(u64, u64, u64);
+
+impl Version {
+    /// v1.13 stabilized AI-powered search (every index's settings carry
+    /// `embedders`, without the `vectorStore` experimental feature) and added
+    /// the embedding counts to an index's stats, with the document database's
+    /// sizes: `numberOfEmbeddings`, `numberOfEmbeddedDocuments`,
+    /// `rawDocumentDbSize`, `avgDocumentSize`.
+    const AI_SEARCH_STABLE: Version = Version(1, 13, 0);
+}
+
+impl Meili {
+    /// The server's version, as `GET /version` reports it.
+    async fn version(&self) -> Version {
+        let (status, body) = self.get("/version").await;
+        assert_eq!(status, 200, "GET /version: {body}");
+        let text = body["pkgVersion"].as_str().expect("pkgVersion");
+        let numbers: Vec<u64> = text
+            .split(['.', '-'])
+            .take(3)
+            .map(|n| n.parse().unwrap_or_else(|_| panic!("pkgVersion {text}")))
+            .collect();
+        match numbers[..] {
+            [major, minor, patch] => Version(major, minor, patch),
+            _ => panic!("pkgVersion {text} is not MAJOR.MINOR.PATCH"),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- server
 
 #[tokio::test]
@@ -270,11 +304,43 @@ async fn index_create_get_list_stats_delete() {
             ],
         )
         .await;
-    let stats = index.get_stats().await.expect("stats");
-    assert_eq!(stats.number_of_documents, 2);
-    assert!(!stats.is_indexing);
-    assert_eq!(stats.field_distribution.get("messageId"), Some(&2));
-    assert_eq!(stats.field_distribution.get("user"), Some(&1));
+    // What the service reads of an index's stats (`numberOfDocuments`, raw
+    // JSON) is there on every version.
+    let (status, raw) = meili.get(&format!("/indexes/{}/stats", index.uid)).await;
+    assert_eq!(status, 200, "{raw}");
+    assert_eq!(raw["numberOfDocuments"], 2, "{raw}");
+    assert_eq!(raw["isIndexing"], false, "{raw}");
+    assert_eq!(raw["fieldDistribution"], json!({"messageId": 2, "user": 1}));
+    const SINCE_1_13: [&str; 4] = [
+        "numberOfEmbeddings",
+        "numberOfEmbeddedDocuments",
+        "rawDocumentDbSize",
+        "avgDocumentSize",
+    ];
+    let version = meili.version().await;
+    if version >= Version::AI_SEARCH_STABLE {
+        for field in SINCE_1_13 {
+            assert!(raw[field].is_u64(), "{version:?} lacks {field}: {raw}");
+        }
+        let stats = index.get_stats().await.expect("stats");
+        assert_eq!(stats.number_of_documents, 2);
+        assert!(!stats.is_indexing);
+        assert_eq!(stats.number_of_embedded_documents, 0);
+        assert_eq!(stats.field_distribution.get("messageId"), Some(&2));
+        assert_eq!(stats.field_distribution.get("user"), Some(&1));
+    } else {
+        for field in SINCE_1_13 {
+            assert!(raw.get(field).is_none(), "{version:?} sends {field}: {raw}");
+        }
+        // The SDK's stats type requires those fields: on this version it
+        // cannot parse the answer, which is why the service reads stats as
+        // JSON (`Meili::document_count`).
+        let error = index
+            .get_stats()
+            .await
+            .expect_err("meilisearch-sdk 0.33 requires numberOfEmbeddedDocuments");
+        assert!(matches!(error, Error::ParseError(_)), "{error:?}");
+    }
 
     let uid = index.uid.clone();
     let task = meili.wait(index.delete().await.unwrap()).await;
@@ -795,7 +861,9 @@ async fn tasks_are_listed_newest_first_with_filters() {
 
 // ---------------------------------------------------------------- settings
 
-const SETTINGS_KEYS: [&str; 20] = [
+/// The keys of a whole settings object on every supported version;
+/// `embedders` joins them from v1.13 ([`Version::AI_SEARCH_STABLE`]).
+const SETTINGS_KEYS: [&str; 19] = [
     "displayedAttributes",
     "searchableAttributes",
     "filterableAttributes",
@@ -811,7 +879,6 @@ const SETTINGS_KEYS: [&str; 20] = [
     "typoTolerance",
     "faceting",
     "pagination",
-    "embedders",
     "searchCutoffMs",
     "localizedAttributes",
     "facetSearch",
@@ -830,6 +897,21 @@ async fn settings_are_read_whole_and_patched() {
         assert!(
             settings.get(key).is_some(),
             "settings lack {key}: {settings}"
+        );
+    }
+    // Before v1.13 `embedders` is there only with the `vectorStore`
+    // experimental feature on (off unless an operator turns it on).
+    let version = meili.version().await;
+    if version >= Version::AI_SEARCH_STABLE {
+        assert_eq!(settings["embedders"], json!({}), "{version:?}: {settings}");
+    } else {
+        let (status, features) = meili.get("/experimental-features").await;
+        assert_eq!(status, 200, "{features}");
+        let vector_store = features["vectorStore"].as_bool().expect("vectorStore");
+        assert_eq!(
+            settings.get("embedders").is_some(),
+            vector_store,
+            "{version:?} with vectorStore {vector_store}: {settings}"
         );
     }
     assert_eq!(settings["filterableAttributes"], json!([]));
@@ -863,10 +945,16 @@ async fn settings_are_read_whole_and_patched() {
                 .unwrap(),
         )
         .await;
-    assert_eq!(
-        task["details"]["filterableAttributes"],
-        json!(["user", "conversationId"])
-    );
+    // A set, as the service compares it (`reconcile::settings`): 1.12 lists
+    // it sorted, later versions in the order given.
+    let mut listed: Vec<&str> = task["details"]["filterableAttributes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{task}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, ["conversationId", "user"], "{task}");
     let task = meili
         .wait(index.reset_filterable_attributes().await.unwrap())
         .await;
