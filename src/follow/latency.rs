@@ -6,7 +6,8 @@
 //! | stage | from | to |
 //! |---|---|---|
 //! | `delivery` | MongoDB applied the change (`wallTime`, MongoDB's clock) | the stream's reader received it |
-//! | `gathering` | received | its micro-batch was due (full, `max_wait` old, or the stream caught up) |
+//! | `gathering` | received | its micro-batch was due (full, `max_wait` old, or the stream caught up), less `behindSettle` |
+//! | `behindSettle` | (within the same span) | the owner was settling older micro-batches, which nothing is enqueued beside |
 //! | `roomWait` | due | the pipeline had room for it (the micro-batches ahead of it were in flight) |
 //! | `prepare` | taken for applying | its writes begin (MongoDB's clock, the decisions, the flag check) |
 //! | `enqueue` | its writes begin | every task of it is enqueued |
@@ -34,9 +35,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// The per-document stages, in the order they happen.
-pub(crate) const STAGES: [&str; 9] = [
+pub(crate) const STAGES: [&str; 10] = [
     "delivery",
     "gathering",
+    "behindSettle",
     "roomWait",
     "prepare",
     "enqueue",
@@ -50,6 +52,9 @@ pub(crate) const STAGES: [&str; 9] = [
 pub(crate) const BATCH_STAGES: [&str; 2] = ["settle", "tokenSave"];
 
 const BUCKET_MS: u64 = 10;
+/// Settlings remembered for `behindSettle`: more than a micro-batch
+/// gathers through.
+const SETTLINGS_KEPT: usize = 256;
 const BUCKETS: usize = 1_000;
 
 /// Durations in 10 ms buckets (the last one holds everything from 10 s).
@@ -103,6 +108,8 @@ pub(crate) struct Latency {
     stages: BTreeMap<&'static str, Histogram>,
     micro_batches: u64,
     depth: BTreeMap<usize, u64>,
+    /// The latest settlings (start, end), oldest first.
+    settlings: std::collections::VecDeque<(Instant, Instant)>,
 }
 
 /// `follow.latency` in `/status`.
@@ -123,6 +130,22 @@ pub struct LatencyView {
 impl Latency {
     pub fn add(&mut self, stage: &'static str, d: Duration) {
         self.stages.entry(stage).or_default().add(d);
+    }
+
+    /// The owner settled micro-batches from `start` to `end`.
+    pub fn settled(&mut self, start: Instant, end: Instant) {
+        if self.settlings.len() == SETTLINGS_KEPT {
+            self.settlings.pop_front();
+        }
+        self.settlings.push_back((start, end));
+    }
+
+    /// How much of `from`..`to` the owner spent settling.
+    fn settling_within(&self, from: Instant, to: Instant) -> Duration {
+        self.settlings
+            .iter()
+            .map(|&(start, end)| end.min(to).saturating_duration_since(start.max(from)))
+            .sum()
     }
 
     pub fn micro_batch(&mut self, depth: usize) {
@@ -231,7 +254,9 @@ pub(crate) fn record(
         if let Some(delivery) = delivery {
             latency.add("delivery", delivery);
         }
-        latency.add("gathering", since(due, doc.received));
+        let behind = latency.settling_within(doc.received, due);
+        latency.add("gathering", since(due, doc.received).saturating_sub(behind));
+        latency.add("behindSettle", behind);
         latency.add("roomWait", since(times.drained, due));
         latency.add("prepare", since(times.writing, times.drained));
         latency.add("enqueue", since(times.enqueued, times.writing));
@@ -270,6 +295,34 @@ mod tests {
         );
         assert_eq!(t.processing, Duration::from_millis(700));
         assert!(TaskTimes::of(&[json!({ "enqueuedAt": "x" })]).is_none());
+    }
+
+    #[test]
+    fn gathering_behind_a_settling_is_told_apart() {
+        let mut latency = Latency::default();
+        let received = Instant::now();
+        let ms = Duration::from_millis;
+        // Settlings before, across and after its gathering (0–500 ms).
+        latency.settled(received - ms(300), received + ms(100));
+        latency.settled(received + ms(200), received + ms(250));
+        latency.settled(received + ms(600), received + ms(900));
+        let due = received + ms(500);
+        let times = BatchTimes {
+            held: None,
+            drained: due,
+            writing: due,
+            enqueued: due,
+            server_offset_ms: 0,
+            depth: 1,
+        };
+        let docs = [DocTimes {
+            written: None,
+            received,
+        }];
+        record(&mut latency, &docs, &times, None, due);
+        let view = latency.view();
+        assert_eq!(view.stages["behindSettle"].sum_secs, 0.15);
+        assert_eq!(view.stages["gathering"].sum_secs, 0.35);
     }
 
     #[test]

@@ -356,8 +356,14 @@ impl Owner {
                 biased;
                 _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
                 // The oldest micro-batch's tasks ended: settle it (nothing
-                // else is prepared or enqueued meanwhile).
+                // else is prepared or enqueued meanwhile). What is gathered
+                // is enqueued first, as if it had come due a moment
+                // earlier: Meilisearch indexes it while the settling's
+                // MongoDB writes run, instead of idling through them.
                 _ = pending.pipeline.head_ended() => {
+                    if !pending.batch.is_empty() && pending.pipeline.has_room() {
+                        self.flush(&target, guard, lease, &mut pending).await?;
+                    }
                     self.settle_ended(&target, guard, lease, &mut pending).await?;
                 }
                 item = reader.recv() => match item {

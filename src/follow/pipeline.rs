@@ -265,7 +265,10 @@ impl Pipeline {
             ms = settling.elapsed().as_millis() as u64,
             "micro-batches settled"
         );
-        status.latency(|l| l.add("settle", settling.elapsed()));
+        status.latency(|l| {
+            l.add("settle", settling.elapsed());
+            l.settled(settling, Instant::now());
+        });
         Ok(Some(settled))
     }
 }

@@ -2,11 +2,13 @@
 //! (docs/design.md §7), run against a `meili-reconciler run` replica that
 //! follows change streams on the same database and index prefix.
 //!
-//! A phase writes LibreChat-shaped messages at a steady rate (inserts, and
-//! edits of messages already seen in Meilisearch; every save with
-//! `_meiliIndex: false` and a new `updatedAt`) and measures, per write, the
-//! delay from MongoDB's acknowledgement of the write to the version being
-//! returned by Meilisearch (a document fetch, polled). A fraction of the
+//! A phase writes LibreChat-shaped messages at a steady rate (inserts,
+//! edits of messages already seen in Meilisearch — every save with
+//! `_meiliIndex: false` and a new `updatedAt` — and, with
+//! `--delete-fraction`, deletes of such messages) and measures, per write,
+//! the delay from MongoDB's acknowledgement of the write to the version
+//! being returned by Meilisearch, or a deleted message no longer being
+//! returned (a document fetch, polled); p50 / p99 overall and per kind. A fraction of the
 //! writes can behave like LibreChat's save hook: after the save, the writer
 //! adds the document to Meilisearch itself and sets `_meiliIndex: true`;
 //! those are not timed, and the follower's `skipped` count (its `/status`)
@@ -29,7 +31,8 @@
 //! Per phase it also reports where the delay went, from the follower's
 //! own account (`follow.latency` in its `/status`: per document written to
 //! Meilisearch, histograms of each stage — delivery by the change stream,
-//! gathering into a micro-batch, waiting for room in the pipeline, its
+//! gathering into a micro-batch, waiting behind the settling of older
+//! micro-batches, waiting for room in the pipeline, its
 //! preparation and enqueueing, waiting behind other tasks in Meilisearch,
 //! Meilisearch's processing, the follower noticing the task's end —
 //! snapshotted before and after the phase and subtracted), and how many
@@ -81,6 +84,10 @@ struct Args {
     /// Fraction of writes that edit a message instead of inserting one.
     #[arg(long, default_value_t = 0.3)]
     edit_fraction: f64,
+    /// Fraction of writes that delete a message already seen in
+    /// Meilisearch (timed until Meilisearch no longer returns it).
+    #[arg(long, default_value_t = 0.0)]
+    delete_fraction: f64,
     /// Documents written by one request (all inserts, all edits, or all
     /// like the save hook); the rate stays in documents a second.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
@@ -105,17 +112,40 @@ struct Args {
 struct Pending {
     id: ObjectId,
     message_id: String,
-    text: String,
+    /// The text Meilisearch must return; `None`: the message was deleted
+    /// and must be gone.
+    text: Option<String>,
+    kind: Kind,
     acked: Instant,
     /// Seconds since the phase began, when MongoDB acknowledged it.
     at: f64,
 }
 
+/// The kind of a timed write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Insert,
+    Edit,
+    Delete,
+}
+
+impl Kind {
+    const ALL: [Kind; 3] = [Kind::Insert, Kind::Edit, Kind::Delete];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Insert => "insert",
+            Kind::Edit => "edit",
+            Kind::Delete => "delete",
+        }
+    }
+}
+
 /// What the checker found.
 #[derive(Default)]
 struct Seen {
-    /// (seconds into the phase, delay in seconds) per timed write.
-    delays: Vec<(f64, f64)>,
+    /// (seconds into the phase, delay in seconds, kind) per timed write.
+    delays: Vec<(f64, f64, Kind)>,
     /// Messages whose last write was seen (editable without ambiguity).
     settled: Vec<(ObjectId, String)>,
 }
@@ -149,10 +179,18 @@ async fn main() -> anyhow::Result<()> {
     });
     let args = &bench.args;
     eprintln!(
-        "meili-bench-follow: main phase: {} writes/s for {} s, {:.0}% like LibreChat's save hook",
+        "meili-bench-follow: main phase: {} writes/s for {} s, {:.0}% edits, {:.0}% deletes, {:.0}% of inserts like LibreChat's save hook",
         args.rate,
         args.secs,
+        args.edit_fraction * 100.0,
+        args.delete_fraction * 100.0,
         args.hook_fraction * 100.0
+    );
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&(args.edit_fraction + args.delete_fraction))
+            && args.edit_fraction >= 0.0
+            && args.delete_fraction >= 0.0,
+        "--edit-fraction and --delete-fraction must each be ≥ 0 and sum to at most 1"
     );
     let main = phase(&bench, "main", args.rate, args.secs, args.hook_fraction).await?;
     let mut steps = Vec::new();
@@ -326,6 +364,7 @@ fn requests_per_write(
     after: &Document,
     writer_inserts: u64,
     writer_updates: u64,
+    writer_deletes: u64,
     writes: u64,
 ) -> Value {
     let delta = |k: &str| {
@@ -348,6 +387,7 @@ fn requests_per_write(
         match k {
             "insert" => n = n.saturating_sub(writer_inserts),
             "update" => n = n.saturating_sub(writer_updates),
+            "delete" => n = n.saturating_sub(writer_deletes),
             "command" => n = n.saturating_sub(2),
             _ => {}
         }
@@ -415,14 +455,24 @@ async fn phase(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
     let mut writes = FuturesUnordered::new();
-    let (mut written, mut hooked, mut edits) = (0usize, 0usize, 0usize);
-    let (mut insert_requests, mut update_requests) = (0u64, 0u64);
+    let (mut written, mut hooked, mut edits, mut deletes) = (0usize, 0usize, 0usize, 0usize);
+    let (mut insert_requests, mut update_requests, mut delete_requests) = (0u64, 0u64, 0u64);
     while began.elapsed() < Duration::from_secs(secs) {
         ticks.tick().await;
         let permit = in_flight.clone().acquire_owned().await?;
         let n = written;
         written += per_request;
-        let edit_targets = if rand::rng().random_bool(args.edit_fraction.clamp(0.0, 1.0)) {
+        // Edits and deletes pick messages whose last write was seen (an
+        // insert when too few are).
+        let draw: f64 = rand::rng().random();
+        let kind = if draw < args.edit_fraction {
+            Kind::Edit
+        } else if draw < args.edit_fraction + args.delete_fraction {
+            Kind::Delete
+        } else {
+            Kind::Insert
+        };
+        let edit_targets = if kind != Kind::Insert {
             let mut seen = seen.lock().unwrap();
             let settled = seen.settled.len();
             (settled >= per_request).then(|| {
@@ -438,10 +488,21 @@ async fn phase(
         };
         // Only inserts play the hook (it indexes what was saved, as saved).
         let hook = edit_targets.is_none() && rand::rng().random_bool(hook_fraction.clamp(0.0, 1.0));
+        let kind = if edit_targets.is_some() {
+            kind
+        } else {
+            Kind::Insert
+        };
         hooked += if hook { per_request } else { 0 };
-        edits += edit_targets.as_ref().map_or(0, Vec::len);
-        insert_requests += u64::from(edit_targets.is_none());
-        update_requests += u64::from(edit_targets.is_some() || hook);
+        let targets = edit_targets.as_ref().map_or(0, Vec::len);
+        match kind {
+            Kind::Edit => edits += targets,
+            Kind::Delete => deletes += targets,
+            Kind::Insert => {}
+        }
+        insert_requests += u64::from(kind == Kind::Insert);
+        update_requests += u64::from(kind == Kind::Edit || hook);
+        delete_requests += u64::from(kind == Kind::Delete);
         let (bench, pending, name) = (bench.clone(), pending.clone(), name.to_string());
         let seen = seen.clone();
         writes.push(tokio::spawn(async move {
@@ -452,6 +513,7 @@ async fn phase(
                 docs: per_request,
                 hook,
                 edits: edit_targets,
+                delete: kind == Kind::Delete,
             };
             let timed = write(&bench, &pending, group, began).await?;
             if bench.args.writer_only {
@@ -463,7 +525,9 @@ async fn phase(
                         .position(|p| p.id == id)
                         .and_then(|at| queue.remove(at))
                     {
-                        seen.lock().unwrap().settled.push((p.id, p.message_id));
+                        if p.text.is_some() {
+                            seen.lock().unwrap().settled.push((p.id, p.message_id));
+                        }
                     }
                 }
             }
@@ -499,19 +563,38 @@ async fn phase(
             after,
             insert_requests,
             update_requests,
+            delete_requests,
             written as u64,
         ),
         _ => Value::Null,
     };
 
     let delays = std::mem::take(&mut seen.lock().unwrap().delays);
-    let mut all: Vec<f64> = delays.iter().map(|(_, d)| *d).collect();
+    let mut all: Vec<f64> = delays.iter().map(|(_, d, _)| *d).collect();
     all.sort_by(|a, b| a.total_cmp(b));
+    let mut by_kind = serde_json::Map::new();
+    for kind in Kind::ALL {
+        let mut part: Vec<f64> = delays
+            .iter()
+            .filter(|(_, _, k)| *k == kind)
+            .map(|(_, d, _)| *d)
+            .collect();
+        part.sort_by(|a, b| a.total_cmp(b));
+        by_kind.insert(
+            kind.name().into(),
+            json!({
+                "timed": part.len(),
+                "p50Secs": percentile(&part, 0.5),
+                "p99Secs": percentile(&part, 0.99),
+                "maxSecs": part.last(),
+            }),
+        );
+    }
     let third = |from: f64, to: f64| {
         let mut part: Vec<f64> = delays
             .iter()
-            .filter(|(at, _)| *at >= from * wrote_for && *at < to * wrote_for)
-            .map(|(_, d)| *d)
+            .filter(|(at, _, _)| *at >= from * wrote_for && *at < to * wrote_for)
+            .map(|(_, d, _)| *d)
             .collect();
         part.sort_by(|a, b| a.total_cmp(b));
         percentile(&part, 0.5)
@@ -527,11 +610,13 @@ async fn phase(
         "writes": written,
         "docsPerRequest": per_request,
         "edits": edits,
+        "deletes": deletes,
         "hookWrites": hooked,
         "timed": all.len(),
         "p50Secs": percentile(&all, 0.5),
         "p99Secs": percentile(&all, 0.99),
         "maxSecs": all.last(),
+        "byKind": by_kind,
         "firstThirdP50Secs": first,
         "lastThirdP50Secs": last,
         "growing": growing,
@@ -563,6 +648,8 @@ struct Group<'a> {
     hook: bool,
     /// Messages edited (`None`: `docs` new messages inserted).
     edits: Option<Vec<(ObjectId, String)>>,
+    /// `edits` are deleted instead (one `deleteMany`).
+    delete: bool,
 }
 
 /// One save of `group.docs` documents, as LibreChat makes each (and, for a
@@ -574,7 +661,19 @@ async fn write(
     group: Group<'_>,
     began: Instant,
 ) -> anyhow::Result<Vec<ObjectId>> {
-    let (written, inserted) = match group.edits {
+    let (written, inserted, kind) = match group.edits {
+        Some(targets) if group.delete => {
+            let ids: Vec<ObjectId> = targets.iter().map(|(id, _)| *id).collect();
+            bench
+                .messages
+                .delete_many(doc! { "_id": { "$in": ids } })
+                .await?;
+            let written: Vec<_> = targets
+                .into_iter()
+                .map(|(id, message_id)| (id, message_id, None))
+                .collect();
+            (written, Vec::new(), Kind::Delete)
+        }
         Some(targets) => {
             let text = format!("benchmark message edit {} of {}", group.first, group.phase);
             let ids: Vec<ObjectId> = targets.iter().map(|(id, _)| *id).collect();
@@ -587,9 +686,9 @@ async fn write(
                 .await?;
             let written: Vec<_> = targets
                 .into_iter()
-                .map(|(id, message_id)| (id, message_id, text.clone()))
+                .map(|(id, message_id)| (id, message_id, Some(text.clone())))
                 .collect();
-            (written, Vec::new())
+            (written, Vec::new(), Kind::Edit)
         }
         None => {
             let docs: Vec<Document> = (group.first..group.first + group.docs)
@@ -601,10 +700,10 @@ async fn write(
                 written.push((
                     doc.get_object_id("_id")?,
                     doc.get_str("messageId")?.to_string(),
-                    doc.get_str("text")?.to_string(),
+                    Some(doc.get_str("text")?.to_string()),
                 ));
             }
-            (written, docs)
+            (written, docs, Kind::Insert)
         }
     };
     let acked = Instant::now();
@@ -637,6 +736,7 @@ async fn write(
             id,
             message_id,
             text,
+            kind,
             acked,
             at,
         });
@@ -684,11 +784,13 @@ async fn check(
         }
         let mut still = Vec::new();
         for p in batch {
-            if shown.get(&p.message_id) == Some(&p.text) {
+            if shown.get(&p.message_id) == p.text.as_ref() {
                 let delay = p.acked.elapsed().as_secs_f64();
                 let mut seen = seen.lock().unwrap();
-                seen.delays.push((p.at, delay));
-                seen.settled.push((p.id, p.message_id));
+                seen.delays.push((p.at, delay, p.kind));
+                if p.kind != Kind::Delete {
+                    seen.settled.push((p.id, p.message_id));
+                }
             } else {
                 still.push(p);
             }
