@@ -1,12 +1,26 @@
 //! The follower's expiry clock (docs/design.md §4.12): expiry writes
-//! nothing to the change stream, so the owner asks MongoDB when the next
-//! document that may be in Meilisearch expires (`mongo::next_expiry`, one
-//! document sorted by `expiredAt`: LibreChat's TTL index serves it), wakes
-//! up at that moment and sweeps (`reconcile::expiry::sweep`: removed from
-//! Meilisearch, marked removed). It asks again after each sweep and each
-//! periodic reconciliation, and a change whose document expires sooner than
-//! the time it knows (LibreChat's retention setting `expiredAt` on a save)
-//! moves the wake-up earlier.
+//! nothing to the change stream, so the owner asks MongoDB for the earliest
+//! expiry among the documents that may still be in Meilisearch
+//! (`mongo::next_expiry`, one document sorted by `expiredAt`: LibreChat's
+//! TTL index serves it), wakes up at that moment and sweeps
+//! (`reconcile::expiry::sweep`: removed from Meilisearch, marked removed).
+//! It asks again after each sweep and each periodic reconciliation, and a
+//! change whose document expires sooner than the time it knows
+//! (LibreChat's retention setting `expiredAt` on a save) moves the wake-up
+//! earlier.
+//!
+//! The earliest expiry may have passed already: a document that expired
+//! while the last sweep (or reconciliation) ran, after the time that sweep
+//! judged by. That is the next to go, so the wake-up is at once — asking
+//! only for expiries still ahead would leave it in Meilisearch until the
+//! next reconciliation. What the query skips is what the sweep before it
+//! had its chance at: every plan comes after a sweep that began after the
+//! previous plan (the follower's own, or the periodic reconciliation's
+//! first step), so it asks only for expiries later than the previous plan's
+//! time. A document older than that and still unmarked is one that sweep
+//! kept (an `expiredAt` array still searchable through a later date) or
+//! could not mark for the version it read (saved since: its change removes
+//! it) — never a reason to sweep again, so nothing makes the clock spin.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +33,8 @@ use crate::mongo::{self, Collection};
 use crate::reconcile::{self, ReconcileError};
 
 /// Woken this long after the expiry, so that MongoDB's clock has passed it
-/// however the local one reads.
+/// however the local one reads (and, with expiries overdue, the shortest
+/// pause between two sweeps).
 const MARGIN: Duration = Duration::from_millis(50);
 
 /// When the next expiry is, on MongoDB's clock and as a local deadline.
@@ -27,6 +42,9 @@ const MARGIN: Duration = Duration::from_millis(50);
 pub(crate) struct ExpiryClock {
     at: Option<DateTime>,
     wake: Option<Instant>,
+    /// MongoDB's time of the last plan: the sweep after it judged every
+    /// expiry up to at least then.
+    planned: Option<DateTime>,
 }
 
 impl ExpiryClock {
@@ -35,7 +53,8 @@ impl ExpiryClock {
         self.wake
     }
 
-    /// The next expiry on MongoDB's clock, if any.
+    /// The next expiry on MongoDB's clock, if any (passed already: a sweep
+    /// is due at once).
     pub fn next(&self) -> Option<DateTime> {
         self.at
     }
@@ -48,27 +67,34 @@ impl ExpiryClock {
         });
     }
 
-    /// Asks MongoDB for the next expiry of both collections.
+    /// Asks MongoDB for the next expiry of both collections: the earliest
+    /// among the documents that may be in Meilisearch, later than the
+    /// previous plan (see the module documentation). Called after a sweep
+    /// (the follower's, or the one a reconciliation begins with).
     pub async fn plan(&mut self, db: &mongodb::Database) -> Result<(), ReconcileError> {
         let now = mongo::server_time(db).await?;
         let mut next: Option<DateTime> = None;
         for collection in Collection::ALL {
-            if let Some(at) = mongo::next_expiry(db, collection, now).await? {
+            if let Some(at) = mongo::next_expiry(db, collection, self.planned).await? {
                 next = Some(next.map_or(at, |n| n.min(at)));
             }
         }
+        self.planned = Some(now);
         self.set(next, now);
-        if let Some(at) = next {
-            tracing::debug!(next_expiry = %at, "the follower wakes up for the next expiry");
-        }
+        tracing::debug!(
+            next_expiry = next.map_or_else(|| "none".to_string(), |at| at.to_string()),
+            overdue = next.is_some_and(|at| at <= now),
+            "asked MongoDB for the next expiry"
+        );
         Ok(())
     }
 
-    /// A document of a micro-batch applied at MongoDB's time `now` expires
-    /// at `soonest` (the earliest of [`soonest`]): when that is still ahead
-    /// and before the next expiry known, the wake-up moves earlier.
-    pub fn consider(&mut self, soonest: Option<DateTime>, now: DateTime) {
-        if let Some(at) = soonest.filter(|at| *at > now) {
+    /// The documents of a micro-batch applied at MongoDB's time `now`
+    /// expire at `expiries`: when the soonest still ahead is before the
+    /// next expiry known, the wake-up moves earlier. (One already passed
+    /// went with the micro-batch itself: it was not searchable at `now`.)
+    pub fn consider(&mut self, expiries: Expiries, now: DateTime) {
+        if let Some(at) = expiries.soonest_after(now) {
             if self.at.is_none_or(|known| at < known) {
                 self.set(Some(at), now);
             }
@@ -76,12 +102,27 @@ impl ExpiryClock {
     }
 }
 
-/// The earliest `expiredAt` among the documents read with `changes`.
-pub(crate) fn soonest(changes: &[Change]) -> Option<DateTime> {
-    changes
-        .iter()
-        .filter_map(|c| expiry_of(c.full.as_ref()?))
-        .min()
+/// The `expiredAt` dates of the documents read with a micro-batch. Which
+/// is the soonest that matters depends on MongoDB's time when the batch is
+/// applied (a passed one is applied as a delete): [`ExpiryClock::consider`].
+#[derive(Debug, Default)]
+pub(crate) struct Expiries(Vec<DateTime>);
+
+impl Expiries {
+    fn soonest_after(&self, now: DateTime) -> Option<DateTime> {
+        self.0.iter().copied().filter(|at| *at > now).min()
+    }
+}
+
+/// The expiries of the documents read with `changes`, from which
+/// [`ExpiryClock::consider`] takes the soonest still ahead.
+pub(crate) fn soonest(changes: &[Change]) -> Expiries {
+    Expiries(
+        changes
+            .iter()
+            .filter_map(|c| expiry_of(c.full.as_ref()?))
+            .collect(),
+    )
 }
 
 fn expiry_of(doc: &Document) -> Option<DateTime> {
@@ -132,21 +173,27 @@ mod tests {
         let at = |secs: i64| DateTime::from_millis(1_000_000 + secs * 1_000);
         let mut clock = ExpiryClock::default();
         assert_eq!(clock.due(), None);
-        assert_eq!(soonest(&[change(None)]), None);
+        assert_eq!(soonest(&[change(None)]).soonest_after(now), None);
         clock.consider(soonest(&[change(None), change(Some(at(-5)))]), now);
         assert_eq!(clock.due(), None, "no expiry ahead, or one already passed");
-        assert_eq!(
-            soonest(&[change(Some(at(60))), change(Some(at(90)))]),
-            Some(at(60))
-        );
-        clock.consider(soonest(&[change(Some(at(60)))]), now);
+        clock.consider(soonest(&[change(Some(at(90))), change(Some(at(60)))]), now);
         assert_eq!(clock.next(), Some(at(60)));
         let wake = clock.due().unwrap();
         assert!(wake > Instant::now() + Duration::from_secs(59));
-        clock.consider(Some(at(120)), now);
+        clock.consider(soonest(&[change(Some(at(120)))]), now);
         assert_eq!(clock.next(), Some(at(60)), "a later expiry changes nothing");
-        clock.consider(Some(at(2)), now);
+        // A passed expiry in the same micro-batch (that document goes with
+        // it) hides none that is still ahead.
+        clock.consider(soonest(&[change(Some(at(-1))), change(Some(at(2)))]), now);
         assert_eq!(clock.next(), Some(at(2)));
         assert!(clock.due().unwrap() < Instant::now() + Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_passed_expiry_is_due_at_once() {
+        let now = DateTime::from_millis(1_000_000);
+        let mut clock = ExpiryClock::default();
+        clock.set(Some(DateTime::from_millis(999_000)), now);
+        assert!(clock.due().unwrap() <= Instant::now() + MARGIN);
     }
 }

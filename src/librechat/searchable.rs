@@ -36,10 +36,19 @@ pub fn expired_filter(now: DateTime) -> Document {
     doc! { EXPIRY: { "$lte": now } }
 }
 
-/// Documents that expire after `now` (searchable until then in the
-/// `Expiring` branch).
-pub fn expiring_filter(now: DateTime) -> Document {
-    doc! { EXPIRY: { "$gt": now } }
+/// Documents whose expiry is one date (the type LibreChat writes; not an
+/// array), later than `after` when given: what the expiry clock waits for.
+/// An array is left out because MongoDB sorts it by its earliest element
+/// while it may still be searchable through a later one: the sweep judges
+/// such a document by the rule itself, and it would otherwise stand first
+/// in every query for the next expiry.
+pub fn expiry_after_filter(after: Option<DateTime>) -> Document {
+    let mut range = match after {
+        Some(after) => doc! { "$gt": after },
+        None => doc! { "$type": "date" },
+    };
+    range.insert("$not", doc! { "$type": "array" });
+    doc! { EXPIRY: range }
 }
 
 /// Which branch of LibreChat's retention filter a document is in.

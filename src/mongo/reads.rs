@@ -471,15 +471,17 @@ pub async fn expired_page(
         .collect()
 }
 
-/// The earliest expiry after `now` of a document that may be in
-/// Meilisearch by its markers: when the next one must leave. One document,
-/// sorted by `expiredAt` — LibreChat's TTL index on it serves the query.
+/// The earliest expiry of a document that may be in Meilisearch by its
+/// markers, later than `after` when given, passed or not: when the next
+/// one must leave (one already passed: at once). Only a single date counts
+/// ([`searchable::expiry_after_filter`]). One document, sorted by
+/// `expiredAt` — LibreChat's TTL index on it serves the query.
 pub async fn next_expiry(
     db: &Database,
     collection: Collection,
-    now: DateTime,
+    after: Option<DateTime>,
 ) -> Result<Option<DateTime>, MongoError> {
-    let mut filter = searchable::expiring_filter(now);
+    let mut filter = searchable::expiry_after_filter(after);
     filter.extend(markers::may_be_indexed_filter());
     let next = collection
         .handle(db)

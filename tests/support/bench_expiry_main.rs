@@ -5,9 +5,10 @@
 //! Gives `--docs` indexed messages an `expiredAt` (with `isTemporary:
 //! false`, as LibreChat's retention does, no new version) spread evenly
 //! from `--lead-secs` to `--lead-secs + --spread-secs` ahead of MongoDB's
-//! clock, then lists the messages index every 100 ms and times, per
-//! message, the delay from its `expiredAt` (MongoDB's clock) to the first
-//! listing without it. Prints one JSON object on stdout: `docs`, `gone`,
+//! clock (over `--moments` distinct moments, one update each: a burst of
+//! thousands in one second is written in time), then lists the messages
+//! index every 100 ms and times, per message, the delay from its
+//! `expiredAt` (MongoDB's clock) to the first listing without it. Prints one JSON object on stdout: `docs`, `gone`,
 //! `p50Secs`, `p99Secs`, `maxSecs`, `earlySecs` (the most negative delay:
 //! a document gone before its expiry; 0 when none).
 
@@ -40,6 +41,10 @@ struct Args {
     /// Seconds over which the expiries are spread.
     #[arg(long, default_value_t = 10)]
     spread_secs: u64,
+    /// Distinct expiry moments, spread evenly, the messages divided among
+    /// them (one update each); default: one per message.
+    #[arg(long)]
+    moments: Option<usize>,
     /// Give up this long after the last expiry.
     #[arg(long, default_value_t = 120)]
     drain_secs: u64,
@@ -103,24 +108,39 @@ async fn main() -> anyhow::Result<()> {
     // Local = MongoDB's clock - offset.
     let now = server_now(&db).await?;
     let (local0, offset_ms) = (Instant::now(), now.timestamp_millis());
-    let step_ms = (args.spread_secs * 1000) as f64 / args.docs.max(1) as f64;
+    // The messages in `moments` groups (consecutive, as even as they
+    // divide), each group one moment and one update.
+    let moments = args.moments.unwrap_or(args.docs).clamp(1, args.docs.max(1));
+    let step_ms = (args.spread_secs * 1000) as f64 / moments as f64;
     let mut expiries = Vec::new();
-    for (i, id) in ids.iter().enumerate() {
+    for g in 0..moments {
+        let group = &ids[g * ids.len() / moments..(g + 1) * ids.len() / moments];
+        if group.is_empty() {
+            continue;
+        }
         let at_ms =
-            now.timestamp_millis() + (args.lead_secs * 1000) as i64 + (i as f64 * step_ms) as i64;
+            now.timestamp_millis() + (args.lead_secs * 1000) as i64 + (g as f64 * step_ms) as i64;
         messages
-            .update_one(
-                doc! { "messageId": id },
+            .update_many(
+                doc! { "messageId": { "$in": group } },
                 doc! { "$set": { "isTemporary": false, "expiredAt": DateTime::from_millis(at_ms) } },
             )
             .await?;
         // The local moment MongoDB's clock reads `at_ms`.
-        expiries.push(local0 + Duration::from_millis((at_ms - offset_ms).max(0) as u64));
+        let moment = local0 + Duration::from_millis((at_ms - offset_ms).max(0) as u64);
+        expiries.extend(group.iter().map(|_| moment));
     }
     eprintln!(
         "meili-bench-expiry: {} messages expire over {} s from {} s ahead",
         args.docs, args.spread_secs, args.lead_secs
     );
+    if let Some(late) = Instant::now().checked_duration_since(expiries[0]) {
+        eprintln!(
+            "meili-bench-expiry: warning: the expiries were still being written {:.1} s after \
+             the first one passed (those count as late as they were written): raise --lead-secs",
+            late.as_secs_f64()
+        );
+    }
     let deadline = *expiries.last().unwrap() + Duration::from_secs(args.drain_secs);
     let mut delays: Vec<Option<f64>> = vec![None; ids.len()];
     while delays.iter().any(Option::is_none) && Instant::now() < deadline {
