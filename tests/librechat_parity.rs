@@ -13,6 +13,10 @@
 //! `preprocessObjectForIndex()` of its MongoDB document, compared document
 //! by document (and no other document is in the index).
 //!
+//! One test runs LibreChat's own bulk sync (`syncWithMeili()`) first, and
+//! shows what it leaves wrong that its progress check calls complete, and
+//! that `once` (and `once --deep`) repairs it.
+//!
 //! LibreChat's hooks write the unprefixed indexes `messages` and `convos`
 //! (their names are fixed in its models), so these tests use them too, one
 //! at a time, and nothing else in the suite does.
@@ -423,5 +427,195 @@ async fn following_while_librechat_writes_ends_as_librechat_would_index() {
         "the writes reached Meilisearch through the stream, not a second reconciliation ({outcome})"
     );
     assert_librechat_agrees(&target, "following").await;
+    target.cleanup().await;
+}
+
+/// LibreChat's own bulk sync (`syncWithMeili()`, run with `MEILI_NO_SYNC`
+/// unset at every API start) on chats written with search off, where one
+/// conversation id holds `|`. Its `processSyncBatch()` sends the documents'
+/// raw fields — not its own `preprocessObjectForIndex()`, which rewrites `|`
+/// as `--` and joins content parts into `text` — enqueues each page of 100
+/// and flags the page `_meiliIndex: true` without looking at the task's
+/// outcome. Meilisearch rejects that page's task whole (`invalid_document_id`:
+/// ids hold only a-z A-Z 0-9 - _), so 100 conversations are flagged indexed
+/// and absent, and LibreChat's `getSyncProgress()` says complete; every
+/// message is held, the answers with their content parts raw. Then `once`
+/// on the same database: its drift check finds the 100 flagged documents
+/// Meilisearch lacks and sends them as LibreChat projects them (the `|` id
+/// as `--`); the raw messages, flagged as current, are what `verify` names
+/// stale and `once --deep` repairs, after which the index is LibreChat's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librechat_sync_flags_a_rejected_batch_indexed_and_once_repairs_it_and_once_deep_its_raw_documents(
+) {
+    /// Two of LibreChat's sync pages of conversations: the one holding the
+    /// `|` id has 100 documents, whichever order the server returns.
+    const CONVERSATIONS: u64 = 200;
+    let _one_at_a_time = INDEXES.lock().await;
+    let target = librechat_target("lc_sync").await;
+    let seeded = harness(
+        &target,
+        &[
+            "chats",
+            "--seed",
+            "7",
+            "--conversations",
+            &CONVERSATIONS.to_string(),
+            "--pipe-at",
+            "57",
+        ],
+    );
+    let pipe = seeded["pipe"].as_str().expect("a conversation id with |");
+    let pipe_sent = pipe.replace('|', "--");
+    let messages = seeded["messages"].as_u64().expect("messages written");
+
+    // LibreChat's own sync.
+    let sync = harness(&target, &["sync"]);
+    let failed = sync["failed_tasks"]
+        .as_array()
+        .expect("failed tasks listed");
+    assert_eq!(
+        failed.len(),
+        1,
+        "Meilisearch failed one of LibreChat's tasks: {sync}"
+    );
+    assert_eq!(failed[0]["indexUid"], "convos", "{sync}");
+    assert_eq!(failed[0]["code"], "invalid_document_id", "{sync}");
+    assert_eq!(
+        failed[0]["receivedDocuments"], 100,
+        "the rejected task is a whole page of LibreChat's sync: {sync}"
+    );
+    let progress = librechat_progress(&target);
+    assert!(
+        complete(&progress),
+        "LibreChat's getSyncProgress() calls its sync complete: {progress}"
+    );
+
+    // What it left: flags on conversations Meilisearch does not hold.
+    meili_settled(&target).await;
+    let expected = harness(&target, &["expected"]);
+    let projected = |collection: &str, pk: &str| -> BTreeMap<String, (String, Value)> {
+        expected[collection]
+            .as_array()
+            .expect("expected documents")
+            .iter()
+            .filter(|e| e["searchable"] == true)
+            .map(|e| {
+                let id = e["_id"].as_str().unwrap().to_string();
+                let key = e["doc"][pk].as_str().unwrap().to_string();
+                (id, (key, e["doc"].clone()))
+            })
+            .collect()
+    };
+    let conversations = projected("conversations", "conversationId");
+    assert_eq!(conversations.len() as u64, CONVERSATIONS);
+    let flagged: Vec<String> = target
+        .db()
+        .await
+        .collection::<mongodb::bson::Document>("conversations")
+        .distinct("_id", mongodb::bson::doc! { "_meiliIndex": true })
+        .await
+        .unwrap()
+        .iter()
+        .map(|id| id.as_object_id().expect("an ObjectId").to_hex())
+        .collect();
+    assert_eq!(
+        flagged.len() as u64,
+        CONVERSATIONS,
+        "LibreChat flags every conversation indexed"
+    );
+    let held = meili_documents(&target, "convos", "conversationId").await;
+    let absent: Vec<&String> = flagged
+        .iter()
+        .map(|id| &conversations[id].0)
+        .filter(|key| !held.contains_key(*key))
+        .collect();
+    assert_eq!(
+        absent.len(),
+        100,
+        "the rejected page's 100 conversations are flagged and absent"
+    );
+    assert!(
+        absent.contains(&&pipe_sent),
+        "the conversation with | is among them"
+    );
+    // And messages held as LibreChat's hooks would never send them.
+    let answers = messages / 2;
+    let held_messages = meili_documents(&target, "messages", "messageId").await;
+    assert_eq!(
+        held_messages.len() as u64,
+        messages,
+        "every message is held"
+    );
+    let raw: Vec<&Value> = projected("messages", "messageId")
+        .values()
+        .filter_map(|(key, doc)| held_messages.get(key).filter(|held| *held != doc))
+        .collect();
+    let with_content = raw
+        .iter()
+        .filter(|held| held.get("content").is_some())
+        .count() as u64;
+    let with_pipe = raw
+        .iter()
+        .filter(|held| held["conversationId"].as_str() == Some(pipe))
+        .count();
+    assert_eq!(
+        with_content, answers,
+        "every answer is held with its content parts raw: {raw:?}"
+    );
+    assert_eq!(
+        with_pipe, 2,
+        "the |-conversation's messages are held with | in conversationId"
+    );
+    assert_eq!(
+        raw.len() as u64,
+        answers + 1,
+        "nothing else differs (the |-conversation's answer is one of the answers)"
+    );
+
+    // This service's `once` on the same database: the rejected page is sent.
+    let once = target.run("once", &["once"]);
+    assert!(
+        once.status.success(),
+        "once: {}",
+        String::from_utf8_lossy(&once.stderr)
+    );
+    let left = differences(&target).await;
+    assert!(
+        left.iter()
+            .all(|d| d.starts_with("messages: ") && d.contains(", LibreChat builds ")),
+        "once left conversations wrong, or messages missing or unexpected:\n{}",
+        left.join("\n")
+    );
+    assert_eq!(
+        left.len(),
+        raw.len(),
+        "once leaves exactly the raw messages LibreChat flagged as current:\n{}",
+        left.join("\n")
+    );
+    let convos = meili_documents(&target, "convos", "conversationId").await;
+    assert_eq!(
+        convos[&pipe_sent]["conversationId"], pipe_sent,
+        "the | id is sent as --"
+    );
+    let verify = target.run("verify", &["verify", "--json"]);
+    let report: Value = serde_json::from_slice(&verify.stdout).expect("verify --json");
+    let stale: u64 = report["indexes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            assert_eq!(i["missing"]["count"], 0, "{i}");
+            assert_eq!(i["unexpected"]["count"], 0, "{i}");
+            i["stale"]["count"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(stale, raw.len() as u64, "verify names them: {report}");
+    let deep = target.run("once", &["once", "--deep"]);
+    assert!(
+        deep.status.success(),
+        "once --deep: {}",
+        String::from_utf8_lossy(&deep.stderr)
+    );
+    assert_librechat_agrees(&target, "LibreChat's sync, then once and once --deep").await;
     target.cleanup().await;
 }

@@ -13,6 +13,9 @@
  *   node tests/librechat/librechat.cjs progress
  *   node tests/librechat/librechat.cjs expected
  *   node tests/librechat/librechat.cjs hook-index --collection messages|conversations --ids <hex,hex,...>
+ *   node tests/librechat/librechat.cjs chats --seed <n> --conversations <n> [--pipe-at <i>]
+ *   node tests/librechat/librechat.cjs sync
+ *   node tests/librechat/librechat.cjs compare
  *
  * Environment: MONGO_URI (full connection string), LIBRECHAT_DB (database name,
  * passed as mongoose dbName; falls back to the URI's path), MEILI_HOST and
@@ -32,6 +35,7 @@ process.stdout.write = (chunk, encoding, callback) => process.stderr.write(chunk
 const os = require('os');
 const path = require('path');
 const http = require('http');
+const { isDeepStrictEqual } = require('util');
 
 const startedAt = Date.now();
 
@@ -45,7 +49,11 @@ const USAGE = `usage:
   librechat.cjs history --phase off|on --seed <n> [--messages <n>]
   librechat.cjs progress
   librechat.cjs expected
-  librechat.cjs hook-index --collection messages|conversations --ids <hex,hex,...>`;
+  librechat.cjs hook-index --collection messages|conversations --ids <hex,hex,...>
+  librechat.cjs chats --seed <n> --conversations <n> [--pipe-at <i>]
+  librechat.cjs indexes
+  librechat.cjs sync
+  librechat.cjs compare`;
 
 function parseArgs(argv) {
   const [command, ...rest] = argv;
@@ -682,6 +690,61 @@ async function history(flags) {
 }
 
 // ---------------------------------------------------------------------------
+// chats
+
+/**
+ * Many small permanent chats, written with search off (no hooks) as users
+ * write them: per conversation LibreChat's saveConvo, then saveMessage of a
+ * user question (plain text) and of an assistant answer whose words are in
+ * content parts (text empty, as LibreChat's agents save them). Conversation
+ * number --pipe-at (0-based) gets an id holding `|` — the character
+ * LibreChat's preprocessObjectForIndex() rewrites as `--` because Meilisearch
+ * ids may not hold it. Its messages are saved through the Message model
+ * (saveMessage accepts UUID conversation ids only), as `history` does.
+ */
+async function chats(flags) {
+  const seed = intFlag(flags, 'seed');
+  const total = intFlag(flags, 'conversations', undefined, 1);
+  const pipeAt = flags['pipe-at'] === undefined ? -1 : intFlag(flags, 'pipe-at');
+  if (pipeAt >= total) throw new UsageError('--pipe-at must be below --conversations');
+  const { Message } = lib.models;
+  const m = lib.methods;
+  const { ContentTypes } = lib.dp;
+  const rand = prng(seed * 2654435761 + 0x85ebca6b);
+  const newId = idFactory(seed);
+  const metadata = { context: 'librechat-harness' };
+  await buildIndexes();
+  let messages = 0;
+  let pipe = null;
+  for (let c = 0; c < total; c++) {
+    const user = USERS[c % USERS.length];
+    const ctx = { userId: user, isTemporary: false };
+    const conversationId = c === pipeAt ? `${newId(0x0007)}|${newId(0x0007)}` : newId(0x0007);
+    if (c === pipeAt) pipe = conversationId;
+    const convo = await m.saveConvo(ctx, { conversationId, endpoint: 'agents', title: sentence(rand, 2, 5) }, metadata);
+    if (!convo || convo._id == null) throw new Error(`saveConvo failed for ${conversationId}: ${JSON.stringify(convo)}`);
+    const question = {
+      messageId: newId(0x0007), conversationId, parentMessageId: '00000000-0000-0000-0000-000000000000',
+      isCreatedByUser: true, sender: 'User', endpoint: 'agents', text: sentence(rand),
+    };
+    const answer = {
+      messageId: newId(0x0007), conversationId, parentMessageId: question.messageId, isCreatedByUser: false,
+      sender: 'Agent', endpoint: 'agents', text: '',
+      content: [{ type: ContentTypes.THINK, think: sentence(rand) }, { type: ContentTypes.TEXT, text: sentence(rand) }],
+    };
+    for (const params of [question, answer]) {
+      const saved = c === pipeAt
+        ? await new Message({ ...params, user, isTemporary: false }).save()
+        : await m.saveMessage(ctx, params, metadata);
+      if (!saved || saved._id == null) throw new Error(`saving message ${params.messageId} failed`);
+      messages += 1;
+    }
+    if ((c + 1) % 500 === 0) log(`chats: ${c + 1} of ${total} conversations`);
+  }
+  return { seed, conversations: total, messages, pipe };
+}
+
+// ---------------------------------------------------------------------------
 // progress / expected / hook-index
 
 async function progress() {
@@ -737,6 +800,8 @@ async function librechatSync() {
   const { Message, Conversation } = lib.models;
   const client = new lib.MeiliSearch({ host: process.env.MEILI_HOST, apiKey: process.env.MEILI_MASTER_KEY });
   const since = new Date(Date.now() - 5);
+  const latest = await client.getTasks({ limit: 1 });
+  const before = latest.results.length > 0 ? latest.results[0].uid : -1;
   const started = Date.now();
   await Message.syncWithMeili();
   await Conversation.syncWithMeili();
@@ -748,7 +813,83 @@ async function librechatSync() {
   }
   const doneMs = Date.now() - started;
   const [messages, conversations] = await Promise.all([Message.getSyncProgress(), Conversation.getSyncProgress()]);
-  return { returned_secs: returnedMs / 1000, secs: doneMs / 1000, progress: { messages, conversations } };
+  // The document tasks Meilisearch failed: LibreChat enqueued them and never
+  // looked at their outcome. Listed newest first, all pages.
+  const failed = [];
+  for (let from; ;) {
+    const page = await client.getTasks({ indexUids: ['messages', 'convos'], statuses: ['failed'], types: ['documentAdditionOrUpdate'], limit: 1000, ...(from === undefined ? {} : { from }) });
+    const recent = page.results.filter((t) => t.uid > before);
+    for (const t of recent) {
+      failed.push({ uid: t.uid, indexUid: t.indexUid, code: t.error ? t.error.code : null, receivedDocuments: t.details ? t.details.receivedDocuments : null });
+    }
+    if (recent.length < page.results.length || page.next == null) break;
+    from = page.next;
+  }
+  failed.reverse();
+  return { returned_secs: returnedMs / 1000, secs: doneMs / 1000, progress: { messages, conversations }, failed_tasks: failed };
+}
+
+/**
+ * What the real Meilisearch holds against LibreChat's own projection: per
+ * index, the documents LibreChat's hooks index (searchable by its filter, not
+ * `unfinished`; its preprocessObjectForIndex() of each), and of those how
+ * many Meilisearch holds equal, holds differing, lacks (and how many of these
+ * MongoDB flags `_meiliIndex: true`), plus the documents it holds that its
+ * hooks would not (unfinished, or not searchable). Read-only; a few examples
+ * each.
+ */
+async function compare(meili) {
+  const { Message, Conversation } = lib.models;
+  const client = new lib.MeiliSearch({ host: meili.host, apiKey: meili.key });
+  const EXAMPLES = 3;
+  const out = {};
+  for (const [name, model, uid, pk] of [['messages', Message, 'messages', 'messageId'], ['conversations', Conversation, 'convos', 'conversationId']]) {
+    const held = new Map();
+    try {
+      for (let offset = 0; ;) {
+        const page = await client.index(uid).getDocuments({ limit: 1000, offset });
+        for (const doc of page.results) held.set(String(doc[pk]), doc);
+        if (page.results.length < 1000) break;
+        offset += page.results.length;
+      }
+    } catch (err) {
+      if (!err || err.code !== 'index_not_found') throw err;
+    }
+    const searchableQuery = { $and: [lib.ds.buildRetentionVisibilityFilter(), { [EXCLUDED_PATH[name]]: { $exists: false } }] };
+    const searchable = new Set((await model.find(searchableQuery).select('_id').lean()).map((d) => String(d._id)));
+    const counts = { expected: 0, held: held.size, matching: 0, differing: 0, missing: 0, missingFlagged: 0, unexpected: 0 };
+    const examples = { differing: [], missingFlagged: [], unexpected: [] };
+    const note = (kind, value) => { if (examples[kind].length < EXAMPLES) examples[kind].push(value); };
+    const wanted = new Set();
+    for await (const raw of model.collection.find({}).sort({ _id: 1 })) {
+      if (!searchable.has(String(raw._id)) || raw.unfinished === true) continue;
+      const doc = JSON.parse(JSON.stringify(model.hydrate(raw).preprocessObjectForIndex()));
+      const id = String(doc[pk]);
+      wanted.add(id);
+      counts.expected += 1;
+      const have = held.get(id);
+      if (have === undefined) {
+        counts.missing += 1;
+        if (raw._meiliIndex === true) {
+          counts.missingFlagged += 1;
+          note('missingFlagged', id);
+        }
+      } else if (isDeepStrictEqual(have, doc)) {
+        counts.matching += 1;
+      } else {
+        counts.differing += 1;
+        note('differing', { held: have, librechat: doc });
+      }
+    }
+    for (const id of held.keys()) {
+      if (!wanted.has(id)) {
+        counts.unexpected += 1;
+        note('unexpected', id);
+      }
+    }
+    out[name] = { index: uid, ...counts, examples };
+  }
+  return out;
 }
 
 async function hookIndex(flags) {
@@ -782,6 +923,7 @@ async function main() {
   const { command, flags } = parseArgs(process.argv.slice(2));
   prepareLogging();
   let inert;
+  let realMeili;
   const useRealMeili = () => {
     if (!process.env.MEILI_HOST || !process.env.MEILI_MASTER_KEY) throw new UsageError(`${command} needs MEILI_HOST and MEILI_MASTER_KEY`);
     process.env.SEARCH = 'true';
@@ -804,6 +946,18 @@ async function main() {
     case 'sync':
       useRealMeili();
       break;
+    case 'chats':
+      // Search off, as `history --phase off`.
+      delete process.env.MEILI_HOST;
+      delete process.env.MEILI_MASTER_KEY;
+      delete process.env.SEARCH;
+      intFlag(flags, 'seed');
+      intFlag(flags, 'conversations', undefined, 1);
+      break;
+    case 'compare':
+      if (!process.env.MEILI_HOST || !process.env.MEILI_MASTER_KEY) throw new UsageError('compare needs MEILI_HOST and MEILI_MASTER_KEY');
+      realMeili = { host: process.env.MEILI_HOST, key: process.env.MEILI_MASTER_KEY };
+    // falls through: the models get the inert stand-in, the comparison reads the real one
     case 'progress':
     case 'expected':
     case 'indexes':
@@ -824,6 +978,8 @@ async function main() {
     else if (command === 'expected') result = await expected();
     else if (command === 'indexes') result = await indexes();
     else if (command === 'sync') result = await librechatSync();
+    else if (command === 'chats') result = await chats(flags);
+    else if (command === 'compare') result = await compare(realMeili);
     else result = await hookIndex(flags);
   } finally {
     await lib.mongoose.disconnect().catch(() => undefined);
