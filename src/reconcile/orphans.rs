@@ -26,6 +26,11 @@
 //! the setting whatever the collection's size, at the cost of a pass per
 //! partition (none at the default budget below ~7 million documents).
 //!
+//! At `trace` level (`RUST_LOG=meili_reconciler::reconcile::orphans=trace`)
+//! every page of ids read from either side is logged, with the candidates
+//! MongoDB claimed in step 3 and the ids deleted: which id a comparison
+//! listed, claimed or deleted can be read from the log.
+//!
 //! This compares ids only (cheap: no document bodies). The exact comparison
 //! of contents is [`super::exact`] (`verify`, `once --deep`, the reindex).
 
@@ -158,10 +163,12 @@ impl IdPages {
     /// The next page; `None` at the end.
     async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Vec<String>>, ReconcileError> {
         let pk = ctx.collection.primary_key();
-        let (page, _) = ctx
+        let (page, total) = ctx
             .meili
             .document_ids(&ctx.uid, pk, self.offset, PAGE as u64)
             .await?;
+        tracing::trace!(index = %ctx.uid, offset = self.offset, total, ids = ?page,
+            "meilisearch id page");
         self.offset += page.len() as u64;
         Ok((!page.is_empty()).then_some(page))
     }
@@ -256,6 +263,9 @@ async fn mark_mongo_ids(
             PAGE,
         )
         .await?;
+        tracing::trace!(index = %ctx.uid, after = ?after, last = page.last,
+            ids = ?page.entries.iter().map(|e| e.meili_id.as_deref()).collect::<Vec<_>>(),
+            "mongodb indexable id page");
         after = page.after;
         for entry in page.entries {
             match entry.meili_id.as_deref().map(id_hash) {
@@ -325,11 +335,13 @@ async fn delete_confirmed(
     if !claimed.is_empty() {
         tracing::debug!(index = %ctx.uid, kept = claimed.len(),
             "ids MongoDB gained after its ids were read: not orphans");
+        tracing::trace!(index = %ctx.uid, ids = ?claimed, "orphan candidates MongoDB claims");
     }
     let orphans: Vec<String> = candidates
         .drain(..)
         .filter(|id| !claimed.contains(id))
         .collect();
+    tracing::trace!(index = %ctx.uid, ids = ?orphans, "orphans deleted");
     ctx.delete_documents(&orphans).await
 }
 
