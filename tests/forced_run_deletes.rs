@@ -12,9 +12,8 @@
 //! The reconciler's acknowledgement is such a write: one `update` command
 //! of up to 1,000 statements runs as one transaction there, so each
 //! document it flags stays locked until the whole command commits, and a
-//! `deleteOne` of one of them in that time deletes nothing (18 of a
-//! writer's 29,820 deletes in 20 runs of 20,000 messages,
-//! `scripts/bench-forced-deletes`). The message is still in
+//! `deleteOne` of one of them in that time deletes nothing (how often:
+//! docs/benchmarks.md, `scripts/bench-forced-deletes`). The message is still in
 //! MongoDB, so it rightly stays searchable — but a check that counts every
 //! delete the writer sent as done reports it as a deleted message left
 //! searchable.
