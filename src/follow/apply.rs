@@ -274,9 +274,6 @@ impl Enqueued {
     }
 }
 
-/// Groups acknowledging fewer documents than this do it in one command.
-const ONE_WRITER_BELOW: usize = 100;
-
 /// What consecutive micro-batches whose tasks ended left to do, per
 /// collection: the accepted documents to acknowledge (the latest version
 /// of each) and the versions to mark removed.
@@ -315,20 +312,6 @@ impl Group {
     /// (`reconcile::apply::acknowledge_accepted`), then marks removed, each
     /// version-exactly, what the micro-batches deleted.
     pub async fn acknowledge(self, target: &Target<'_>) -> Result<(), ReconcileError> {
-        // A small group's statements go in one command: split between
-        // `sync.ack_writers`, each part costs its own clock read and
-        // command, which a server that answers one request at a time runs
-        // one after the other while nothing new is enqueued.
-        let one_writer;
-        let sync = if self.accepted() < ONE_WRITER_BELOW {
-            let mut sync = target.sync.clone();
-            sync.ack_writers = 1;
-            one_writer = sync;
-            &one_writer
-        } else {
-            target.sync
-        };
-        let target = Target { sync, ..*target };
         for (collection, part) in self.parts {
             let ctx = target.ctx(collection).with_scattered_ids();
             let acked = reconcile::apply::acknowledge_accepted(&ctx, part.accepted).await?;

@@ -92,14 +92,24 @@ pub(crate) async fn acknowledge(
 /// writer alone while the others wait (e.g. 8 × 1,000 + 644 statements:
 /// the 644 written alone). A batch smaller than the
 /// writers' commands is split between them too (an incremental run's, a
-/// micro-batch of follow mode).
+/// micro-batch of follow mode) — unless it holds fewer than
+/// [`ONE_COMMAND_BELOW`] documents: each part costs a clock read and a
+/// command of its own, more than so few statements gain from a second
+/// writer (and a server that answers one request at a time runs them one
+/// after the other, while follow mode enqueues nothing new meanwhile).
 fn statements_per_command(docs: usize, writers: usize) -> usize {
+    if docs < ONE_COMMAND_BELOW {
+        return docs.max(1);
+    }
     let commands = docs
         .div_ceil(mongo::STATEMENTS_PER_COMMAND)
         .max(1)
         .next_multiple_of(writers.max(1));
     docs.div_ceil(commands).max(1)
 }
+
+/// Below this many documents an acknowledgement is one command.
+const ONE_COMMAND_BELOW: usize = 100;
 
 /// One command's worth of [`acknowledge`].
 async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Acked, ReconcileError> {
@@ -276,6 +286,9 @@ mod tests {
                         per - shortest <= sizes.len(),
                         "{docs} docs, {writers} writers: {sizes:?}"
                     );
+                } else if docs < ONE_COMMAND_BELOW {
+                    // Too few to gain from a second writer: one command.
+                    assert_eq!(sizes.len(), 1, "{docs} docs, {writers} writers");
                 } else {
                     // Less than a full command each: split between them.
                     assert!(
@@ -290,6 +303,8 @@ mod tests {
         assert_eq!(statements_per_command(8_644, 2), 865);
         assert_eq!(statements_per_command(2_000, 2), 1_000);
         assert_eq!(statements_per_command(500, 2), 250);
+        assert_eq!(statements_per_command(99, 2), 99);
+        assert_eq!(statements_per_command(100, 2), 50);
         assert_eq!(statements_per_command(0, 2), 1);
     }
 

@@ -24,8 +24,6 @@
 //! and not yet deleted, so a sweep with nothing to do costs one indexed
 //! query.
 
-use std::collections::VecDeque;
-
 use mongodb::bson::Bson;
 
 use super::ctx::Ctx;
@@ -39,26 +37,13 @@ use crate::mongo::{self, DocVersion};
 /// ids); small enough to hold (a page is a few MB).
 const PAGE: usize = 5_000;
 
-/// Pages whose deletion task is enqueued before the oldest one's is awaited
-/// (and its markers written).
-const IN_FLIGHT: usize = 2;
-
 /// Removes the collection's expired documents from the index and marks
 /// them removed. Returns how many were removed.
-///
-/// Meilisearch and MongoDB work side by side: a page's deletion task is
-/// enqueued, not awaited, before the next page is read, and the markers of
-/// a page are written once its task succeeded while Meilisearch processes
-/// the next one. A page thus leaves Meilisearch without waiting for the
-/// markers of the pages before it, and at most [`IN_FLIGHT`] pages of
-/// versions are held at a time.
 pub(crate) async fn sweep(ctx: &Ctx<'_>) -> Result<u64, ReconcileError> {
     let rules = &ctx.opts.rules;
     let now = mongo::server_time(ctx.db).await?;
     let mut removed = 0;
     let mut after: Option<Bson> = None;
-    // Deletion tasks enqueued, with the versions to mark once each succeeds.
-    let mut in_flight: VecDeque<(Option<u64>, Vec<DocVersion>)> = VecDeque::new();
     loop {
         let page =
             mongo::expired_page(ctx.db, rules, ctx.collection, now, after.as_ref(), PAGE).await?;
@@ -75,49 +60,16 @@ pub(crate) async fn sweep(ctx: &Ctx<'_>) -> Result<u64, ReconcileError> {
             .iter()
             .filter_map(|d| mongo::meili_id(ctx.collection, d))
             .collect();
-        let task = if meili_ids.is_empty() {
-            None
-        } else {
-            Some(
-                ctx.meili
-                    .delete_documents(&ctx.uid, &meili_ids, ctx.guard)
-                    .await?,
-            )
-        };
-        removed += meili_ids.len() as u64;
-        in_flight.push_back((task, expired.iter().map(|d| DocVersion::of(d)).collect()));
-        if in_flight.len() >= IN_FLIGHT {
-            if let Some(oldest) = in_flight.pop_front() {
-                settle(ctx, oldest).await?;
-            }
-        }
+        removed += ctx.delete_documents(&meili_ids).await?;
+        let versions: Vec<DocVersion> = expired.iter().map(|d| DocVersion::of(d)).collect();
+        mongo::mark_removed(ctx.db, ctx.collection, &versions, ctx.guard).await?;
         if page.len() < PAGE {
             break;
         }
         after = Some(last);
     }
-    while let Some(oldest) = in_flight.pop_front() {
-        settle(ctx, oldest).await?;
-    }
     if removed > 0 {
         tracing::info!(index = %ctx.uid, removed, "expired documents removed from Meilisearch and marked");
     }
     Ok(removed)
-}
-
-/// Awaits a page's deletion task, then writes LibreChat's removal markers
-/// on its versions.
-async fn settle(
-    ctx: &Ctx<'_>,
-    (task, versions): (Option<u64>, Vec<DocVersion>),
-) -> Result<(), ReconcileError> {
-    if let Some(task) = task {
-        ctx.meili
-            .wait_ok(task, "delete expired documents", ctx.guard)
-            .await?;
-    }
-    if !versions.is_empty() {
-        mongo::mark_removed(ctx.db, ctx.collection, &versions, ctx.guard).await?;
-    }
-    Ok(())
 }
