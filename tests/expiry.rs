@@ -51,30 +51,27 @@ async fn expire_messages_at(env: &Env, indexes: &[usize], at: DateTime) -> Vec<S
     ids
 }
 
-/// The local moment MongoDB's clock reads `at`.
-async fn local_moment(env: &Env, at: DateTime) -> Instant {
-    let ahead = at.timestamp_millis() - server_now(&env.db).await.timestamp_millis();
-    let now = Instant::now();
-    if ahead >= 0 {
-        now + Duration::from_millis(ahead as u64)
-    } else {
-        now - Duration::from_millis((-ahead) as u64)
-    }
-}
-
+/// The documents `ids` (by primary key) carry LibreChat's removal markers
+/// and are still in MongoDB (the TTL monitor is not what removed them).
 async fn assert_marked_removed(env: &Env, collection: Collection, ids: &[String]) {
-    let handle = env.db.collection::<Document>(collection.name());
-    for id in ids {
-        let d = handle
-            .find_one(doc! { collection.primary_key(): id })
-            .await
-            .unwrap()
-            .unwrap_or_else(|| {
-                panic!("{id} is still in MongoDB (the TTL monitor is not what removed it)")
-            });
+    let docs: Vec<Document> = env
+        .db
+        .collection::<Document>(collection.name())
+        .find(doc! { collection.primary_key(): { "$in": ids } })
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        docs.len(),
+        ids.len(),
+        "every expired document is still in MongoDB"
+    );
+    for d in &docs {
         assert!(
             d.get("_meiliIndex").is_none() && d.get_i32("_meiliCleanupVersion") == Ok(1),
-            "LibreChat's removal markers on {id}: {d}"
+            "LibreChat's removal markers: {d}"
         );
     }
 }
@@ -172,7 +169,7 @@ async fn in_follow_mode_a_document_leaves_meilisearch_within_seconds_of_its_expi
         } else {
             late_at
         };
-        since.push(local_moment(&env, at).await);
+        since.push(ServerClock::read(&env).await.moment(at));
     }
     let delays = await_gone(&target, &ids, &since, WITHIN + Duration::from_secs(10)).await;
     let (p50, max) = p50_max(&delays);
@@ -359,30 +356,6 @@ async fn await_each_gone(
     }
 }
 
-/// The messages `ids` carry LibreChat's removal markers (one query).
-async fn assert_all_marked_removed(env: &Env, ids: &[String]) {
-    let docs: Vec<Document> = env
-        .db
-        .collection::<Document>("messages")
-        .find(doc! { "messageId": { "$in": ids } })
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    assert_eq!(
-        docs.len(),
-        ids.len(),
-        "every expired message is still in MongoDB"
-    );
-    for d in &docs {
-        assert!(
-            d.get("_meiliIndex").is_none() && d.get_i32("_meiliCleanupVersion") == Ok(1),
-            "LibreChat's removal markers: {d}"
-        );
-    }
-}
-
 fn summary(delays: &[f64]) -> String {
     let mut sorted = delays.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -475,7 +448,7 @@ async fn in_follow_mode_expiries_closer_together_than_a_sweep_lasts_each_leave_w
     )
     .await;
     let ids: Vec<String> = expiring.into_iter().map(|(id, _)| id).collect();
-    assert_all_marked_removed(&env, &ids).await;
+    assert_marked_removed(&env, Collection::Messages, &ids).await;
     env.assert_in_step(server_now(&env.db).await, &[]).await;
 
     terminate(&replica);
@@ -630,7 +603,7 @@ async fn a_run_sweeps_thousands_expired_in_the_same_second_in_batches() {
         tasks <= (BURST / 100) as u64,
         "{tasks} deletion tasks for {BURST} documents (batched: at most one per 100)"
     );
-    assert_all_marked_removed(&env, burst).await;
+    assert_marked_removed(&env, Collection::Messages, burst).await;
     env.assert_in_step(server_now(&env.db).await, &[]).await;
     target.cleanup().await;
 }

@@ -268,18 +268,7 @@ async fn once_leaves_the_index_librechat_would_build_and_its_progress_complete()
         "once left documents missing or unexpected, not only LibreChat's stale ones:\n{}",
         left.join("\n")
     );
-    let verify = target.run("verify", &["verify", "--json"]);
-    let report: Value = serde_json::from_slice(&verify.stdout).expect("verify --json");
-    let stale: u64 = report["indexes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            assert_eq!(i["missing"]["count"], 0, "{i}");
-            assert_eq!(i["unexpected"]["count"], 0, "{i}");
-            i["stale"]["count"].as_u64().unwrap()
-        })
-        .sum();
+    let (stale, report) = verify_stale_only(&target);
     assert_eq!(
         stale,
         left.len() as u64,
@@ -597,18 +586,7 @@ async fn librechat_sync_flags_a_rejected_batch_indexed_and_once_repairs_it_and_o
         convos[&pipe_sent]["conversationId"], pipe_sent,
         "the | id is sent as --"
     );
-    let verify = target.run("verify", &["verify", "--json"]);
-    let report: Value = serde_json::from_slice(&verify.stdout).expect("verify --json");
-    let stale: u64 = report["indexes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            assert_eq!(i["missing"]["count"], 0, "{i}");
-            assert_eq!(i["unexpected"]["count"], 0, "{i}");
-            i["stale"]["count"].as_u64().unwrap()
-        })
-        .sum();
+    let (stale, report) = verify_stale_only(&target);
     assert_eq!(stale, raw.len() as u64, "verify names them: {report}");
     let deep = target.run("once", &["once", "--deep"]);
     assert!(
@@ -618,4 +596,22 @@ async fn librechat_sync_flags_a_rejected_batch_indexed_and_once_repairs_it_and_o
     );
     assert_librechat_agrees(&target, "LibreChat's sync, then once and once --deep").await;
     target.cleanup().await;
+}
+
+/// `verify --json`: asserts nothing is missing or unexpected in either index,
+/// and returns how many documents it found stale, with its report.
+fn verify_stale_only(target: &Target) -> (u64, Value) {
+    let verify = target.run("verify", &["verify", "--json"]);
+    let report: Value = serde_json::from_slice(&verify.stdout).expect("verify --json");
+    let stale = report["indexes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            assert_eq!(i["missing"]["count"], 0, "{i}");
+            assert_eq!(i["unexpected"]["count"], 0, "{i}");
+            i["stale"]["count"].as_u64().unwrap()
+        })
+        .sum();
+    (stale, report)
 }

@@ -25,8 +25,7 @@ use support::standin::{private_standin, private_standin_with, PrivateStandin};
 /// A Meilisearch server seen through the SDK and through raw HTTP.
 struct Meili {
     client: Client,
-    host: String,
-    key: String,
+    server: support::MeiliServer,
     http: reqwest::Client,
 }
 
@@ -34,8 +33,10 @@ impl Meili {
     fn at(host: &str, key: &str) -> Self {
         Self {
             client: Client::new(host, Some(key)).expect("meilisearch client"),
-            host: host.trim_end_matches('/').to_string(),
-            key: key.to_string(),
+            server: support::MeiliServer {
+                host: host.trim_end_matches('/').to_string(),
+                key: key.to_string(),
+            },
             http: reqwest::Client::new(),
         }
     }
@@ -57,17 +58,7 @@ impl Meili {
 
     /// Sends a raw request with the master key; status and JSON body (`null` if none).
     async fn raw(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.host))
-            .bearer_auth(&self.key);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("send raw request");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("read body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        self.server.request(&self.http, method, path, body).await
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
@@ -228,7 +219,7 @@ async fn missing_key_is_401_and_wrong_key_is_403() {
     let http = reqwest::Client::new();
 
     let missing = http
-        .get(format!("{}/indexes", meili.host))
+        .get(format!("{}/indexes", meili.server.host))
         .send()
         .await
         .unwrap();
@@ -239,7 +230,7 @@ async fn missing_key_is_401_and_wrong_key_is_403() {
     assert!(body["message"].is_string() && body["link"].is_string());
 
     let wrong = http
-        .get(format!("{}/indexes", meili.host))
+        .get(format!("{}/indexes", meili.server.host))
         .bearer_auth("not-the-key")
         .send()
         .await
@@ -249,12 +240,12 @@ async fn missing_key_is_401_and_wrong_key_is_403() {
     assert_eq!(body["code"], "invalid_api_key");
     assert_eq!(body["type"], "auth");
 
-    let sdk = Client::new(meili.host.as_str(), Some("not-the-key")).unwrap();
+    let sdk = Client::new(meili.server.host.as_str(), Some("not-the-key")).unwrap();
     let error = sdk.get_indexes().await.expect_err("wrong key is refused");
     assert_eq!(code(&error), Some(ErrorCode::InvalidApiKey));
 
     let open = http
-        .get(format!("{}/health", meili.host))
+        .get(format!("{}/health", meili.server.host))
         .send()
         .await
         .unwrap();

@@ -51,33 +51,20 @@ fn text(out: &Output) -> String {
 
 /// The shared Meilisearch, spoken to with its master key.
 struct Master {
-    host: String,
-    key: String,
+    server: support::MeiliServer,
     http: reqwest::Client,
 }
 
 impl Master {
     fn shared() -> Master {
-        let server = support::meili();
         Master {
-            host: server.host.clone(),
-            key: server.key.clone(),
+            server: support::meili().clone(),
             http: reqwest::Client::new(),
         }
     }
 
     async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.host))
-            .bearer_auth(&self.key);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("Meilisearch answers");
-        let status = response.status().as_u16();
-        let body = response.json().await.unwrap_or(Value::Null);
-        (status, body)
+        self.server.request(&self.http, method, path, body).await
     }
 
     /// A key with `actions` on every index: `Some((uid, key))`, or `None`
@@ -143,7 +130,7 @@ async fn with_api_keys() -> Option<Master> {
         skip(format!(
             "the configured Meilisearch ({}) has no API keys (GET /keys is 404): \
              the stand-in models only the master key",
-            master.host
+            master.server.host
         ));
         return None;
     }
@@ -156,8 +143,13 @@ async fn with_api_keys() -> Option<Master> {
 /// index that MongoDB does not have (so `once` compares the id sets and
 /// deletes it).
 async fn seeded_target(master: &Master, tag: &str, key: &str, ghost: bool) -> (Target, Env) {
-    let target = Target::new(tag).with_meili(&master.host, key);
-    let as_master = Env::for_target(&target.clone().with_meili(&master.host, &master.key)).await;
+    let target = Target::new(tag).with_meili(&master.server.host, key);
+    let as_master = Env::for_target(
+        &target
+            .clone()
+            .with_meili(&master.server.host, &master.server.key),
+    )
+    .await;
     seed(&as_master, 40, 4).await;
     let messages = as_master.uid(Collection::Messages);
     as_master.create_index(&messages, "messageId").await;
@@ -335,7 +327,7 @@ async fn a_key_lacking_any_listed_action_fails_naming_the_refusal() {
                 "without {missing}, `{command}`: {said}"
             );
         }
-        assert!(!said.contains(&master.key), "the master key leaked");
+        assert!(!said.contains(&master.server.key), "the master key leaked");
         if *missing == "indexes.swap" {
             assert!(
                 refusal.contains("Meilisearch refused swap indexes")

@@ -22,6 +22,31 @@ pub struct MeiliServer {
     pub key: String,
 }
 
+impl MeiliServer {
+    /// One request with this server's key: the status and the JSON body (`null` when there is none).
+    pub async fn request(
+        &self,
+        http: &reqwest::Client,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut request = http
+            .request(method, format!("{}{path}", self.host))
+            .bearer_auth(&self.key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("Meilisearch answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("read the body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+}
+
 fn env_file() -> &'static HashMap<String, String> {
     static FILE: OnceLock<HashMap<String, String>> = OnceLock::new();
     FILE.get_or_init(|| {
