@@ -32,6 +32,7 @@ use serde_json::Value;
 use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
 use meili_reconciler::config::{self, known_keys, Sources, ENV_PREFIX, LIBRECHAT_VARS};
+use promql_parser::parser::{self as promql, Expr, LabelModifier, VectorSelector};
 use support::cli::{eventually, free_port, terminate, wait_exit, Target};
 
 const KUBERNETES_DIR: &str = "deploy/kubernetes";
@@ -279,78 +280,8 @@ impl Exported {
 
 // --- PromQL --------------------------------------------------------------------
 
-#[derive(Clone, Debug, PartialEq)]
-enum Token {
-    Ident(String),
-    Str(String),
-    Number,
-    Var,
-    Punct(String),
-}
-
-fn tokenize(expr: &str) -> Vec<Token> {
-    let chars: Vec<char> = expr.chars().collect();
-    let mut tokens = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c.is_whitespace() {
-            i += 1;
-        } else if c == '"' || c == '\'' || c == '`' {
-            let mut value = String::new();
-            i += 1;
-            while i < chars.len() && chars[i] != c {
-                if chars[i] == '\\' && c != '`' {
-                    i += 1;
-                }
-                value.push(chars[i]);
-                i += 1;
-            }
-            assert!(i < chars.len(), "unterminated string in {expr}");
-            i += 1;
-            tokens.push(Token::Str(value));
-        } else if c.is_ascii_alphabetic() || c == '_' || c == ':' {
-            let start = i;
-            while i < chars.len()
-                && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
-            {
-                i += 1;
-            }
-            tokens.push(Token::Ident(chars[start..i].iter().collect()));
-        } else if c.is_ascii_digit() || c == '.' {
-            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
-                i += 1;
-            }
-            tokens.push(Token::Number);
-        } else if c == '$' {
-            // A Grafana variable: $name, ${name}, $__rate_interval.
-            i += 1;
-            if i < chars.len() && chars[i] == '{' {
-                while i < chars.len() && chars[i] != '}' {
-                    i += 1;
-                }
-                i += 1;
-            } else {
-                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-            }
-            tokens.push(Token::Var);
-        } else {
-            let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
-            if ["=~", "!=", "!~", "==", ">=", "<="].contains(&two.as_str()) {
-                tokens.push(Token::Punct(two));
-                i += 2;
-            } else {
-                tokens.push(Token::Punct(c.to_string()));
-                i += 1;
-            }
-        }
-    }
-    tokens
-}
-
-/// A vector selector: the series name and its label matchers.
+/// A vector selector: the series name and its label matchers
+/// (label, operator as written, value).
 #[derive(Debug)]
 struct Selector {
     name: String,
@@ -365,85 +296,69 @@ struct Selection {
     grouping: Vec<String>,
 }
 
-fn is_punct(token: Option<&Token>, p: &str) -> bool {
-    matches!(token, Some(Token::Punct(q)) if q == p)
+/// Parses `expr` (Grafana's variables replaced by values) with Prometheus'
+/// grammar and collects what it selects.
+fn analyse(expr: &str) -> Selection {
+    let plain = without_grafana_variables(expr);
+    let parsed = promql::parse(&plain).unwrap_or_else(|e| panic!("not PromQL: {e}: {expr}"));
+    let mut selection = Selection::default();
+    collect(&parsed, &mut selection, expr);
+    selection
 }
 
-fn analyse(expr: &str) -> Selection {
-    const LABEL_LISTS: &[&str] = &[
-        "by",
-        "without",
-        "on",
-        "ignoring",
-        "group_left",
-        "group_right",
-    ];
-    const KEYWORDS: &[&str] = &["and", "or", "unless", "bool", "offset", "inf", "nan"];
-    let tokens = tokenize(expr);
-    let mut selection = Selection::default();
-    let mut i = 0;
-    while i < tokens.len() {
-        match &tokens[i] {
-            Token::Ident(word)
-                if LABEL_LISTS.contains(&word.as_str()) && is_punct(tokens.get(i + 1), "(") =>
-            {
-                i += 2;
-                while i < tokens.len() && !is_punct(tokens.get(i), ")") {
-                    if let Token::Ident(label) = &tokens[i] {
-                        selection.grouping.push(label.clone());
-                    }
-                    i += 1;
-                }
-                i += 1;
+fn collect(node: &Expr, into: &mut Selection, expr: &str) {
+    let labels = |modifier: &LabelModifier| modifier.labels().labels.clone();
+    match node {
+        Expr::VectorSelector(vs) => into.selectors.push(selector(vs, expr)),
+        Expr::MatrixSelector(ms) => into.selectors.push(selector(&ms.vs, expr)),
+        Expr::Aggregate(agg) => {
+            into.grouping
+                .extend(agg.modifier.as_ref().map(labels).unwrap_or_default());
+            if let Some(param) = &agg.param {
+                collect(param, into, expr);
             }
-            Token::Ident(word) if KEYWORDS.contains(&word.to_lowercase().as_str()) => i += 1,
-            Token::Ident(word) => {
-                let next = tokens.get(i + 1);
-                let is_call = is_punct(next, "(")
-                    || matches!(next, Some(Token::Ident(w)) if w == "by" || w == "without");
-                i += 1;
-                if is_call {
-                    continue;
-                }
-                let mut selector = Selector {
-                    name: word.clone(),
-                    matchers: vec![],
-                };
-                if is_punct(tokens.get(i), "{") {
-                    i += 1;
-                    while i < tokens.len() && !is_punct(tokens.get(i), "}") {
-                        match (&tokens[i], tokens.get(i + 1), tokens.get(i + 2)) {
-                            (
-                                Token::Ident(label),
-                                Some(Token::Punct(op)),
-                                Some(Token::Str(value)),
-                            ) => {
-                                selector
-                                    .matchers
-                                    .push((label.clone(), op.clone(), value.clone()));
-                                i += 3;
-                            }
-                            (Token::Punct(comma), _, _) if comma == "," => i += 1,
-                            other => {
-                                panic!("cannot read the matchers of {word} in {expr}: {other:?}")
-                            }
-                        }
-                    }
-                    i += 1;
-                }
-                selection.selectors.push(selector);
-            }
-            Token::Punct(p) if p == "{" => panic!("a selector without a metric name in {expr}"),
-            Token::Punct(p) if p == "[" => {
-                while i < tokens.len() && !is_punct(tokens.get(i), "]") {
-                    i += 1;
-                }
-                i += 1;
-            }
-            _ => i += 1,
+            collect(&agg.expr, into, expr);
         }
+        Expr::Binary(bin) => {
+            if let Some(modifier) = &bin.modifier {
+                into.grouping
+                    .extend(modifier.matching.as_ref().map(labels).unwrap_or_default());
+                into.grouping.extend(
+                    modifier
+                        .card
+                        .labels()
+                        .map(|l| l.labels.clone())
+                        .unwrap_or_default(),
+                );
+            }
+            collect(&bin.lhs, into, expr);
+            collect(&bin.rhs, into, expr);
+        }
+        Expr::Unary(u) => collect(&u.expr, into, expr),
+        Expr::Paren(p) => collect(&p.expr, into, expr),
+        Expr::Subquery(q) => collect(&q.expr, into, expr),
+        Expr::Call(call) => call
+            .args
+            .args
+            .iter()
+            .for_each(|arg| collect(arg, into, expr)),
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
     }
-    selection
+}
+
+fn selector(vs: &VectorSelector, expr: &str) -> Selector {
+    Selector {
+        name: vs
+            .name
+            .clone()
+            .unwrap_or_else(|| panic!("a selector without a metric name in {expr}")),
+        matchers: vs
+            .matchers
+            .matchers
+            .iter()
+            .map(|m| (m.name.clone(), m.op.to_string(), m.value.clone()))
+            .collect(),
+    }
 }
 
 /// The series names an expression selects, each checked to be one the
