@@ -36,7 +36,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::{Bson, DateTime, Document};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -200,26 +200,8 @@ pub(crate) async fn compare(
                 compare_mongo(ctx, now, part, &mut meili, &mut comparison, None).await?;
             }
             Mode::Repair { skip } => {
-                let (tx, rx) = mpsc::channel::<Batch>(1);
-                let repair = Repair {
-                    skip,
-                    tx,
-                    to_clear: Vec::new(),
-                    to_flag: Vec::new(),
-                    batch: Batch::new(),
-                    acked: ack::Acked::default(),
-                    flags_cleared: 0,
-                };
-                let (tally, settled) = tokio::try_join!(
-                    compare_mongo(ctx, now, part, &mut meili, &mut comparison, Some(repair)),
-                    send_batches(ctx, true, rx, None)
-                )?;
-                repairs.flags_set += tally.acked.flagged;
-                repairs.deleted += tally.acked.deleted + settled.deleted;
-                repairs.flags_cleared +=
-                    tally.flags_cleared + tally.acked.flags_cleared + settled.flags_cleared;
-                repairs.indexed += settled.indexed;
-                repairs.rejected.extend(settled.rejected);
+                let meili = &mut meili;
+                repair_part(ctx, now, part, meili, &mut comparison, skip, &mut repairs).await?;
             }
         }
 
@@ -249,6 +231,100 @@ pub(crate) async fn compare(
         "exact comparison"
     );
     Ok((comparison, repairs))
+}
+
+/// Compares one partition, repairing as it goes: what is missing or stale
+/// is sent (and acknowledged) beside the comparison, flags are set or
+/// cleared to match what Meilisearch holds; added into `repairs`.
+async fn repair_part(
+    ctx: &Ctx<'_>,
+    now: DateTime,
+    part: Part,
+    meili: &mut Digests,
+    comparison: &mut Comparison,
+    skip: &HashSet<String>,
+    repairs: &mut Repairs,
+) -> Result<(), ReconcileError> {
+    let (tx, rx) = mpsc::channel::<Batch>(1);
+    let repair = Repair {
+        skip,
+        tx,
+        to_clear: Vec::new(),
+        to_flag: Vec::new(),
+        batch: Batch::new(),
+        acked: ack::Acked::default(),
+        flags_cleared: 0,
+    };
+    let (tally, settled) = tokio::try_join!(
+        compare_mongo(ctx, now, part, meili, comparison, Some(repair)),
+        send_batches(ctx, true, rx, None)
+    )?;
+    repairs.flags_set += tally.acked.flagged;
+    repairs.deleted += tally.acked.deleted + settled.deleted;
+    repairs.flags_cleared +=
+        tally.flags_cleared + tally.acked.flags_cleared + settled.flags_cleared;
+    repairs.indexed += settled.indexed;
+    repairs.rejected.extend(settled.rejected);
+    Ok(())
+}
+
+/// Compares one MongoDB document (of a page of searchable ones at `now`)
+/// with what Meilisearch holds, when it falls in `part`: counted in
+/// `comparison`; with `repair`, a match not yet flagged is flagged and a
+/// missing or stale one is sent. `false`: the sender stopped (its error is
+/// reported).
+async fn compare_document(
+    ctx: &Ctx<'_>,
+    now: DateTime,
+    part: Part,
+    doc: &Document,
+    meili: &mut Digests,
+    comparison: &mut Comparison,
+    repair: &mut Option<Repair<'_>>,
+) -> Result<bool, ReconcileError> {
+    let rules = &ctx.opts.rules;
+    let meili_id = mongo::meili_id(ctx.collection, doc);
+    // The page is the searchable documents at `now` (the same rule).
+    let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now) else {
+        return Ok(true);
+    };
+    if !part.holds(meili_id.as_deref()) {
+        return Ok(true);
+    }
+    comparison.mongo_indexable += 1;
+    // Marked indexed at the current schema version; a flagged one of
+    // another version is pending work too (it is sent again).
+    let processed = markers::is_processed(rules, doc);
+    let found = meili_id.as_deref().and_then(|id| meili.find(id));
+    let same = found.is_some_and(|(_, d)| d == digest(&mongo::to_meili(ctx.collection, doc)));
+    if let Some((i, _)) = found {
+        meili.mark_seen(i);
+    }
+    let shown = || {
+        meili_id.clone().unwrap_or_else(|| {
+            let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+            format!("_id {}", id.into_relaxed_extjson())
+        })
+    };
+    match (found, same) {
+        (Some(_), true) => {
+            comparison.matching += 1;
+            if let Some(r) = repair.as_mut().filter(|_| !processed) {
+                let version = mongo::DocVersion::of(doc);
+                r.to_flag.push(BatchDoc::new(&version, branch, meili_id));
+                if r.to_flag.len() >= mongo::STATEMENTS_PER_COMMAND {
+                    r.flag(ctx).await?;
+                }
+            }
+            return Ok(true);
+        }
+        (Some(_), false) => comparison.stale.note(&shown(), processed),
+        (None, _) => comparison.missing.note(&shown(), processed),
+    }
+    match repair.as_mut() {
+        Some(r) => r.resend(ctx, doc, branch, markers::is_flagged(doc)).await,
+        None => Ok(true),
+    }
 }
 
 /// Bytes one Meilisearch document takes in [`Digests`] (two hashes and a
@@ -407,14 +483,13 @@ impl Repair<'_> {
 /// the sender's channel).
 async fn compare_mongo(
     ctx: &Ctx<'_>,
-    now: mongodb::bson::DateTime,
+    now: DateTime,
     part: Part,
     meili: &mut Digests,
     comparison: &mut Comparison,
     mut repair: Option<Repair<'_>>,
 ) -> Result<Tally, ReconcileError> {
     let page_size = ctx.opts.batch_docs.max(1);
-    let rules = &ctx.opts.rules;
     let mut after: Option<Bson> = None;
     loop {
         let page = ctx.read_page(None, now, after.as_ref()).await?;
@@ -422,58 +497,8 @@ async fn compare_mongo(
         after = page.last().and_then(mongo::raw_id);
         for raw in &page {
             let doc = &mongo::parse(raw)?;
-            let meili_id = mongo::meili_id(ctx.collection, doc);
-            // The page is the searchable documents at `now` (the same rule).
-            let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
-            else {
-                continue;
-            };
-            if !part.holds(meili_id.as_deref()) {
-                continue;
-            }
-            comparison.mongo_indexable += 1;
-            // Marked indexed at the current schema version; a flagged one
-            // of another version is pending work too (it is sent again).
-            let processed = markers::is_processed(rules, doc);
-            let flagged = markers::is_flagged(doc);
-            let found = meili_id.as_deref().and_then(|id| meili.find(id));
-            let same =
-                found.is_some_and(|(_, d)| d == digest(&mongo::to_meili(ctx.collection, doc)));
-            let shown = meili_id.clone().unwrap_or_else(|| {
-                format!(
-                    "_id {}",
-                    doc.get("_id")
-                        .cloned()
-                        .unwrap_or(Bson::Null)
-                        .into_relaxed_extjson()
-                )
-            });
-            if let Some((i, _)) = found {
-                meili.mark_seen(i);
-            }
-            match (found, same) {
-                (Some(_), true) => {
-                    comparison.matching += 1;
-                    if let Some(r) = repair.as_mut().filter(|_| !processed) {
-                        r.to_flag.push(BatchDoc::new(
-                            &mongo::DocVersion::of(doc),
-                            branch,
-                            meili_id,
-                        ));
-                        if r.to_flag.len() >= mongo::STATEMENTS_PER_COMMAND {
-                            r.flag(ctx).await?;
-                        }
-                    }
-                }
-                (Some(_), false) => comparison.stale.note(&shown, processed),
-                (None, _) => comparison.missing.note(&shown, processed),
-            }
-            if !same {
-                if let Some(r) = repair.as_mut() {
-                    if !r.resend(ctx, doc, branch, flagged).await? {
-                        return Ok(Tally::default());
-                    }
-                }
+            if !compare_document(ctx, now, part, doc, meili, comparison, &mut repair).await? {
+                return Ok(Tally::default());
             }
         }
         ctx.advance(page.len() as u64);

@@ -57,7 +57,7 @@ use super::error::ReconcileError;
 use super::options::SyncOptions;
 use super::phases::PhaseClock;
 use super::plan::RebuildReason;
-use super::run::{finish, prepare_index, reconcile_collection};
+use super::run::{add_indexing, add_repairs, finish, prepare_index, reconcile_collection};
 use super::summary::{CollectionSummary, RunSummary};
 use super::sync::{self, Feed};
 use super::test_hook::pause_after;
@@ -189,7 +189,6 @@ async fn build_and_swap(
 ) -> Result<CollectionSummary, ReconcileError> {
     let live = ctx.uid.clone();
     let target = build_uid(&live);
-    let pk = ctx.collection.primary_key();
     let mut summary = CollectionSummary {
         collection: ctx.collection.name().to_string(),
         index_uid: live.clone(),
@@ -197,87 +196,37 @@ async fn build_and_swap(
         compared_ids: true,
         ..Default::default()
     };
-
     // 1. A clean build target with the desired settings, before any document.
-    ctx.phase("reindex prepare", 0);
-    let live_exists = ctx.meili.index(&live).await?.is_some();
-    let live_settings = match live_exists {
-        true => ctx.meili.settings(&live).await?,
-        false => Value::Object(Map::new()),
-    };
-    summary.settings_changed = settings::diff(&live_settings, desired)
-        .keys()
-        .cloned()
-        .collect();
-    let leftover = ctx.meili.index(&target).await?.is_some();
-    if leftover {
-        tracing::info!(index = %target, "deleting the build index a crashed reindex left");
-    }
-    rebuild::recreate_index(ctx.meili, &target, pk, leftover, ctx.guard).await?;
-    let diff = settings::diff(&ctx.meili.settings(&target).await?, desired);
-    settings::apply(ctx.meili, &target, &diff, ctx.guard).await?;
-
+    let live_exists = prepare_target(ctx, &target, desired, &mut summary).await?;
     // 2. Build from every indexable document; flags untouched.
-    let build_began = mongo::server_time(ctx.db).await?;
-    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, build_began).await?;
-    let build = ctx.on_index(target.clone());
-    build.phase("reindex build", counts.indexable);
-    tracing::info!(index = %live, target = %target, documents = counts.indexable, "reindex: building");
-    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &HashSet::new()).await?;
-    summary.indexed += built.settled.indexed;
-    let rejected: HashSet<String> = built
-        .settled
-        .rejected
-        .iter()
-        .map(|r| r.mongo_id_key.clone())
-        .collect();
-    summary.rejected.extend(built.settled.rejected);
+    let mut rejected = build(ctx, &target, &mut summary).await?;
     pause_after("build").await;
-
     // 3. From here until the flags are exact, a crash must leave a mark.
     marker::mark(ctx.db, ctx.opts, &live, ctx.guard).await?;
     pause_after("mark").await;
-
     // 4. The atomic swap.
-    ctx.phase("swap", 0);
-    if !live_exists {
-        create_tolerating_existing(ctx, &live, pk).await?;
-    }
-    let task = ctx.meili.swap_indexes(&live, &target, ctx.guard).await?;
-    ctx.meili.wait_ok(task, "swap indexes", ctx.guard).await?;
-    tracing::info!(index = %live, "reindex: swapped in the new index");
+    swap(ctx, &target, live_exists).await?;
     pause_after("swap").await;
-
     // 5. Flags exactly as the new index holds the documents.
     let (comparison, repairs) =
         exact::compare(ctx, exact::Mode::Repair { skip: &rejected }).await?;
     marker::clear(ctx.db, ctx.opts, &live, ctx.guard).await?;
-    summary.indexed += repairs.indexed;
-    summary.deleted += repairs.deleted;
-    summary.flags_set += repairs.flags_set;
-    summary.flags_cleared += repairs.flags_cleared;
-    let mut rejected = rejected;
     rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
-    summary.rejected.extend(repairs.rejected);
+    add_repairs(&mut summary, repairs);
     summary.verified = Some(comparison);
     let cleaned = excluded::clean_up(ctx).await?;
     summary.deleted += cleaned.deleted;
     summary.flags_cleared += cleaned.marked;
     pause_after("flags").await;
-
     // 6. Whatever is still unflagged goes through ordinary indexing.
     let now = mongo::server_time(ctx.db).await?;
     let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
     if counts.unindexed > 0 {
         let backlog = mongo::Backlog::of(&counts);
         let indexed = sync::index_unindexed(ctx, counts.unindexed, backlog, &rejected).await?;
-        summary.indexed += indexed.indexed;
-        summary.deleted += indexed.deleted;
-        summary.flags_cleared += indexed.flags_cleared;
-        summary.rejected.extend(indexed.rejected);
+        add_indexing(&mut summary, indexed);
     }
     pause_after("index").await;
-
     // 7. The old index goes.
     ctx.phase("drop old index", 0);
     ctx.drop_index(&target).await?;
@@ -291,6 +240,74 @@ async fn build_and_swap(
         "reindex finished"
     );
     Ok(summary)
+}
+
+/// Recreates the build index `target` empty with the `desired` settings
+/// (deleting what a crashed reindex left there), noting which settings the
+/// live index lacks. Returns whether the live index exists.
+async fn prepare_target(
+    ctx: &Ctx<'_>,
+    target: &str,
+    desired: &Map<String, Value>,
+    summary: &mut CollectionSummary,
+) -> Result<bool, ReconcileError> {
+    ctx.phase("reindex prepare", 0);
+    let live_exists = ctx.meili.index(&ctx.uid).await?.is_some();
+    let live_settings = match live_exists {
+        true => ctx.meili.settings(&ctx.uid).await?,
+        false => Value::Object(Map::new()),
+    };
+    summary.settings_changed = settings::diff(&live_settings, desired)
+        .keys()
+        .cloned()
+        .collect();
+    let leftover = ctx.meili.index(target).await?.is_some();
+    if leftover {
+        tracing::info!(index = %target, "deleting the build index a crashed reindex left");
+    }
+    let pk = ctx.collection.primary_key();
+    rebuild::recreate_index(ctx.meili, target, pk, leftover, ctx.guard).await?;
+    let diff = settings::diff(&ctx.meili.settings(target).await?, desired);
+    settings::apply(ctx.meili, target, &diff, ctx.guard).await?;
+    Ok(live_exists)
+}
+
+/// Sends every indexable document into `target`, flags untouched. Returns
+/// the ids Meilisearch refused (the comparison after the swap leaves them
+/// alone).
+async fn build(
+    ctx: &Ctx<'_>,
+    target: &str,
+    summary: &mut CollectionSummary,
+) -> Result<HashSet<String>, ReconcileError> {
+    let build_began = mongo::server_time(ctx.db).await?;
+    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, build_began).await?;
+    let build = ctx.on_index(target.to_string());
+    build.phase("reindex build", counts.indexable);
+    tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
+    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &HashSet::new()).await?;
+    summary.indexed += built.settled.indexed;
+    let rejected = built
+        .settled
+        .rejected
+        .iter()
+        .map(|r| r.mongo_id_key.clone())
+        .collect();
+    summary.rejected.extend(built.settled.rejected);
+    Ok(rejected)
+}
+
+/// Swaps the build index `target` in for the live one (created empty first
+/// when it does not exist).
+async fn swap(ctx: &Ctx<'_>, target: &str, live_exists: bool) -> Result<(), ReconcileError> {
+    ctx.phase("swap", 0);
+    if !live_exists {
+        create_tolerating_existing(ctx, &ctx.uid, ctx.collection.primary_key()).await?;
+    }
+    let task = ctx.meili.swap_indexes(&ctx.uid, target, ctx.guard).await?;
+    ctx.meili.wait_ok(task, "swap indexes", ctx.guard).await?;
+    tracing::info!(index = %ctx.uid, "reindex: swapped in the new index");
+    Ok(())
 }
 
 /// Creates `uid` empty (someone creating it meanwhile is fine).

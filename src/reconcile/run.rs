@@ -257,77 +257,8 @@ pub(crate) async fn reconcile_collection(
     summary: &mut CollectionSummary,
     before: BeforeCounts,
 ) -> Result<(), ReconcileError> {
-    if let Some(reason) = &index.rebuild {
-        tracing::info!(index = %ctx.uid, %reason, "rebuilding");
-        summary.flags_cleared += rebuild::reset_flags(ctx).await?;
-        summary.rebuilt = Some(reason.clone());
-    }
-    // The index's count, when the plan's is no longer current.
-    let mut in_meili_now = None;
-    if index.pending_cleanup > 0 {
-        let cleaned = excluded::clean_up(ctx).await?;
-        summary.deleted += cleaned.deleted;
-        summary.flags_cleared += cleaned.marked;
-        // MongoDB's counts stand (excluded documents are not searchable),
-        // but the index may hold fewer documents than the plan counted.
-        if cleaned.deleted > 0 {
-            in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
-        }
-    }
-    // Expiry is a delete (the counts stand: an expired document is not
-    // searchable).
-    let (expired, in_meili_after) = match before.swept {
-        Some(swept) => swept,
-        None => sweep_expired(ctx).await?,
-    };
-    if expired > 0 {
-        summary.deleted += expired;
-        in_meili_now = in_meili_after;
-    }
-
-    let mut repaired = false;
-    let mut compare_ids = false;
-    // The counts the threshold decision needs, when still current.
-    let mut current_counts = None;
-    if (index.exact_comparison_pending || ctx.opts.deep) && index.rebuild.is_none() {
-        if index.exact_comparison_pending {
-            tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
-        }
-        ctx.phase("compare", 0);
-        let (comparison, repairs) = exact::compare(
-            ctx,
-            exact::Mode::Repair {
-                skip: &HashSet::new(),
-            },
-        )
-        .await?;
-        repaired = !comparison.is_exact();
-        // What was deleted while the comparison and the indexing ran is
-        // found by the id sets afterwards.
-        compare_ids = true;
-        summary.compared_ids = true;
-        summary.comparison_partitions = comparison.partitions;
-        summary.verified = Some(comparison);
-        summary.indexed += repairs.indexed;
-        summary.deleted += repairs.deleted;
-        summary.flags_set += repairs.flags_set;
-        summary.flags_cleared += repairs.flags_cleared;
-        summary.rejected.extend(repairs.rejected);
-    } else {
-        let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
-            (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
-        } else {
-            let now = mongo::server_time(ctx.db).await?;
-            let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
-            (counts, ctx.meili.document_count(&ctx.uid).await?)
-        };
-        if ctx.opts.force || in_meili != counts.flagged {
-            tracing::info!(index = %ctx.uid, in_meili, flagged_indexable = counts.flagged,
-                forced = ctx.opts.force, "the id sets are compared after indexing (the index's count differs from MongoDB's, or forced)");
-            compare_ids = true;
-        }
-        current_counts = Some(counts);
-    }
+    let in_meili_now = reset_and_clean_up(ctx, index, summary, before.swept).await?;
+    let checked = compare_or_count(ctx, index, plan_counts_current, in_meili_now, summary).await?;
     if index.exact_comparison_pending {
         // The flags are exact now (compared, or reset by the rebuild).
         marker::clear(ctx.db, ctx.opts, &ctx.uid, ctx.guard).await?;
@@ -341,16 +272,133 @@ pub(crate) async fn reconcile_collection(
             tracing::info!(index = %build, "dropped the index an interrupted reindex left");
         }
     }
-
-    let counts = match current_counts {
+    let counts = match checked.counts {
         Some(counts) => counts,
         None => {
             let now = mongo::server_time(ctx.db).await?;
             mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?
         }
     };
-    let exempt = ctx.opts.force || summary.rebuilt.is_some() || repaired || counts.indexed == 0;
-    if let HeadStart::Sent(settled) = before.head_start {
+    let exempt = ctx.opts.force || summary.rebuilt.is_some() || checked.repaired;
+    index_backlog(ctx, &counts, exempt, before.head_start, summary).await?;
+    if checked.compare_ids {
+        repair_drift(ctx, &counts, summary).await?;
+    }
+    Ok(())
+}
+
+/// The flag reset of a rebuild, then the cleanup of excluded documents and
+/// the expiry sweep (unless the head start swept already: `swept`).
+/// Returns the index's count when it changed from the plan's.
+async fn reset_and_clean_up(
+    ctx: &Ctx<'_>,
+    index: &IndexPlan,
+    summary: &mut CollectionSummary,
+    swept: Option<(u64, Option<u64>)>,
+) -> Result<Option<u64>, ReconcileError> {
+    if let Some(reason) = &index.rebuild {
+        tracing::info!(index = %ctx.uid, %reason, "rebuilding");
+        summary.flags_cleared += rebuild::reset_flags(ctx).await?;
+        summary.rebuilt = Some(reason.clone());
+    }
+    let mut in_meili_now = None;
+    if index.pending_cleanup > 0 {
+        let cleaned = excluded::clean_up(ctx).await?;
+        summary.deleted += cleaned.deleted;
+        summary.flags_cleared += cleaned.marked;
+        // MongoDB's counts stand (excluded documents are not searchable),
+        // but the index may hold fewer documents than the plan counted.
+        if cleaned.deleted > 0 {
+            in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
+        }
+    }
+    // Expiry is a delete (the counts stand: an expired document is not
+    // searchable).
+    let (expired, in_meili_after) = match swept {
+        Some(swept) => swept,
+        None => sweep_expired(ctx).await?,
+    };
+    if expired > 0 {
+        summary.deleted += expired;
+        in_meili_now = in_meili_after;
+    }
+    Ok(in_meili_now)
+}
+
+/// What [`compare_or_count`] found.
+struct Checked {
+    /// The exact comparison changed something.
+    repaired: bool,
+    /// The id sets are compared after indexing.
+    compare_ids: bool,
+    /// MongoDB's counts, when still current for the threshold decision.
+    counts: Option<mongo::Counts>,
+}
+
+/// The exact comparison an interrupted reindex left pending (or `--deep`
+/// asked for), which repairs as it goes; else the counts, which decide
+/// whether the id sets are compared after indexing (they differ, or
+/// forced).
+async fn compare_or_count(
+    ctx: &Ctx<'_>,
+    index: &IndexPlan,
+    plan_counts_current: bool,
+    in_meili_now: Option<u64>,
+    summary: &mut CollectionSummary,
+) -> Result<Checked, ReconcileError> {
+    if (index.exact_comparison_pending || ctx.opts.deep) && index.rebuild.is_none() {
+        if index.exact_comparison_pending {
+            tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
+        }
+        ctx.phase("compare", 0);
+        let skip = HashSet::new();
+        let (comparison, repairs) =
+            exact::compare(ctx, exact::Mode::Repair { skip: &skip }).await?;
+        let repaired = !comparison.is_exact();
+        // What was deleted while the comparison and the indexing ran is
+        // found by the id sets afterwards.
+        summary.compared_ids = true;
+        summary.comparison_partitions = comparison.partitions;
+        summary.verified = Some(comparison);
+        add_repairs(summary, repairs);
+        return Ok(Checked {
+            repaired,
+            compare_ids: true,
+            counts: None,
+        });
+    }
+    let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
+        (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
+    } else {
+        let now = mongo::server_time(ctx.db).await?;
+        let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
+        (counts, ctx.meili.document_count(&ctx.uid).await?)
+    };
+    let compare_ids = ctx.opts.force || in_meili != counts.flagged;
+    if compare_ids {
+        tracing::info!(index = %ctx.uid, in_meili, flagged_indexable = counts.flagged,
+            forced = ctx.opts.force, "the id sets are compared after indexing (the index's count differs from MongoDB's, or forced)");
+    }
+    Ok(Checked {
+        repaired: false,
+        compare_ids,
+        counts: Some(counts),
+    })
+}
+
+/// Indexes the unindexed documents: after a head start, what changed while
+/// its backlog was in flight and what it left out; else the backlog,
+/// unless it is below `sync.threshold` and nothing `exempt`s it (forced,
+/// rebuilt, repaired, or an index with nothing indexed yet).
+async fn index_backlog(
+    ctx: &Ctx<'_>,
+    counts: &mongo::Counts,
+    exempt: bool,
+    head_start: HeadStart,
+    summary: &mut CollectionSummary,
+) -> Result<(), ReconcileError> {
+    let exempt = exempt || counts.indexed == 0;
+    if let HeadStart::Sent(settled) = head_start {
         // The unflagged backlog went while the plan counted: what changed
         // in flight is sent again, then what is flagged at another schema
         // version, which the head start's narrow read left out.
@@ -358,7 +406,7 @@ pub(crate) async fn reconcile_collection(
         let outcome =
             sync::send_changed_again(ctx, settled, mongo::Backlog::Unflagged, &skip).await?;
         add_indexing(summary, outcome);
-        if mongo::Backlog::of(&counts) == mongo::Backlog::Any {
+        if mongo::Backlog::of(counts) == mongo::Backlog::Any {
             let expected = counts.flagged - counts.indexed;
             index_unindexed(ctx, expected, mongo::Backlog::Any, summary).await?;
         }
@@ -371,23 +419,29 @@ pub(crate) async fn reconcile_collection(
         );
         summary.skipped_by_threshold = Some(counts.unindexed);
     } else if counts.unindexed > 0 {
-        index_unindexed(ctx, counts.unindexed, mongo::Backlog::of(&counts), summary).await?;
+        index_unindexed(ctx, counts.unindexed, mongo::Backlog::of(counts), summary).await?;
     }
+    Ok(())
+}
 
-    if compare_ids {
-        summary.compared_ids = true;
-        let outcome = orphans::repair(ctx).await?;
-        summary.comparison_partitions = summary.comparison_partitions.max(outcome.partitions);
-        summary.deleted += outcome.deleted;
-        summary.flags_cleared += outcome.flags_cleared;
-        if outcome.deleted + outcome.flags_cleared > 0 {
-            // Drift repaired: what it found missing from Meilisearch is
-            // sent now, and a backlog the threshold held back with it.
-            let backlog = summary.skipped_by_threshold.take().unwrap_or(0);
-            let expected = backlog + outcome.flags_cleared;
-            if expected > 0 {
-                index_unindexed(ctx, expected, mongo::Backlog::of(&counts), summary).await?;
-            }
+/// The id-set comparison: deletes orphans and clears the flags of
+/// documents missing from Meilisearch, then sends those (and a backlog the
+/// threshold held back with them).
+async fn repair_drift(
+    ctx: &Ctx<'_>,
+    counts: &mongo::Counts,
+    summary: &mut CollectionSummary,
+) -> Result<(), ReconcileError> {
+    summary.compared_ids = true;
+    let outcome = orphans::repair(ctx).await?;
+    summary.comparison_partitions = summary.comparison_partitions.max(outcome.partitions);
+    summary.deleted += outcome.deleted;
+    summary.flags_cleared += outcome.flags_cleared;
+    if outcome.deleted + outcome.flags_cleared > 0 {
+        let backlog = summary.skipped_by_threshold.take().unwrap_or(0);
+        let expected = backlog + outcome.flags_cleared;
+        if expected > 0 {
+            index_unindexed(ctx, expected, mongo::Backlog::of(counts), summary).await?;
         }
     }
     Ok(())
@@ -413,11 +467,20 @@ async fn index_unindexed(
 }
 
 /// Adds what indexing did to the collection's summary.
-fn add_indexing(summary: &mut CollectionSummary, outcome: sync::SyncOutcome) {
+pub(super) fn add_indexing(summary: &mut CollectionSummary, outcome: sync::SyncOutcome) {
     summary.indexed += outcome.indexed;
     summary.deleted += outcome.deleted;
     summary.flags_cleared += outcome.flags_cleared;
     summary.rejected.extend(outcome.rejected);
+}
+
+/// Adds what the exact comparison repaired to the collection's summary.
+pub(super) fn add_repairs(summary: &mut CollectionSummary, repairs: exact::Repairs) {
+    summary.indexed += repairs.indexed;
+    summary.deleted += repairs.deleted;
+    summary.flags_set += repairs.flags_set;
+    summary.flags_cleared += repairs.flags_cleared;
+    summary.rejected.extend(repairs.rejected);
 }
 
 #[cfg(test)]

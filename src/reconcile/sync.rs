@@ -49,7 +49,8 @@ use super::error::ReconcileError;
 use super::phases::Phase;
 use super::rejects::Rejected;
 use super::send::{max_changed_ids, send_batches, Demand, Settled};
-use crate::librechat::{markers, searchable};
+use crate::librechat::markers;
+use crate::librechat::searchable::{self, Retention};
 use crate::mongo;
 
 /// Passes of one run: the read of the unindexed documents, then re-sends of
@@ -299,156 +300,239 @@ async fn read_batches(
     feed: Feed,
     read: Read,
     tx: mpsc::Sender<Batch>,
-    mut demand: SenderDemand,
+    demand: SenderDemand,
     skip: &HashSet<String>,
-    mut first: Option<(DateTime, Vec<RawDocumentBuf>)>,
+    first: Option<(DateTime, Vec<RawDocumentBuf>)>,
 ) -> Result<u64, ReconcileError> {
-    let opts = ctx.opts;
-    let page_size = opts.batch_docs.max(1);
-    let mut after: Option<Bson> = None;
-    let mut sent = 0u64;
-    let mut batch = Batch::new();
-    let rules = &opts.rules;
-    let mut scan =
-        (read == Read::Plain).then(|| mongo::Scan::new(ctx.db, rules, ctx.collection, page_size));
-    loop {
-        // Before a page is read, the sender's demand: while it waits for
-        // room in Meilisearch the reader waits here, holding no page and no
-        // finished batch (only the one it is filling; the queue is empty
-        // once the sender has taken every batch): it builds a batch only
-        // when the sender can enqueue it, so a run the budget holds back
-        // keeps what a run it never holds back keeps.
-        let waiting = Instant::now();
-        let wanted = demand.wanted().await;
-        ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
-        if !wanted {
-            return Ok(sent); // the sender stopped; its error is reported
-        }
-        let started = Instant::now();
-        let now = match &first {
-            Some((now, _)) => *now,
-            None => mongo::server_time(ctx.db).await?,
-        };
-        ctx.phases.add(Phase::Read, started.elapsed());
-        // A page is read in parts: a plain scan's documents are taken off
-        // its cursor a round trip at a time and cut into batches before the
-        // next part is fetched, so the reader never holds a whole page of
-        // raw documents; a filtered page is one query, one part.
-        let mut read_in_page = 0usize;
-        let mut page_ended = false;
-        let mut building = Duration::ZERO;
-        while read_in_page < page_size && !page_ended {
-            let reading = Instant::now();
-            let part = match (first.take(), &mut scan, feed) {
-                (Some((_, page)), _, _) => {
-                    page_ended = page.len() < page_size;
-                    page
-                }
-                (None, Some(scan), _) => {
-                    let wanted = (page_size - read_in_page).min(mongo::SCAN_ROUND_TRIP_DOCS);
-                    let part = scan.next_page(wanted).await?;
-                    page_ended = part.len() < wanted;
-                    part
-                }
-                (None, None, feed) => {
-                    let backlog = match (feed, read) {
-                        (Feed::Unindexed, Read::Filtered(backlog)) => Some(backlog),
-                        _ => None,
-                    };
-                    let part = ctx.read_page(backlog, now, after.as_ref()).await?;
-                    page_ended = part.len() < page_size;
-                    part
-                }
-            };
-            ctx.phases.add(Phase::Read, reading.elapsed());
-            super::test_hook::pause_after("page-read").await;
-            read_in_page += part.len();
-            after = part.last().and_then(mongo::raw_id).or(after);
-            let mut built = Instant::now();
-            for raw in &part {
-                let doc = &mongo::parse(raw)?;
-                // The branch of LibreChat's retention filter the document is
-                // searchable in: what its acknowledgement checks again. A
-                // filtered page holds only searchable documents (the same rule,
-                // the same `now`).
-                let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
-                else {
-                    continue;
-                };
-                let wanted = match feed {
-                    Feed::Unindexed => !markers::is_processed(rules, doc),
-                    Feed::Indexable => true,
-                };
-                if !wanted {
-                    continue;
-                }
-                let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-                if skip.contains(&id_key(&mongo_id)) {
-                    continue;
-                }
-                let line = ndjson_line(ctx.collection, doc)?;
-                // Cut before a line that would overflow the batch's bytes,
-                // and right after the line that fills its count: not when
-                // the next document arrives, so a reader the budget holds
-                // back waits holding no batch beside the queued one.
-                if batch.is_full_for(line.len(), opts) {
-                    building += built.elapsed();
-                    if !cut(ctx, &tx, &mut demand, &mut batch, &mut sent).await {
-                        return Ok(sent); // the sender stopped; its error is reported
-                    }
-                    built = Instant::now();
-                }
-                batch.push_document(ctx.collection, doc, branch, &line);
-                if batch.len() >= opts.batch_docs {
-                    building += built.elapsed();
-                    if !cut(ctx, &tx, &mut demand, &mut batch, &mut sent).await {
-                        return Ok(sent);
-                    }
-                    built = Instant::now();
-                }
+    let page_size = ctx.opts.batch_docs.max(1);
+    let scan = (read == Read::Plain)
+        .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size));
+    let mut reader = Reader {
+        ctx,
+        feed,
+        read,
+        tx,
+        demand,
+        skip,
+        first,
+        scan,
+        page_size,
+        after: None,
+        batch: Batch::new(),
+        sent: 0,
+    };
+    reader.run().await?;
+    Ok(reader.sent)
+}
+
+/// The reader stage of a pass: pages in, batches out ([`read_batches`]).
+struct Reader<'r, 'a> {
+    ctx: &'r Ctx<'a>,
+    feed: Feed,
+    read: Read,
+    tx: mpsc::Sender<Batch>,
+    demand: SenderDemand,
+    skip: &'r HashSet<String>,
+    /// A page already read, and its time.
+    first: Option<(DateTime, Vec<RawDocumentBuf>)>,
+    /// The cursor of a plain scan.
+    scan: Option<mongo::Scan>,
+    page_size: usize,
+    /// The last `_id` read, where a filtered page resumes.
+    after: Option<Bson>,
+    /// The batch being filled.
+    batch: Batch,
+    /// Documents handed to the sender.
+    sent: u64,
+}
+
+/// How a page ended.
+enum PageEnd {
+    /// Full: the next page follows.
+    Full,
+    /// Short: the pass has read everything.
+    Last,
+    /// The sender stopped; its error is reported.
+    SenderStopped,
+}
+
+impl Reader<'_, '_> {
+    async fn run(&mut self) -> Result<(), ReconcileError> {
+        loop {
+            // Before a page is read, the sender's demand: while it waits for
+            // room in Meilisearch the reader waits here, holding no page and
+            // no finished batch (only the one it is filling; the queue is
+            // empty once the sender has taken every batch): it builds a batch
+            // only when the sender can enqueue it, so a run the budget holds
+            // back keeps what a run it never holds back keeps.
+            let waiting = Instant::now();
+            let wanted = self.demand.wanted().await;
+            self.ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
+            if !wanted {
+                return Ok(()); // the sender stopped; its error is reported
             }
-            building += built.elapsed();
-        }
-        ctx.phases.add(Phase::Build, building);
-        tracing::debug!(index = %ctx.uid, docs = read_in_page, ms = started.elapsed().as_millis() as u64, "page read and cut");
-        let full_page = !page_ended;
-        // A plain scan keeps filling the batch across pages (a page may
-        // hold few unindexed documents); a filtered page is sent as it ends,
-        // so small passes are not held back.
-        let flush = !full_page || matches!(read, Read::Filtered(_));
-        if flush && !batch.is_empty() && !cut(ctx, &tx, &mut demand, &mut batch, &mut sent).await {
-            return Ok(sent);
-        }
-        if !full_page {
-            return Ok(sent);
-        }
-        if !opts.delay.is_zero() {
-            tokio::select! {
-                _ = tokio::time::sleep(opts.delay) => {}
-                _ = ctx.guard.cancelled() => { ctx.guard.check()?; }
+            match self.read_page().await? {
+                PageEnd::Last | PageEnd::SenderStopped => return Ok(()),
+                PageEnd::Full => self.pause_between_pages().await?,
             }
         }
     }
-}
 
-/// Hands the batch being filled over to the sender, counted in `sent` and
-/// in `demand`, and starts a new one: the queue is empty unless the page
-/// fills a second batch, which waits for it, counted as the reader waiting
-/// on the pipeline. `false`: the sender stopped.
-async fn cut(
-    ctx: &Ctx<'_>,
-    tx: &mpsc::Sender<Batch>,
-    demand: &mut SenderDemand,
-    batch: &mut Batch,
-    sent: &mut u64,
-) -> bool {
-    *sent += batch.len() as u64;
-    let mut full = std::mem::replace(batch, Batch::new());
-    full.shrink_to_fit();
-    demand.handed += 1;
-    tracing::debug!(index = %ctx.uid, docs = full.len(), handed = demand.handed, "batch handed to the sender");
-    let waiting = Instant::now();
-    let delivered = tx.send(full).await.is_ok();
-    ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
-    delivered
+    /// Reads one page and cuts it into batches. A page is read in parts: a
+    /// plain scan's documents are taken off its cursor a round trip at a
+    /// time and cut into batches before the next part is fetched, so the
+    /// reader never holds a whole page of raw documents; a filtered page is
+    /// one query, one part.
+    async fn read_page(&mut self) -> Result<PageEnd, ReconcileError> {
+        let started = Instant::now();
+        let now = match &self.first {
+            Some((now, _)) => *now,
+            None => mongo::server_time(self.ctx.db).await?,
+        };
+        self.ctx.phases.add(Phase::Read, started.elapsed());
+        let mut read_in_page = 0usize;
+        let mut page_ended = false;
+        let mut building = Duration::ZERO;
+        while read_in_page < self.page_size && !page_ended {
+            let reading = Instant::now();
+            let part;
+            (part, page_ended) = self.next_part(now, read_in_page).await?;
+            self.ctx.phases.add(Phase::Read, reading.elapsed());
+            super::test_hook::pause_after("page-read").await;
+            read_in_page += part.len();
+            self.after = part.last().and_then(mongo::raw_id).or(self.after.take());
+            let cut_all = self.cut_part(&part, now, &mut building).await?;
+            if !cut_all {
+                return Ok(PageEnd::SenderStopped);
+            }
+        }
+        self.ctx.phases.add(Phase::Build, building);
+        tracing::debug!(index = %self.ctx.uid, docs = read_in_page, ms = started.elapsed().as_millis() as u64, "page read and cut");
+        // A plain scan keeps filling the batch across pages (a page may
+        // hold few unindexed documents); a filtered page is sent as it ends,
+        // so small passes are not held back.
+        let flush = page_ended || matches!(self.read, Read::Filtered(_));
+        if flush && !self.batch.is_empty() && !self.cut().await {
+            return Ok(PageEnd::SenderStopped);
+        }
+        Ok(if page_ended {
+            PageEnd::Last
+        } else {
+            PageEnd::Full
+        })
+    }
+
+    /// The next part of the page: the page already read, a round trip of
+    /// the plain scan, or a filtered page. `true` with it: the page ends
+    /// there (it came short).
+    async fn next_part(
+        &mut self,
+        now: DateTime,
+        read_in_page: usize,
+    ) -> Result<(Vec<RawDocumentBuf>, bool), ReconcileError> {
+        if let Some((_, page)) = self.first.take() {
+            let ended = page.len() < self.page_size;
+            return Ok((page, ended));
+        }
+        if let Some(scan) = &mut self.scan {
+            let wanted = (self.page_size - read_in_page).min(mongo::SCAN_ROUND_TRIP_DOCS);
+            let part = scan.next_page(wanted).await?;
+            let ended = part.len() < wanted;
+            return Ok((part, ended));
+        }
+        let backlog = match (self.feed, self.read) {
+            (Feed::Unindexed, Read::Filtered(backlog)) => Some(backlog),
+            _ => None,
+        };
+        let part = self
+            .ctx
+            .read_page(backlog, now, self.after.as_ref())
+            .await?;
+        let ended = part.len() < self.page_size;
+        Ok((part, ended))
+    }
+
+    /// Adds the part's wanted documents to batches, handing each full one
+    /// to the sender; the time spent building is added to `building`.
+    /// `false`: the sender stopped.
+    async fn cut_part(
+        &mut self,
+        part: &[RawDocumentBuf],
+        now: DateTime,
+        building: &mut Duration,
+    ) -> Result<bool, ReconcileError> {
+        let opts = self.ctx.opts;
+        let mut built = Instant::now();
+        for raw in part {
+            let doc = &mongo::parse(raw)?;
+            let Some(branch) = self.wanted(doc, now) else {
+                continue;
+            };
+            let line = ndjson_line(self.ctx.collection, doc)?;
+            // Cut before a line that would overflow the batch's bytes, and
+            // right after the line that fills its count: not when the next
+            // document arrives, so a reader the budget holds back waits
+            // holding no batch beside the queued one.
+            let overflows = self.batch.is_full_for(line.len(), opts);
+            if overflows {
+                *building += built.elapsed();
+                if !self.cut().await {
+                    return Ok(false);
+                }
+                built = Instant::now();
+            }
+            self.batch
+                .push_document(self.ctx.collection, doc, branch, &line);
+            if self.batch.len() >= opts.batch_docs {
+                *building += built.elapsed();
+                if !self.cut().await {
+                    return Ok(false);
+                }
+                built = Instant::now();
+            }
+        }
+        *building += built.elapsed();
+        Ok(true)
+    }
+
+    /// Whether the pass sends `doc`: the branch of LibreChat's retention
+    /// filter it is searchable in (what its acknowledgement checks again;
+    /// a filtered page holds only searchable documents, by the same rule
+    /// and `now`), unless the feed does not want it or it is skipped.
+    fn wanted(&self, doc: &Document, now: DateTime) -> Option<Retention> {
+        let rules = &self.ctx.opts.rules;
+        let branch = searchable::searchable_branch(rules, self.ctx.collection, doc, now)?;
+        if matches!(self.feed, Feed::Unindexed) && markers::is_processed(rules, doc) {
+            return None;
+        }
+        let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+        (!self.skip.contains(&id_key(&mongo_id))).then_some(branch)
+    }
+
+    /// `sync.delay` between pages, ended early by a lost lease.
+    async fn pause_between_pages(&mut self) -> Result<(), ReconcileError> {
+        if !self.ctx.opts.delay.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(self.ctx.opts.delay) => {}
+                _ = self.ctx.guard.cancelled() => { self.ctx.guard.check()?; }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the batch being filled over to the sender, counted in `sent`
+    /// and in the demand, and starts a new one: the queue is empty unless
+    /// the page fills a second batch, which waits for it, counted as the
+    /// reader waiting on the pipeline. `false`: the sender stopped.
+    async fn cut(&mut self) -> bool {
+        self.sent += self.batch.len() as u64;
+        let mut full = std::mem::replace(&mut self.batch, Batch::new());
+        full.shrink_to_fit();
+        self.demand.handed += 1;
+        tracing::debug!(index = %self.ctx.uid, docs = full.len(), handed = self.demand.handed, "batch handed to the sender");
+        let waiting = Instant::now();
+        let delivered = self.tx.send(full).await.is_ok();
+        self.ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
+        delivered
+    }
 }

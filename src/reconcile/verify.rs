@@ -30,7 +30,7 @@ use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::exact::{self, Comparison, Difference};
 use super::options::{build_uid, SyncOptions};
-use super::run::{finish, prepare_index};
+use super::run::{add_repairs, finish, prepare_index};
 use super::summary::{CollectionSummary, RunSummary};
 use super::{excluded, marker, plan, settings};
 use crate::lease::Guard;
@@ -147,11 +147,7 @@ pub async fn repair(
         )
         .await?;
         summary.verified = Some(comparison);
-        summary.indexed = repairs.indexed;
-        summary.deleted = repairs.deleted;
-        summary.flags_set = repairs.flags_set;
-        summary.flags_cleared = repairs.flags_cleared;
-        summary.rejected = repairs.rejected;
+        add_repairs(&mut summary, repairs);
         let cleaned = excluded::clean_up(&ctx).await?;
         summary.deleted += cleaned.deleted;
         summary.flags_cleared += cleaned.marked;
