@@ -10,6 +10,9 @@
 //! says (for at most [`crate::retry::FLAG_WRITES_FOR`]). Errors
 //! that another attempt cannot fix (a write error, a bad filter) are not
 //! retried.
+//!
+//! Below `mongo`, which sends its flag writes through here: the retry loop
+//! is generic over the caller's error type and knows only the driver's.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +21,7 @@ use std::time::{Duration, Instant};
 use backon::BackoffBuilder;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
 
-use crate::lease::Guard;
-use crate::mongo::error::MongoError;
+use crate::lease::{Guard, LeaseLost};
 
 /// Flag writes sent again in this process so far (also the
 /// `reconciler_flag_write_retries_total` metric).
@@ -63,23 +65,21 @@ pub fn is_transient(error: &Error) -> bool {
     }
 }
 
-/// One attempt's failure: worth another attempt, or not.
-pub enum Attempt {
-    Transient(MongoError),
-    Final(MongoError),
+/// One attempt's failure (`E`: the caller's error, `mongo`'s `MongoError`):
+/// worth another attempt, or not.
+pub enum Attempt<E> {
+    Transient(E),
+    Final(E),
 }
 
 /// Runs `write` until it succeeds, fails for good, the lease is lost, or
 /// [`crate::retry::FLAG_WRITES_FOR`] has passed (then the last error is returned). Each attempt
 /// starts with `guard.check()`.
-pub async fn with_retries<T, F, Fut>(
-    what: &str,
-    guard: &Guard,
-    mut write: F,
-) -> Result<T, MongoError>
+pub async fn with_retries<T, E, F, Fut>(what: &str, guard: &Guard, mut write: F) -> Result<T, E>
 where
+    E: From<LeaseLost> + std::fmt::Display,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Attempt>>,
+    Fut: Future<Output = Result<T, Attempt<E>>>,
 {
     let started = Instant::now();
     let mut delays = crate::retry::flag_writes().build();
