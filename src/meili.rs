@@ -96,10 +96,6 @@ pub struct TaskOutcome {
 }
 
 impl TaskOutcome {
-    pub fn succeeded(&self) -> bool {
-        self.error.is_none()
-    }
-
     /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
     pub fn into_result(self, what: &str) -> Result<TaskOutcome, MeiliError> {
         match &self.error {

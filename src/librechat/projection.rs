@@ -243,6 +243,27 @@ mod tests {
     }
 
     #[test]
+    fn a_conversation_id_s_pipes_are_sent_as_dashes_and_looked_up_both_ways() {
+        assert_eq!(conversation_id_in_meili("a|b|c"), "a--b--c");
+        assert!(matches!(
+            conversation_id_in_meili("a-b"),
+            Cow::Borrowed("a-b")
+        ));
+        let convo = doc! { "conversationId": "a|b", "user": "u" };
+        assert_eq!(
+            meili_id(Collection::Conversations, &convo).as_deref(),
+            Some("a--b")
+        );
+        assert_eq!(
+            stored_ids(Collection::Conversations, "a--b"),
+            ["a--b", "a|b"]
+        );
+        assert_eq!(stored_ids(Collection::Conversations, "ab"), ["ab"]);
+        // A message's Meilisearch id is its messageId, as stored.
+        assert_eq!(stored_ids(Collection::Messages, "m--1"), ["m--1"]);
+    }
+
+    #[test]
     fn a_message_s_content_becomes_its_text_and_is_not_sent() {
         let doc = doc! {
             "_id": 1, "messageId": "m1", "conversationId": "a|b|c", "user": "u", "sender": "GPT",
