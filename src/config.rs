@@ -738,26 +738,8 @@ impl Raw {
         let ttl = self.positive_duration("lease.ttl")?;
         let renew_every = self.positive_duration("lease.renew_every")?;
         let safety_margin = self.duration("lease.safety_margin")?;
-        if safety_margin >= ttl {
-            return Err(ConfigError::invalid(
-                "lease.safety_margin",
-                self.shown("lease.safety_margin"),
-                format!(
-                    "a duration shorter than lease.ttl ({})",
-                    humantime::format_duration(ttl)
-                ),
-            ));
-        }
-        if renew_every >= ttl - safety_margin {
-            return Err(ConfigError::invalid(
-                "lease.renew_every",
-                self.shown("lease.renew_every"),
-                format!(
-                    "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
-                    humantime::format_duration(ttl - safety_margin)
-                ),
-            ));
-        }
+        crate::lease::check_timings(ttl, renew_every, safety_margin)
+            .map_err(|e| ConfigError::invalid(e.key(), self.shown(e.key()), e.allowed()))?;
         let failure_backoff = self.positive_duration("lease.failure_backoff")?;
         let failure_backoff_max = self.positive_duration("lease.failure_backoff_max")?;
         if failure_backoff_max < failure_backoff {

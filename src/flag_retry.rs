@@ -6,19 +6,22 @@
 //! whole run. Every flag write is idempotent (setting a flag to the value it
 //! may already have, under a filter that names the version), so it is simply
 //! sent again: with backoff, each attempt after the lease guard's check (a
-//! lost lease stops the retries at once), for at most [`RETRY_FOR`]. Errors
+//! lost lease stops the retries at once), as [`crate::retry::flag_writes`]
+//! says (for at most [`crate::retry::FLAG_WRITES_FOR`]). Errors
 //! that another attempt cannot fix (a write error, a bad filter) are not
 //! retried.
+//!
+//! Below `mongo`, which sends its flag writes through here: the retry loop
+//! is generic over the caller's error type and knows only the driver's.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
+use backon::BackoffBuilder;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
 
-use crate::lease::Guard;
-use crate::mongo::error::MongoError;
+use crate::lease::{Guard, LeaseLost};
 
 /// Flag writes sent again in this process so far (also the
 /// `reconciler_flag_write_retries_total` metric).
@@ -28,9 +31,6 @@ static RETRIES: AtomicU64 = AtomicU64::new(0);
 pub fn retries() -> u64 {
     RETRIES.load(Ordering::Relaxed)
 }
-
-/// How long one flag write keeps being retried.
-pub const RETRY_FOR: Duration = Duration::from_secs(120);
 
 /// Server error codes that mean "not now, try again" (MongoDB's retryable
 /// write errors, plus a write concern that could not be satisfied in time).
@@ -65,38 +65,31 @@ pub fn is_transient(error: &Error) -> bool {
     }
 }
 
-/// One attempt's failure: worth another attempt, or not.
-pub enum Attempt {
-    Transient(MongoError),
-    Final(MongoError),
+/// One attempt's failure (`E`: the caller's error, `mongo`'s `MongoError`):
+/// worth another attempt, or not.
+pub enum Attempt<E> {
+    Transient(E),
+    Final(E),
 }
 
 /// Runs `write` until it succeeds, fails for good, the lease is lost, or
-/// [`RETRY_FOR`] has passed (then the last error is returned). Each attempt
+/// [`crate::retry::FLAG_WRITES_FOR`] has passed (then the last error is returned). Each attempt
 /// starts with `guard.check()`.
-pub async fn with_retries<T, F, Fut>(
-    what: &str,
-    guard: &Guard,
-    mut write: F,
-) -> Result<T, MongoError>
+pub async fn with_retries<T, E, F, Fut>(what: &str, guard: &Guard, mut write: F) -> Result<T, E>
 where
+    E: From<LeaseLost> + std::fmt::Display,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Attempt>>,
+    Fut: Future<Output = Result<T, Attempt<E>>>,
 {
     let started = Instant::now();
-    let mut delays = ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(5))
-        .with_jitter()
-        .without_max_times()
-        .build();
+    let mut delays = crate::retry::flag_writes().build();
     loop {
         guard.check()?;
         match write().await {
             Ok(value) => return Ok(value),
             Err(Attempt::Final(error)) => return Err(error),
             Err(Attempt::Transient(error)) => {
-                if started.elapsed() >= RETRY_FOR {
+                if started.elapsed() >= crate::retry::FLAG_WRITES_FOR {
                     return Err(error);
                 }
                 let delay = delays.next().unwrap_or(Duration::from_secs(5));

@@ -9,8 +9,8 @@
 //!
 //! Every call goes through one place ([`Meili::call`], and the same retry and
 //! error mapping for document batches) that retries transient
-//! failures (connection refused, timeouts, 5xx, 429) with exponential backoff
-//! for a bounded total time, turns 4xx answers into errors naming Meilisearch's
+//! failures (connection refused, timeouts, 5xx, 429) as
+//! [`crate::retry::meili_calls`] says, turns 4xx answers into errors naming Meilisearch's
 //! error code, and checks the lease [`Guard`] before each attempt of a write.
 //! Answers are kept as JSON (`serde_json::Value`) so that settings are compared
 //! whole and unknown task types or error codes survive intact. The master key
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
+use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorType};
 use meilisearch_sdk::request::{HttpClient, Method};
@@ -96,10 +96,6 @@ pub struct TaskOutcome {
 }
 
 impl TaskOutcome {
-    pub fn succeeded(&self) -> bool {
-        self.error.is_none()
-    }
-
     /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
     pub fn into_result(self, what: &str) -> Result<TaskOutcome, MeiliError> {
         match &self.error {
@@ -515,7 +511,7 @@ impl Meili {
     /// stopping at once if the guard is cancelled.
     pub async fn wait_for_task(&self, uid: u64, guard: &Guard) -> Result<TaskOutcome, MeiliError> {
         let path = format!("/tasks/{uid}");
-        let mut interval = self.poll_min;
+        let mut intervals = crate::retry::task_polling(self.poll_min, self.poll_max).build();
         loop {
             let task = tokio::select! {
                 task = self.call("get task", Verb::Get, &path, None::<&()>, 200, None) => task?,
@@ -549,11 +545,11 @@ impl Meili {
                 }
                 _ => {}
             }
+            let interval = intervals.next().unwrap_or(self.poll_max);
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {},
                 _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
             }
-            interval = (interval * 2).min(self.poll_max);
         }
     }
 
@@ -564,13 +560,7 @@ impl Meili {
     }
 
     fn backoff(&self) -> ExponentialBuilder {
-        ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_secs(5))
-            .with_factor(2.0)
-            .with_jitter()
-            .with_max_times(usize::MAX)
-            .with_total_delay(Some(self.retry_for))
+        crate::retry::meili_calls(self.retry_for)
     }
 
     /// One JSON request, retried while the failure is transient. Writes pass

@@ -17,8 +17,6 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::reconcile::phases::{Phase, Phases};
-
 pub const RUNS: &str = "reconciler_runs_total";
 pub const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
 pub const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
@@ -39,6 +37,19 @@ pub const FOLLOW_LAG: &str = "reconciler_follow_lag_seconds";
 /// document's last change in its micro-batch, or `skipped` (already indexed).
 pub const FOLLOW_OPS: &[&str] = &[
     "insert", "update", "replace", "delete", "skipped", "expired",
+];
+
+/// Every value of the `phase` label of [`SYNC_PHASE_MILLISECONDS`]
+/// (`reconcile::phases::Phase::label`, in `Phase::ALL`'s order).
+pub const SYNC_PHASES: &[&str] = &[
+    "read",
+    "build",
+    "send",
+    "meili_wait",
+    "ack",
+    "ack_waited",
+    "reader_waited",
+    "pipeline_waited",
 ];
 
 /// Every value of the `outcome` label of [`RUNS`] (`RunOutcome::metric_label`).
@@ -179,8 +190,8 @@ fn register_at_zero(known: &KnownLabels) {
     counter!(LEASE_TAKEOVERS).increment(0);
     counter!(LEASE_LOSSES).increment(0);
     counter!(FLAG_WRITE_RETRIES).increment(0);
-    for phase in Phase::ALL {
-        counter!(SYNC_PHASE_MILLISECONDS, "phase" => phase.label()).increment(0);
+    for phase in SYNC_PHASES {
+        counter!(SYNC_PHASE_MILLISECONDS, "phase" => *phase).increment(0);
     }
     gauge!(SECONDS_SINCE_SUCCESS).increment(0.0);
     for op in FOLLOW_OPS {
@@ -219,11 +230,13 @@ pub fn documents(index: &str, indexed: u64, deleted: u64, rejected: u64) {
     counter!(DOCUMENTS_REJECTED, "index" => index).increment(rejected);
 }
 
-/// Adds a completed run's phase breakdown to the phase counters.
-pub fn sync_phases(phases: &Phases) {
-    for phase in Phase::ALL {
-        let ms = (phases.get(phase) * 1000.0).round() as u64;
-        counter!(SYNC_PHASE_MILLISECONDS, "phase" => phase.label()).increment(ms);
+/// Adds a completed run's phase breakdown, as (phase, seconds) with each
+/// phase one of [`SYNC_PHASES`], to the phase counters.
+pub fn sync_phases(phases: impl IntoIterator<Item = (&'static str, f64)>) {
+    for (phase, secs) in phases {
+        debug_assert!(SYNC_PHASES.contains(&phase), "unlisted phase {phase}");
+        let ms = (secs * 1000.0).round() as u64;
+        counter!(SYNC_PHASE_MILLISECONDS, "phase" => phase).increment(ms);
     }
 }
 

@@ -128,11 +128,6 @@ impl Progress {
         self.with_track(|t| t.done += n);
     }
 
-    /// Raises the expected total (more work found during the phase).
-    pub fn set_total(&self, total: u64) {
-        self.with_track(|t| t.total = total);
-    }
-
     /// Whether `every` has passed since the last time this returned true
     /// (for any clone or lane): one progress log line per period for the
     /// whole job.

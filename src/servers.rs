@@ -14,7 +14,7 @@
 //!
 //! How long to keep trying is the caller's [`Patience`]: `once`/`run`/`reindex`
 //! wait for servers still starting beside them ([`Patience::startup`], a
-//! bounded retry with backoff via `backon`); interactive commands (`plan`,
+//! bounded retry, [`crate::retry::server_startup`]); interactive commands (`plan`,
 //! `status`, …) try once and give up within `mongo.connect_timeout`
 //! ([`Patience::interactive`]).
 
@@ -31,6 +31,7 @@ use mongodb::options::{ClientOptions, ServerAddress};
 use crate::cause::{first_line, io_cause};
 use crate::config::{redact_uri, MeiliSettings, MongoSettings};
 use crate::meili::{Meili, MeiliError};
+use crate::retry;
 
 /// A server could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -47,21 +48,17 @@ pub struct Unreachable {
 pub struct Patience {
     /// Attempts in all (1: no retry).
     pub attempts: usize,
-    pub first_delay: Duration,
-    pub max_delay: Duration,
     /// Upper bound of one attempt at Meilisearch (MongoDB's is
     /// `mongo.connect_timeout`); `None`: `meili.request_timeout`.
     pub attempt_timeout: Option<Duration>,
 }
 
 impl Patience {
-    /// Five attempts over about 15 s: long enough for a server that is still
-    /// starting beside us, short enough for a deploy job to fail fast.
+    /// The [`retry::server_startup`] policy: for a server that is still
+    /// starting beside us.
     pub fn startup() -> Self {
         Patience {
-            attempts: 5,
-            first_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(8),
+            attempts: retry::SERVER_STARTUP_ATTEMPTS,
             attempt_timeout: None,
         }
     }
@@ -72,16 +69,11 @@ impl Patience {
         Patience {
             attempts: 1,
             attempt_timeout: Some(connect_timeout),
-            ..Patience::startup()
         }
     }
 
     fn backoff(&self) -> ExponentialBuilder {
-        ExponentialBuilder::default()
-            .with_min_delay(self.first_delay)
-            .with_max_delay(self.max_delay)
-            .with_max_times(self.attempts.saturating_sub(1))
-            .with_jitter()
+        retry::server_startup().with_max_times(self.attempts.saturating_sub(1))
     }
 }
 

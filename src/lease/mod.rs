@@ -33,7 +33,10 @@ pub mod store;
 
 pub use guard::{Guard, LeaseHandle, LeaseLost, LeaseWriteError};
 pub use job::LeasedJob;
-pub use options::{default_owner_id, labelled_owner_id, LeaseOptions, LeaseWriteConcern};
+pub use options::{
+    check_timings, default_owner_id, labelled_owner_id, LeaseOptions, LeaseWriteConcern,
+    TimingError,
+};
 pub use outcome::{HandOver, LeaseError, Outcome};
 pub use runner::run_single_flight;
 pub use status::{read_status, LeaseState, LeaseStatus};

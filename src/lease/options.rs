@@ -76,6 +76,61 @@ pub enum LeaseWriteConcern {
     Nodes(u32),
 }
 
+/// A lease timing that cannot keep an owner safe ([`check_timings`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TimingError {
+    /// `safety_margin ≥ ttl`: the owner would stop before it starts.
+    MarginNotBelowTtl { ttl: Duration },
+    /// `renew_every ≥ ttl - safety_margin`: the first renewal would come
+    /// after the owner's own deadline.
+    RenewalTooLate { holds_for: Duration },
+}
+
+impl TimingError {
+    /// The setting to change.
+    pub fn key(&self) -> &'static str {
+        match self {
+            TimingError::MarginNotBelowTtl { .. } => "lease.safety_margin",
+            TimingError::RenewalTooLate { .. } => "lease.renew_every",
+        }
+    }
+
+    /// What the setting may be.
+    pub fn allowed(&self) -> String {
+        match self {
+            TimingError::MarginNotBelowTtl { ttl } => format!(
+                "a duration shorter than lease.ttl ({})",
+                humantime::format_duration(*ttl)
+            ),
+            TimingError::RenewalTooLate { holds_for } => format!(
+                "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
+                humantime::format_duration(*holds_for)
+            ),
+        }
+    }
+}
+
+/// The renewal rule the protocol's safety rests on (§5): the owner stops
+/// itself once its last good renewal is `ttl - safety_margin` old, so
+/// `safety_margin < ttl`, and a renewal is due before then,
+/// `renew_every < ttl - safety_margin`, leaving room for a failed one to be
+/// retried. Configuration reports a violation as bad configuration;
+/// [`LeaseOptions::assert_sane`] refuses to run with one.
+pub fn check_timings(
+    ttl: Duration,
+    renew_every: Duration,
+    safety_margin: Duration,
+) -> Result<(), TimingError> {
+    if safety_margin >= ttl {
+        return Err(TimingError::MarginNotBelowTtl { ttl });
+    }
+    let holds_for = ttl - safety_margin;
+    if renew_every >= holds_for {
+        return Err(TimingError::RenewalTooLate { holds_for });
+    }
+    Ok(())
+}
+
 impl LeaseOptions {
     /// The defaults (config/default.toml) for `owner`.
     pub fn new(owner: impl Into<String>) -> Self {
@@ -102,21 +157,17 @@ impl LeaseOptions {
     }
 
     /// Panics unless a renewal can land before the owner's own safety
-    /// deadline: `0 < renew_every < ttl - safety_margin`, `poll_every > 0`.
+    /// deadline ([`check_timings`], and `renew_every > 0`), and
+    /// `poll_every > 0`.
     pub fn assert_sane(&self) {
         assert!(!self.job.is_empty(), "lease job name is empty");
         assert!(!self.owner.is_empty(), "lease owner id is empty");
+        if let Err(error) = check_timings(self.ttl, self.renew_every, self.safety_margin) {
+            panic!("{} must be {}", error.key(), error.allowed());
+        }
         assert!(
-            self.safety_margin < self.ttl,
-            "lease safety_margin ({:?}) must be below ttl ({:?})",
-            self.safety_margin,
-            self.ttl
-        );
-        assert!(
-            !self.renew_every.is_zero() && self.renew_every < self.ttl - self.safety_margin,
-            "lease renew_every ({:?}) must be above zero and below ttl - safety_margin ({:?})",
-            self.renew_every,
-            self.ttl - self.safety_margin
+            !self.renew_every.is_zero(),
+            "lease renew_every must be above zero"
         );
         assert!(
             !self.poll_every.is_zero(),
@@ -196,5 +247,21 @@ mod tests {
         let mut opts = LeaseOptions::new("me");
         opts.renew_every = Duration::from_secs(170);
         opts.assert_sane();
+    }
+
+    #[test]
+    fn timings_name_the_setting_to_change() {
+        let s = Duration::from_secs;
+        assert_eq!(check_timings(s(180), s(60), s(15)), Ok(()));
+        let margin = check_timings(s(180), s(60), s(180)).unwrap_err();
+        assert_eq!(margin.key(), "lease.safety_margin");
+        assert_eq!(margin.allowed(), "a duration shorter than lease.ttl (3m)");
+        let renewal = check_timings(s(180), s(165), s(15)).unwrap_err();
+        assert_eq!(renewal.key(), "lease.renew_every");
+        assert!(
+            renewal.allowed().contains("(2m 45s)"),
+            "{}",
+            renewal.allowed()
+        );
     }
 }

@@ -20,7 +20,7 @@
 
 use mongodb::bson::{doc, Bson, DateTime, Document};
 
-use super::searchable::{matches_or_contains, Retention};
+use super::searchable::{is_excluded, matches_or_contains, Retention};
 use super::{Collection, Rules};
 
 /// The flag: true = Meilisearch holds this document.
@@ -117,16 +117,11 @@ pub fn is_processed(rules: &Rules, doc: &Document) -> bool {
         })
 }
 
-/// The fields [`is_processed`] reads.
-pub const PROCESSED_FIELDS: [&str; 2] = [FLAG, SCHEMA_VERSION];
-
 /// Whether `doc` asks for LibreChat's removal markers once Meilisearch no
 /// longer holds it: flagged, attempted, or — kept out by its exclusion path
 /// — unflagged without a cleanup version (LibreChat's pending cleanup).
 pub fn wants_removed_marker(rules: &Rules, collection: Collection, doc: &Document) -> bool {
-    let excluded = rules
-        .exclusion_path(collection)
-        .is_some_and(|path| doc.contains_key(path));
+    let excluded = is_excluded(rules, collection, doc);
     is_flagged(doc)
         || matches!(doc.get(ATTEMPTED), Some(Bson::Boolean(true)))
         || (excluded

@@ -21,6 +21,8 @@
 //! message is sent with its stored `text` — LibreChat would send `content:
 //! null` beside it, resp. `text: ""`. LibreChat never stores either.
 
+use std::borrow::Cow;
+
 use mongodb::bson::{Bson, Document};
 use serde_json::{Map, Value};
 
@@ -167,8 +169,8 @@ pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
         }
     }
     if let Some(Value::String(id)) = out.get_mut("conversationId") {
-        if id.contains('|') {
-            *id = id.replace('|', "--");
+        if let Cow::Owned(sent) = conversation_id_in_meili(id) {
+            *id = sent;
         }
     }
     if let Some(parts) = parts {
@@ -186,11 +188,34 @@ pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
         .expect("the primary key is a path of the collection");
     match loaded(doc, path)? {
         Bson::String(id) => Some(match collection {
-            Collection::Conversations => id.replace('|', "--"),
+            Collection::Conversations => conversation_id_in_meili(&id).into_owned(),
             Collection::Messages => id,
         }),
         _ => None,
     }
+}
+
+/// A `conversationId` as LibreChat sends it to Meilisearch: every `|` as
+/// `--` (`|` is not allowed in a Meilisearch document id, and a
+/// conversation's id is its primary key there).
+pub fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
+    if id.contains('|') {
+        Cow::Owned(id.replace('|', "--"))
+    } else {
+        Cow::Borrowed(id)
+    }
+}
+
+/// The primary-key values a document of `collection` may store when its
+/// Meilisearch id is `meili_id`: the id itself and, for a conversation whose
+/// id has `--`, the spelling with `|` ([`conversation_id_in_meili`] cannot be
+/// undone: a stored `--` and a stored `|` are sent alike).
+pub fn stored_ids(collection: Collection, meili_id: &str) -> Vec<String> {
+    let mut ids = vec![meili_id.to_string()];
+    if collection == Collection::Conversations && meili_id.contains("--") {
+        ids.push(meili_id.replace("--", "|"));
+    }
+    ids
 }
 
 /// BSON → JSON as the Meilisearch client serializes a loaded document's
@@ -215,6 +240,27 @@ mod tests {
 
     fn shaped(collection: Collection, doc: Document) -> Value {
         Value::Object(to_meili(collection, &doc))
+    }
+
+    #[test]
+    fn a_conversation_id_s_pipes_are_sent_as_dashes_and_looked_up_both_ways() {
+        assert_eq!(conversation_id_in_meili("a|b|c"), "a--b--c");
+        assert!(matches!(
+            conversation_id_in_meili("a-b"),
+            Cow::Borrowed("a-b")
+        ));
+        let convo = doc! { "conversationId": "a|b", "user": "u" };
+        assert_eq!(
+            meili_id(Collection::Conversations, &convo).as_deref(),
+            Some("a--b")
+        );
+        assert_eq!(
+            stored_ids(Collection::Conversations, "a--b"),
+            ["a--b", "a|b"]
+        );
+        assert_eq!(stored_ids(Collection::Conversations, "ab"), ["ab"]);
+        // A message's Meilisearch id is its messageId, as stored.
+        assert_eq!(stored_ids(Collection::Messages, "m--1"), ["m--1"]);
     }
 
     #[test]

@@ -154,10 +154,7 @@ pub fn searchable_branch(
     };
     let unfinished = collection == Collection::Messages
         && equals(doc, "unfinished", |v| matches!(v, Bson::Boolean(true)));
-    let excluded = rules
-        .exclusion_path(collection)
-        .is_some_and(|path| doc.contains_key(path));
-    if user_missing || unfinished || excluded {
+    if user_missing || unfinished || is_excluded(rules, collection, doc) {
         return None;
     }
     Retention::of(doc, now)

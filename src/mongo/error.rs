@@ -1,7 +1,5 @@
 //! Why a MongoDB operation failed ([`MongoError`]), and the driver's errors
-//! told apart and turned into it: below `mongo` and `flag_retry`, which both
-//! return it (`mongo` sends its flag writes through `flag_retry`, so the
-//! type cannot live in either).
+//! told apart and turned into it.
 
 use mongodb::error::ErrorKind;
 

@@ -18,7 +18,7 @@ use super::{
     Collection, Handles, FLAG, READ_TIME_LIMIT,
 };
 use crate::librechat::markers;
-use crate::librechat::{searchable, Rules};
+use crate::librechat::{projection, searchable, Rules};
 
 /// The next page (by ascending `_id`, after `after`) of unindexed indexable
 /// documents at server time `now` (those `backlog` selects), projected to
@@ -373,9 +373,8 @@ pub async fn collections_with_pre_images(db: &Database) -> Result<Vec<Collection
 }
 
 /// Of the given Meilisearch ids, those that an indexable document of the
-/// collection has now (server time `now`), found by primary key. A
-/// conversation's Meilisearch id has `--` where its `conversationId` may
-/// have `|`, so both spellings are looked up.
+/// collection has now (server time `now`), found by primary key (each
+/// id's stored spellings, [`projection::stored_ids`]).
 pub async fn indexable_meili_ids_among(
     db: &Database,
     rules: &Rules,
@@ -388,15 +387,11 @@ pub async fn indexable_meili_ids_among(
     projection.extend(judging_fields(rules, collection));
     let mut claimed = HashSet::new();
     for chunk in meili_ids.chunks(IDS_PER_QUERY) {
-        let mut values: Vec<Bson> = chunk.iter().map(|id| Bson::String(id.clone())).collect();
-        if collection == Collection::Conversations {
-            values.extend(
-                chunk
-                    .iter()
-                    .filter(|id| id.contains("--"))
-                    .map(|id| Bson::String(id.replace("--", "|"))),
-            );
-        }
+        let values: Vec<Bson> = chunk
+            .iter()
+            .flat_map(|id| projection::stored_ids(collection, id))
+            .map(Bson::String)
+            .collect();
         let found: Vec<Document> = collection
             .handle(db)
             .find(doc! { pk: { "$in": values } })

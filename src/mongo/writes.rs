@@ -28,7 +28,7 @@ use crate::librechat::Rules;
 pub const STATEMENTS_PER_COMMAND: usize = 1_000;
 
 /// A flag write's attempt, classified for [`flag_retry::with_retries`].
-fn attempt_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Attempt + '_ {
+fn attempt_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Attempt<MongoError> + '_ {
     move |e| {
         let transient = flag_retry::is_transient(&e);
         let error = mongo_err(what)(e);
@@ -305,7 +305,7 @@ fn reply_took_too_long(reply: &Document) -> bool {
 /// The counts of an `update` command's reply, or its first write error (not
 /// worth another attempt), or its write-concern error (applied, unconfirmed:
 /// sent again, which is harmless).
-fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt> {
+fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt<MongoError>> {
     let failed = |detail: String| {
         Attempt::Final(MongoError::Failed {
             what: what.to_string(),

@@ -66,7 +66,7 @@ impl Phase {
         Phase::PipelineWaited,
     ];
 
-    /// The `phase` label of the metric.
+    /// The `phase` label of the metric (one of `metrics::SYNC_PHASES`).
     pub fn label(self) -> &'static str {
         match self {
             Phase::Read => "read",
@@ -152,6 +152,17 @@ impl Phases {
     }
 }
 
+/// Each phase's label and seconds, in [`Phase::ALL`]'s order (what
+/// `metrics::sync_phases` adds up).
+impl IntoIterator for &Phases {
+    type Item = (&'static str, f64);
+    type IntoIter = std::array::IntoIter<(&'static str, f64), 8>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Phase::ALL.map(|p| (p.label(), self.get(p))).into_iter()
+    }
+}
+
 impl std::fmt::Display for Phases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let parts: Vec<String> = Phase::ALL
@@ -165,6 +176,14 @@ impl std::fmt::Display for Phases {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_metric_lists_every_phase_label() {
+        assert_eq!(
+            Phase::ALL.map(Phase::label).as_slice(),
+            crate::metrics::SYNC_PHASES
+        );
+    }
 
     #[test]
     fn phases_add_up_per_phase_and_serialize_in_seconds() {
