@@ -13,9 +13,10 @@
 //! (`apply`); after each applied micro-batch its last change's resume token
 //! is saved under the fence, never before. About once per
 //! `lease.poll_every` the owner looks for a handover request; at the next
-//! safe point (micro-batch applied, token saved) it ends with [`HandOver`].
+//! safe point (micro-batch applied, token saved) it ends with
+//! [`JobEnd::HandOver`].
 //! Every `serve.interval` (±10%) it stops applying (the stream waits on the
-//! server), reconciles, records the run (`lease.record_run`) and goes on.
+//! server), reconciles, records the run (`lease.record_completion`) and goes on.
 //! Deletes whose Meilisearch id is unknown (no pre-image) are left to the
 //! id-set comparison, at once for the first and then at most once per
 //! `follow.orphan_check_every`. That a comparison is owed is recorded in the
@@ -32,11 +33,9 @@
 //! A lost lease cancels the guard: the job is dropped at its next await
 //! (its reader with it), and every write checks the guard first.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use mongodb::bson::{DateTime, Document};
 use tracing::{debug, info, warn};
 
@@ -46,17 +45,16 @@ use super::expiry::{self, ExpiryClock};
 use super::latency::BatchTimes;
 use super::mode::{ModeView, NoChangeStreams};
 use super::pipeline::{InFlight, Pipeline};
+use super::saved;
 use super::status::{FollowState, FollowStatus};
 use super::stream::{self, Reader, StreamConfig, StreamError, StreamItem};
-use super::FollowOptions;
+use super::{FollowOptions, ReplicaReport};
 use crate::job::{self, Reconciler};
-use crate::lease::store::JobStore;
-use crate::lease::{clock, Guard, HandOver, LeaseHandle, LeaseLost, LeaseOptions, LeaseWriteError};
+use crate::lease::{clock, Guard, JobEnd, LeaseHandle, LeaseLost, LeaseWriteError, LeasedJob};
 use crate::meili::Meili;
 use crate::mongo::Collection;
 use crate::progress::Progress;
-use crate::reconcile::{self, ReconcileError};
-use crate::serve::state::{ReplicaState, Role};
+use crate::reconcile::{self, ReconcileError, RunSummary};
 
 /// While nothing is applied, the furthest safe resume token is saved at
 /// most this often (it keeps the saved token inside the oplog's window).
@@ -82,18 +80,59 @@ const ENQUEUE_SPACING: Duration = Duration::from_millis(50);
 pub(crate) struct Owner {
     pub reconciler: Reconciler,
     pub options: FollowOptions,
-    pub lease: LeaseOptions,
-    pub replica: ReplicaState,
-    /// Set when this server turned out not to serve change streams.
-    pub unsupported: Arc<AtomicBool>,
-    /// The engine's last error (its kind decides the exit classification).
-    pub last_error: Arc<Mutex<Option<ReconcileError>>>,
+    pub replica: Arc<dyn ReplicaReport>,
+}
+
+/// The owner's job completes only when this server turned out not to serve
+/// change streams: after one reconciliation (this summary, stored as the
+/// completion's), as interval mode would have run it.
+#[derive(Debug, serde::Serialize)]
+#[serde(transparent)]
+pub(crate) struct ReconciledWithoutStream(pub RunSummary);
+
+/// Why the owner's job failed: the engine's error (its kind tells a failure
+/// from an unreachable server), and whether the server had turned out not
+/// to serve change streams by then (`run` then reconciles on the interval).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub(crate) struct OwnerFailed {
+    pub error: ReconcileError,
+    pub no_change_streams: bool,
 }
 
 enum Begun {
     Following(Reader, Document, StreamConfig),
-    /// No change streams here: reconciled once, as interval mode does.
-    Unsupported(serde_json::Value),
+    /// No change streams here: reconciled once (or failed to), as interval
+    /// mode does.
+    Unsupported(Result<RunSummary, ReconcileError>),
+}
+
+impl LeasedJob for Owner {
+    type Output = ReconciledWithoutStream;
+    type Error = OwnerFailed;
+
+    fn run(
+        &mut self,
+        guard: Guard,
+        progress: Progress,
+    ) -> impl std::future::Future<Output = Result<JobEnd<ReconciledWithoutStream>, OwnerFailed>> + Send
+    {
+        let owner = self.clone();
+        async move { owner.follow_until_done(guard, progress).await }
+    }
+}
+
+/// A write of ours to the lease that did not happen, as the engine's error.
+fn lease_write(error: LeaseWriteError) -> ReconcileError {
+    match error {
+        LeaseWriteError::Lost(lost) => ReconcileError::LeaseLost(lost),
+        unconfirmed => ReconcileError::Other(unconfirmed.to_string()),
+    }
+}
+
+/// A reconciliation's summary as the lease document stores it.
+fn summary_json(summary: &RunSummary) -> serde_json::Value {
+    serde_json::to_value(summary).unwrap_or_default()
 }
 
 enum Ended {
@@ -104,31 +143,45 @@ enum Ended {
 
 impl Owner {
     fn status(&self) -> &FollowStatus {
-        &self.replica.follow
+        self.replica.follow()
     }
 
-    /// The job: runs until the lease is lost, shutdown, a handover (`Err`
-    /// [`HandOver`]) or a failure; `Ok` only when change streams turned out
-    /// not to be served (after one reconciliation, like interval mode).
-    pub async fn run(self, guard: Guard, progress: Progress) -> anyhow::Result<serde_json::Value> {
-        let lease = guard
-            .lease()
-            .cloned()
-            .context("an owner's guard carries its lease")?;
+    /// The job: runs until the lease is lost, shutdown, a handover
+    /// ([`JobEnd::HandOver`]) or a failure; completes only when change
+    /// streams turned out not to be served (after one reconciliation, like
+    /// interval mode).
+    async fn follow_until_done(
+        &self,
+        guard: Guard,
+        progress: Progress,
+    ) -> Result<JobEnd<ReconciledWithoutStream>, OwnerFailed> {
+        let failed = |error| OwnerFailed {
+            error,
+            no_change_streams: false,
+        };
+        let lease = guard.lease().cloned().ok_or_else(|| {
+            failed(ReconcileError::Other(
+                "an owner's guard carries its lease".into(),
+            ))
+        })?;
         let mut reconcile_first = false;
         loop {
-            let (reader, token, config) = match self
-                .begin(&guard, &progress, &lease, reconcile_first)
-                .await?
-            {
+            let begun = self.begin(&guard, &progress, &lease, reconcile_first);
+            let (reader, token, config) = match begun.await.map_err(failed)? {
                 Begun::Following(reader, token, config) => (reader, token, config),
-                Begun::Unsupported(summary) => return Ok(summary),
+                Begun::Unsupported(Ok(summary)) => {
+                    return Ok(JobEnd::Completed(ReconciledWithoutStream(summary)))
+                }
+                Begun::Unsupported(Err(error)) => {
+                    return Err(OwnerFailed {
+                        error,
+                        no_change_streams: true,
+                    })
+                }
             };
-            match self
-                .follow(&guard, &progress, &lease, (reader, config), token)
-                .await?
-            {
-                Ended::HandOver(to) => return Err(HandOver { to }.into()),
+            let ended = self.follow(&guard, &progress, &lease, (reader, config), token);
+            match ended.await.map_err(failed)? {
+                Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
                 Ended::Restart(reason) => {
                     warn!(%reason, "the change stream must start over: following again after a full reconciliation");
                     reconcile_first = true;
@@ -161,15 +214,10 @@ impl Owner {
         }
     }
 
-    fn engine_error(&self, error: ReconcileError) -> anyhow::Error {
-        *self.last_error.lock().expect("poisoned") = Some(error.clone());
-        error.into()
-    }
-
-    fn stream_error(&self, error: StreamError) -> anyhow::Error {
+    fn stream_error(&self, error: StreamError) -> ReconcileError {
         match error {
-            StreamError::Mongo(e) => self.engine_error(e.into()),
-            other => other.into(),
+            StreamError::Mongo(e) => e.into(),
+            other => ReconcileError::Other(other.to_string()),
         }
     }
 
@@ -179,19 +227,20 @@ impl Owner {
         progress: &Progress,
         lease: &LeaseHandle,
         reconcile_first: bool,
-    ) -> anyhow::Result<Begun> {
+    ) -> Result<Begun, ReconcileError> {
         self.status().set_state(FollowState::Reconciling);
         let db = &self.reconciler.db;
-        let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard)
-            .await
-            .map_err(|e| self.engine_error(e.into()))?;
+        let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard).await?;
         self.status().deletes(&pre_images);
         let config = self.stream_config(!pre_images.is_empty());
         if !reconcile_first {
-            if let Some(token) = self.resumable_token().await? {
+            if let Some(token) = self.resumable_token(lease).await? {
                 match stream::open(db, &token, &config).await {
                     Ok(reader) => {
-                        lease.start_following(guard, None).await?;
+                        lease
+                            .hold_after_completion(guard, None)
+                            .await
+                            .map_err(lease_write)?;
                         info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
                         return Ok(Begun::Following(reader, token, config));
                     }
@@ -213,7 +262,10 @@ impl Owner {
         };
         let began = Instant::now();
         let summary = self.reconcile(guard, progress).await?;
-        lease.start_following(guard, Some(&summary)).await?;
+        lease
+            .hold_after_completion(guard, Some(&summary_json(&summary)))
+            .await
+            .map_err(lease_write)?;
         let mut tokens = Tokens::new(None);
         tokens.applied(start.clone());
         tokens.save(guard, lease).await?;
@@ -222,11 +274,11 @@ impl Owner {
                 info!("following the change stream from where it stood before the reconciliation");
                 Ok(Begun::Following(reader, start, config))
             }
-            Err(StreamError::ResumePointLost(why)) => anyhow::bail!(
+            Err(StreamError::ResumePointLost(why)) => Err(ReconcileError::Other(format!(
                 "the oplog no longer reaches back to when the reconciliation began ({:.0} s ago): {why}; \
                  the oplog must hold more than a reconciliation's worth of writes",
                 began.elapsed().as_secs_f64()
-            ),
+            ))),
             Err(error) => Err(self.stream_error(error)),
         }
     }
@@ -234,17 +286,20 @@ impl Owner {
     /// The saved resume token, when the last reconciliation (ours, any
     /// replica's) is within `serve.interval`: then the stream may resume
     /// from it without reconciling first.
-    async fn resumable_token(&self) -> anyhow::Result<Option<Document>> {
-        let store = JobStore::new(&self.reconciler.db, &self.lease);
-        let unreachable = |e: mongodb::error::Error| {
-            self.engine_error(ReconcileError::MongoUnreachable(e.to_string()))
+    async fn resumable_token(
+        &self,
+        lease: &LeaseHandle,
+    ) -> Result<Option<Document>, ReconcileError> {
+        let unreachable = |e: LeaseWriteError| match e {
+            LeaseWriteError::Unconfirmed(e) => ReconcileError::MongoUnreachable(e),
+            LeaseWriteError::Lost(lost) => ReconcileError::LeaseLost(lost),
         };
-        let record = store.read().await.map_err(unreachable)?;
-        let now = store.server_now().await.map_err(unreachable)?;
+        let record = lease.read().await.map_err(unreachable)?;
+        let now = lease.server_now().await.map_err(unreachable)?;
         let Some(record) = record else {
             return Ok(None);
         };
-        let Some(token) = record.follow_token else {
+        let Some(token) = saved::token(&record.document) else {
             return Ok(None);
         };
         let fresh = record
@@ -262,12 +317,10 @@ impl Owner {
         why: &NoChangeStreams,
         guard: &Guard,
         progress: &Progress,
-    ) -> anyhow::Result<Begun> {
+    ) -> Result<Begun, ReconcileError> {
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
-        self.unsupported.store(true, Ordering::SeqCst);
-        let summary = self.reconcile(guard, progress).await?;
-        Ok(Begun::Unsupported(summary))
+        Ok(Begun::Unsupported(self.reconcile(guard, progress).await))
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.
@@ -275,17 +328,17 @@ impl Owner {
         &self,
         guard: &Guard,
         progress: &Progress,
-    ) -> anyhow::Result<serde_json::Value> {
+    ) -> Result<RunSummary, ReconcileError> {
         let r = &self.reconciler;
-        self.replica.set_role(Role::Reconciling);
+        self.replica.reconciling(true);
         let result = reconcile::reconcile(&r.db, &r.meili, &r.sync, guard, progress).await;
-        self.replica.set_role(Role::Idle);
-        let summary = result.map_err(|e| self.engine_error(e))?;
+        self.replica.reconciling(false);
+        let summary = result?;
         let outcome = job::record_completed(&summary);
         crate::between_runs::update_backlog(r).await;
         self.replica
             .finished(outcome, self.options.interval.as_secs());
-        Ok(serde_json::to_value(&summary)?)
+        Ok(summary)
     }
 
     async fn follow(
@@ -295,7 +348,7 @@ impl Owner {
         lease: &LeaseHandle,
         (mut reader, config): (Reader, StreamConfig),
         saved: Document,
-    ) -> anyhow::Result<Ended> {
+    ) -> Result<Ended, ReconcileError> {
         let opts = &self.options;
         let meili = self
             .reconciler
@@ -317,7 +370,7 @@ impl Owner {
         progress.phase("follow", 0);
         // Comparisons a previous owner (or this one, before a restart) owed:
         // its deletes are behind the token this stream resumed from.
-        let owed = match lease.orphan_checks_owed().await {
+        let owed = match saved::orphan_checks_owed(lease).await {
             Ok(names) => Collection::ALL
                 .into_iter()
                 .filter(|c| names.iter().any(|n| n == c.name()))
@@ -413,7 +466,7 @@ impl Owner {
                         }
                     }
                     Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
-                    None => anyhow::bail!("the change stream's reader stopped"),
+                    None => return Err(ReconcileError::Other("the change stream's reader stopped".into())),
                 },
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
@@ -456,19 +509,15 @@ impl Owner {
                 self.drain(&target, guard, lease, &mut pending).await?;
                 self.status().set_state(FollowState::Reconciling);
                 info!("periodic reconciliation: changes wait on the server meanwhile");
-                let summary = self.reconcile(guard, progress).await?;
-                match lease.record_run(guard, &summary).await {
+                let summary = summary_json(&self.reconcile(guard, progress).await?);
+                match lease.record_completion(guard, &summary).await {
                     Ok(()) => {}
                     Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
                     Err(error) => {
                         warn!(%error, "could not record the periodic reconciliation in the lease")
                     }
                 }
-                pending
-                    .expiry
-                    .plan(&self.reconciler.db)
-                    .await
-                    .map_err(|e| self.engine_error(e))?;
+                pending.expiry.plan(&self.reconciler.db).await?;
                 self.status().next_expiry(pending.expiry.next());
                 self.status().set_state(FollowState::Following);
                 progress.phase("follow", 0);
@@ -485,11 +534,10 @@ impl Owner {
         guard: &Guard,
         tokens: &Tokens,
         config: &StreamConfig,
-    ) -> anyhow::Result<Option<Reader>> {
-        let token = tokens
-            .safe
-            .clone()
-            .context("following always has a point to resume from")?;
+    ) -> Result<Option<Reader>, ReconcileError> {
+        let token = tokens.safe.clone().ok_or_else(|| {
+            ReconcileError::Other("following always has a point to resume from".into())
+        })?;
         let mut delays = [500, 1_000, 2_000, 4_000, 8_000]
             .map(Duration::from_millis)
             .into_iter();
@@ -521,19 +569,14 @@ impl Owner {
         guard: &Guard,
         progress: &Progress,
         clock: &mut ExpiryClock,
-    ) -> anyhow::Result<()> {
-        let removed = expiry::sweep(&self.target(guard, progress))
-            .await
-            .map_err(|e| self.engine_error(e))?;
+    ) -> Result<(), ReconcileError> {
+        let removed = expiry::sweep(&self.target(guard, progress)).await?;
         if removed > 0 {
             let mut by_op = std::collections::BTreeMap::new();
             by_op.insert("expired", removed);
             self.status().applied(&by_op, None);
         }
-        clock
-            .plan(&self.reconciler.db)
-            .await
-            .map_err(|e| self.engine_error(e))?;
+        clock.plan(&self.reconciler.db).await?;
         self.status().next_expiry(clock.next());
         Ok(())
     }
@@ -567,7 +610,7 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         if pending.batch.is_empty() {
             let drained = pending.batch.drain();
             if let Some(token) = drained.token {
@@ -585,9 +628,7 @@ impl Owner {
         let drained_at = Instant::now();
         let docs = drained.changes.len();
         let soonest_expiry = expiry::soonest(&drained.changes);
-        let mut prepared = apply::prepare(target, drained.changes)
-            .await
-            .map_err(|e| self.engine_error(e))?;
+        let mut prepared = apply::prepare(target, drained.changes).await?;
         let now = prepared.now;
         self.status().server_time(now);
         pending.expiry.consider(soonest_expiry, now);
@@ -597,10 +638,7 @@ impl Owner {
             .unrecorded
             .extend(prepared.unresolved.iter().map(|c| (*c, now)));
         let writing = Instant::now();
-        let enqueued = prepared
-            .enqueue(target)
-            .await
-            .map_err(|e| self.engine_error(e))?;
+        let enqueued = prepared.enqueue(target).await?;
         let depth = pending.pipeline.len() + 1;
         debug!(
             docs,
@@ -637,12 +675,11 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         let Some(settled) = pending
             .pipeline
             .settle_ended(target, self.status(), self.options.max_docs)
-            .await
-            .map_err(|e| self.engine_error(e))?
+            .await?
         else {
             return Ok(());
         };
@@ -669,7 +706,7 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         let started = Instant::now();
         pending.save_token(guard, lease).await?;
         self.status()
@@ -687,7 +724,7 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         self.flush(target, guard, lease, pending).await?;
         while !pending.pipeline.is_empty() {
             self.settle_ended(target, guard, lease, pending).await?;
@@ -704,32 +741,23 @@ impl Owner {
         progress: &Progress,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         let target = self.target(guard, progress);
         for collection in pending.orphans.take() {
             let ctx = target.ctx(collection);
             let started = match lease.server_now().await {
                 Ok(now) => now,
                 Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                Err(error) => {
-                    return Err(
-                        self.engine_error(ReconcileError::MongoUnreachable(error.to_string()))
-                    )
-                }
+                Err(error) => return Err(ReconcileError::MongoUnreachable(error.to_string())),
             };
-            let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx)
-                .await
-                .map_err(|e| self.engine_error(e))?;
+            let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx).await?;
             info!(index = %ctx.uid, deleted, flags_cleared,
                 "deletes without a pre-image: compared the index's ids with the collection's");
             crate::metrics::documents(&ctx.uid, 0, deleted, 0);
             // Recorded debts first: a clear must not overtake the record of
             // a delete applied after this comparison began.
             pending.record_owed(guard, lease).await?;
-            match lease
-                .orphan_check_done(guard, collection.name(), started)
-                .await
-            {
+            match saved::orphan_check_done(lease, guard, collection.name(), started).await {
                 Ok(()) => {}
                 Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
                 Err(error) => warn!(%error, collection = collection.name(),
@@ -775,10 +803,7 @@ impl Pending {
     /// could not be (not confirmed); they are tried again with the next save.
     async fn record_owed(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<bool, LeaseLost> {
         while let Some(&(collection, since)) = self.unrecorded.first() {
-            match lease
-                .owe_orphan_check(guard, collection.name(), since)
-                .await
-            {
+            match saved::owe_orphan_check(lease, guard, collection.name(), since).await {
                 Ok(()) => {
                     self.unrecorded.remove(0);
                 }
@@ -854,7 +879,7 @@ impl Tokens {
         if self.saved.as_ref() == Some(safe) {
             return Ok(());
         }
-        match lease.save_follow_token(guard, safe).await {
+        match saved::save_token(lease, guard, safe).await {
             Ok(()) => self.saved = Some(safe.clone()),
             Err(LeaseWriteError::Lost(lost)) => return Err(lost),
             Err(error) => {
