@@ -355,21 +355,128 @@ impl Owner {
             .meili
             .clone()
             .with_task_polling(TASK_POLL_MIN, TASK_POLL_MAX);
+        let mut pending = self
+            .start_following(guard, progress, lease, &meili, saved)
+            .await?;
+        let target = self.follow_target(&meili, guard, progress);
+        let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
+        let mut next_handover_check = Instant::now() + opts.poll_every;
+        loop {
+            let wake = pending.wake(
+                opts.max_wait,
+                reader.has_queued(),
+                next_handover_check.min(next_run),
+            );
+            tokio::select! {
+                biased;
+                _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+                // The oldest micro-batch's tasks ended: settle it (nothing
+                // else is prepared or enqueued meanwhile). What is gathered
+                // is enqueued first, as if it had come due a moment
+                // earlier: Meilisearch indexes it while the settling's
+                // MongoDB writes run, instead of idling through them.
+                _ = pending.pipeline.head_ended() => {
+                    if !pending.batch.is_empty() && pending.pipeline.has_room() {
+                        self.flush(&target, guard, lease, &mut pending).await?;
+                    }
+                    self.settle_ended(&target, guard, lease, &mut pending).await?;
+                }
+                item = reader.recv() => {
+                    let ended = self.on_stream_item(item, &mut reader, &config, &target, guard, lease, &mut pending);
+                    if let Some(ended) = ended.await? {
+                        return Ok(ended);
+                    }
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+            let now = Instant::now();
+            if pending
+                .due(opts.max_wait, reader.has_queued())
+                .is_some_and(|due| now >= due)
+            {
+                if pending.pipeline.has_room() {
+                    self.flush(&target, guard, lease, &mut pending).await?;
+                } else {
+                    pending.batch.hold();
+                }
+            }
+            if now >= next_handover_check {
+                next_handover_check = now + opts.poll_every;
+                if let Some(to) = self
+                    .handover_asked(&target, guard, lease, &mut pending)
+                    .await?
+                {
+                    return Ok(Ended::HandOver(to));
+                }
+            }
+            self.sweeps_due(now, &target, guard, progress, lease, &mut pending)
+                .await?;
+            if now >= next_run {
+                self.periodic_run(&target, guard, progress, lease, &mut pending)
+                    .await?;
+                next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
+            }
+        }
+    }
+
+    /// What following starts from: nothing gathered or in flight, `saved`
+    /// as the saved resume token, expired documents swept, and the
+    /// comparisons a previous owner owed due at once.
+    async fn start_following(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        meili: &Meili,
+        saved: Document,
+    ) -> Result<Pending, ReconcileError> {
         let mut pending = Pending {
             batch: MicroBatch::default(),
             pipeline: Pipeline::new(meili.clone(), guard.clone()),
             tokens: Tokens::new(Some(saved)),
-            orphans: OrphanChecks::new(opts.orphan_check_every),
+            orphans: OrphanChecks::new(self.options.orphan_check_every),
             unrecorded: Vec::new(),
             expiry: ExpiryClock::default(),
         };
-        let target = self.follow_target(&meili, guard, progress);
         self.sweep_expired(guard, progress, &mut pending.expiry)
             .await?;
         self.status().set_state(FollowState::Following);
         progress.phase("follow", 0);
-        // Comparisons a previous owner (or this one, before a restart) owed:
-        // its deletes are behind the token this stream resumed from.
+        self.owed_from_before(lease, &mut pending).await?;
+        Ok(pending)
+    }
+
+    /// The id-set comparison and the expiry sweep, each when due (`now`),
+    /// after the pipeline is drained.
+    async fn sweeps_due(
+        &self,
+        now: Instant,
+        target: &Target<'_>,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<(), ReconcileError> {
+        if pending.orphans.due().is_some_and(|due| now >= due) {
+            self.drain(target, guard, lease, pending).await?;
+            self.repair_orphans(guard, progress, lease, pending).await?;
+        }
+        if pending.expiry.due().is_some_and(|due| now >= due) {
+            self.drain(target, guard, lease, pending).await?;
+            self.sweep_expired(guard, progress, &mut pending.expiry)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Comparisons a previous owner (or this one, before a restart) owed:
+    /// its deletes are behind the token this stream resumed from, so they
+    /// are due at once.
+    async fn owed_from_before(
+        &self,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<(), ReconcileError> {
         let owed = match saved::orphan_checks_owed(lease).await {
             Ok(names) => Collection::ALL
                 .into_iter()
@@ -386,144 +493,135 @@ impl Owner {
                 "an id-set comparison is owed for deletes without a pre-image applied before this stream's resume point: comparing at once");
             pending.orphans.owed(&owed);
         }
-        let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
-        let mut next_handover_check = Instant::now() + opts.poll_every;
-        loop {
-            // A due micro-batch waits while the pipeline is full: settling
-            // the oldest one (below) makes room.
-            let room = pending.pipeline.has_room();
-            let wake = [
-                pending
-                    .due(opts.max_wait, reader.has_queued())
-                    .filter(|_| room),
-                Some(next_handover_check),
-                Some(next_run),
-                pending.orphans.due(),
-                pending.expiry.due(),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("some deadline is always set");
-            tokio::select! {
-                biased;
-                _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
-                // The oldest micro-batch's tasks ended: settle it (nothing
-                // else is prepared or enqueued meanwhile). What is gathered
-                // is enqueued first, as if it had come due a moment
-                // earlier: Meilisearch indexes it while the settling's
-                // MongoDB writes run, instead of idling through them.
-                _ = pending.pipeline.head_ended() => {
-                    if !pending.batch.is_empty() && pending.pipeline.has_room() {
-                        self.flush(&target, guard, lease, &mut pending).await?;
-                    }
-                    self.settle_ended(&target, guard, lease, &mut pending).await?;
-                }
-                item = reader.recv() => match item {
-                    Some(StreamItem::Change(change)) => {
-                        self.status().behind();
-                        pending.pipeline.behind();
-                        pending.batch.push(*change);
-                        if pending.batch.len() >= opts.max_docs {
-                            self.flush(&target, guard, lease, &mut pending).await?;
-                        }
-                    }
-                    // The server had nothing more when the reader asked, but
-                    // the reader has read on since (changes came while the
-                    // owner was busy): not the end of a backlog. Keep
-                    // gathering, so that a backlog is applied in a few
-                    // large micro-batches rather than one per `getMore` (each
-                    // costs a fixed handful of round trips).
-                    Some(StreamItem::CaughtUp(_)) if reader.has_queued() && !pending.batch.is_empty() => {}
-                    Some(StreamItem::CaughtUp(token)) => {
-                        // The token is safe once what is gathered and what
-                        // is in flight are applied: it goes with the
-                        // gathered changes (due now: `Pending::due`), or,
-                        // with nothing gathered, behind what is in flight.
-                        if let Some(token) = token {
-                            pending.batch.caught_up(token);
-                        }
-                        if pending.batch.is_empty() {
-                            self.flush(&target, guard, lease, &mut pending).await?;
-                        }
-                        if pending.pipeline.is_empty() && pending.batch.is_empty() {
-                            self.status().caught_up();
-                            if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
-                                self.save_token(guard, lease, &mut pending).await?;
-                            }
-                        }
-                    }
-                    Some(StreamItem::Restart(reason)) => return Ok(Ended::Restart(reason)),
-                    Some(StreamItem::Failed(StreamError::ResumePointLost(why))) => return Ok(Ended::Restart(why)),
-                    Some(StreamItem::Failed(StreamError::Mongo(error))) => {
-                        // Everything read before the failure is complete: apply it,
-                        // then reopen from there.
-                        warn!(%error, "the change stream failed; reopening it after the last applied change");
-                        self.drain(&target, guard, lease, &mut pending).await?;
-                        match self.reopen(guard, &pending.tokens, &config).await? {
-                            Some(reopened) => reader = reopened,
-                            None => return Ok(Ended::Restart("the change stream cannot resume where it failed".into())),
-                        }
-                    }
-                    Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
-                    None => return Err(ReconcileError::Other("the change stream's reader stopped".into())),
-                },
-                _ = tokio::time::sleep_until(wake.into()) => {}
-            }
-            let now = Instant::now();
-            if pending
-                .due(opts.max_wait, reader.has_queued())
-                .is_some_and(|due| now >= due)
-            {
-                if pending.pipeline.has_room() {
-                    self.flush(&target, guard, lease, &mut pending).await?;
-                } else {
-                    pending.batch.hold();
+        Ok(())
+    }
+
+    /// What the stream's reader gave (`None`: it stopped): gathered,
+    /// flushed, or the stream reopened; `Some` when following must end.
+    #[allow(clippy::too_many_arguments)]
+    async fn on_stream_item(
+        &self,
+        item: Option<StreamItem>,
+        reader: &mut Reader,
+        config: &StreamConfig,
+        target: &Target<'_>,
+        guard: &Guard,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<Option<Ended>, ReconcileError> {
+        match item {
+            Some(StreamItem::Change(change)) => {
+                self.status().behind();
+                pending.pipeline.behind();
+                pending.batch.push(*change);
+                if pending.batch.len() >= self.options.max_docs {
+                    self.flush(target, guard, lease, pending).await?;
                 }
             }
-            if now >= next_handover_check {
-                next_handover_check = now + opts.poll_every;
-                match lease.handover_requested_by().await {
-                    Ok(Some(to)) => {
-                        self.status().set_state(FollowState::HandingOver);
-                        info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
-                        self.drain(&target, guard, lease, &mut pending).await?;
-                        return Ok(Ended::HandOver(to));
-                    }
-                    Ok(None) => {}
-                    Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                    Err(error) => warn!(%error, "could not look for a handover request"),
+            // The server had nothing more when the reader asked, but
+            // the reader has read on since (changes came while the
+            // owner was busy): not the end of a backlog. Keep
+            // gathering, so that a backlog is applied in a few
+            // large micro-batches rather than one per `getMore` (each
+            // costs a fixed handful of round trips).
+            Some(StreamItem::CaughtUp(_)) if reader.has_queued() && !pending.batch.is_empty() => {}
+            Some(StreamItem::CaughtUp(token)) => {
+                // The token is safe once what is gathered and what
+                // is in flight are applied: it goes with the
+                // gathered changes (due now: `Pending::due`), or,
+                // with nothing gathered, behind what is in flight.
+                if let Some(token) = token {
+                    pending.batch.caught_up(token);
                 }
-            }
-            if pending.orphans.due().is_some_and(|due| now >= due) {
-                self.drain(&target, guard, lease, &mut pending).await?;
-                self.repair_orphans(guard, progress, lease, &mut pending)
-                    .await?;
-            }
-            if pending.expiry.due().is_some_and(|due| now >= due) {
-                self.drain(&target, guard, lease, &mut pending).await?;
-                self.sweep_expired(guard, progress, &mut pending.expiry)
-                    .await?;
-            }
-            if now >= next_run {
-                self.drain(&target, guard, lease, &mut pending).await?;
-                self.status().set_state(FollowState::Reconciling);
-                info!("periodic reconciliation: changes wait on the server meanwhile");
-                let summary = summary_json(&self.reconcile(guard, progress).await?);
-                match lease.record_completion(guard, &summary).await {
-                    Ok(()) => {}
-                    Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                    Err(error) => {
-                        warn!(%error, "could not record the periodic reconciliation in the lease")
+                if pending.batch.is_empty() {
+                    self.flush(target, guard, lease, pending).await?;
+                }
+                if pending.pipeline.is_empty() && pending.batch.is_empty() {
+                    self.status().caught_up();
+                    if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
+                        self.save_token(guard, lease, pending).await?;
                     }
                 }
-                pending.expiry.plan(&self.reconciler.db).await?;
-                self.status().next_expiry(pending.expiry.next());
-                self.status().set_state(FollowState::Following);
-                progress.phase("follow", 0);
-                next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
+            }
+            Some(StreamItem::Restart(reason)) => return Ok(Some(Ended::Restart(reason))),
+            Some(StreamItem::Failed(StreamError::ResumePointLost(why))) => {
+                return Ok(Some(Ended::Restart(why)))
+            }
+            Some(StreamItem::Failed(StreamError::Mongo(error))) => {
+                // Everything read before the failure is complete: apply it,
+                // then reopen from there.
+                warn!(%error, "the change stream failed; reopening it after the last applied change");
+                self.drain(target, guard, lease, pending).await?;
+                match self.reopen(guard, &pending.tokens, config).await? {
+                    Some(reopened) => *reader = reopened,
+                    None => {
+                        return Ok(Some(Ended::Restart(
+                            "the change stream cannot resume where it failed".into(),
+                        )))
+                    }
+                }
+            }
+            Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
+            None => {
+                return Err(ReconcileError::Other(
+                    "the change stream's reader stopped".into(),
+                ))
             }
         }
+        Ok(None)
+    }
+
+    /// Whether another replica asked for the lease (`Some`: who); if one
+    /// did, the pipeline is drained first, so the handover is at a safe point.
+    async fn handover_asked(
+        &self,
+        target: &Target<'_>,
+        guard: &Guard,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<Option<String>, ReconcileError> {
+        match lease.handover_requested_by().await {
+            Ok(Some(to)) => {
+                self.status().set_state(FollowState::HandingOver);
+                info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
+                self.drain(target, guard, lease, pending).await?;
+                Ok(Some(to))
+            }
+            Ok(None) => Ok(None),
+            Err(LeaseWriteError::Lost(lost)) => Err(lost.into()),
+            Err(error) => {
+                warn!(%error, "could not look for a handover request");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The periodic reconciliation: the pipeline drained, changes wait on
+    /// the server meanwhile; recorded in the lease as a completion.
+    async fn periodic_run(
+        &self,
+        target: &Target<'_>,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<(), ReconcileError> {
+        self.drain(target, guard, lease, pending).await?;
+        self.status().set_state(FollowState::Reconciling);
+        info!("periodic reconciliation: changes wait on the server meanwhile");
+        let summary = summary_json(&self.reconcile(guard, progress).await?);
+        match lease.record_completion(guard, &summary).await {
+            Ok(()) => {}
+            Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+            Err(error) => {
+                warn!(%error, "could not record the periodic reconciliation in the lease")
+            }
+        }
+        pending.expiry.plan(&self.reconciler.db).await?;
+        self.status().next_expiry(pending.expiry.next());
+        self.status().set_state(FollowState::Following);
+        progress.phase("follow", 0);
+        Ok(())
     }
 
     /// Reopens the stream after the last applied change, retrying a
@@ -770,6 +868,21 @@ impl Owner {
 }
 
 impl Pending {
+    /// When the follow loop must look again, at `then` at the latest: a
+    /// micro-batch, a comparison or a sweep due. A due micro-batch waits
+    /// while the pipeline is full: settling the oldest one makes room.
+    fn wake(&self, max_wait: Duration, reader_busy: bool, then: Instant) -> Instant {
+        let room = self.pipeline.has_room();
+        [
+            self.due(max_wait, reader_busy).filter(|_| room),
+            self.orphans.due(),
+            self.expiry.due(),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(then, Instant::min)
+    }
+
     /// When the gathered changes are to be enqueued (`None`: nothing
     /// gathered); `reader_busy`: the reader has more changes queued.
     ///
