@@ -72,7 +72,7 @@ pub(crate) enum Verdict {
     Claim,
     /// The document shows our own running lease (a claim whose reply we lost).
     Adopt,
-    /// An owner following change streams holds it: ask it to hand it over
+    /// An owner that keeps it after completing holds it: ask it to hand it over
     /// (`request_handover`), then wait.
     RequestHandover,
 }
@@ -95,8 +95,8 @@ pub(crate) fn judge(
         return Verdict::Adopt;
     }
     if live {
-        // An owner following change streams has reconciled and keeps the
-        // index in step: its recorded run counts like a completion.
+        // An owner that keeps the lease after completing has run, and its
+        // job goes on: its recorded run counts like a completion.
         if record.following {
             if let Some(done) = completion_satisfies(record, now, wait_started, opts) {
                 return done;

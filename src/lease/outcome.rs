@@ -24,7 +24,8 @@ pub enum Outcome<T = serde_json::Value> {
         epoch: Option<i64>,
         summary: Option<serde_json::Value>,
     },
-    /// We held the lease (following change streams) and handed it over to
+    /// We kept the lease after completing (`following`), the job ended in
+    /// [`JobEnd::HandOver`](super::JobEnd::HandOver), and we handed it over to
     /// `to`, which asked for it; the work goes on there.
     HandedOver { to: String },
     /// A completion younger than `reuse_completion_for` already existed when

@@ -26,8 +26,8 @@ pub enum LeaseState {
     NeverRun,
     /// An owner holds an unexpired lease.
     Running,
-    /// An owner holds an unexpired lease and follows change streams after
-    /// its reconciliation (`status` reads `completed` in the document).
+    /// An owner holds an unexpired lease that it keeps after completing its
+    /// run (`following`; `status` reads `completed` in the document).
     Following,
     /// The owner stopped renewing (crashed or partitioned); claimable.
     Expired,

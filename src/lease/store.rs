@@ -651,7 +651,7 @@ impl JobStore {
     }
 
     /// A replica that needs the lease (`once`, `reindex`) asks the owner
-    /// following change streams to hand it over. Not fenced (the asker holds
+    /// that keeps it after completing (`following`) to hand it over. Not fenced (the asker holds
     /// nothing) and touching only the two request fields; matches only a
     /// following lease. `Ok(false)`: there was none to ask.
     pub async fn request_handover(
