@@ -1,12 +1,11 @@
 //! The reconciliation as a leased job: how settings become the options of
 //! the lease and of the engine, how one run is executed under the lease, and
-//! how its result is classified for exit codes, `/status` and metrics.
+//! how its result is classified for exit codes ([`Exit`], numbered here and
+//! nowhere else), `/status` and metrics.
 //!
 //! `once`, `reindex` and every scheduled run of `run` go through
 //! [`run_leased`], so all three share one lease protocol and one meaning of
 //! "done".
-
-use std::sync::{Arc, Mutex};
 
 use mongodb::Database;
 use serde::Serialize;
@@ -81,6 +80,35 @@ pub fn sync_options(settings: &Settings) -> SyncOptions {
     }
 }
 
+/// The process exit codes (docs/design.md §1), the one place they are
+/// numbered: every command's outcome maps to one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Done: by us, or by the owner we waited for.
+    Done = 0,
+    /// The run failed (`verify`: differences found).
+    Failed = 1,
+    /// Bad configuration (nothing was touched).
+    BadConfig = 2,
+    /// The lease was lost mid-run, or the wait for the owner timed out.
+    LeaseLost = 3,
+    /// MongoDB or Meilisearch could not be reached.
+    Unreachable = 4,
+}
+
+impl Exit {
+    /// The exit code of a command that failed with the engine's `error`.
+    pub fn of_engine_error(error: &ReconcileError) -> Exit {
+        RunOutcome::of_engine_error(error, String::new()).exit()
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        std::process::ExitCode::from(exit as u8)
+    }
+}
+
 /// How a leased run ended, in the terms operators script against.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
@@ -110,15 +138,66 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
+    /// How a leased job of the engine ended (`once`, `reindex`,
+    /// `verify --repair`, each scheduled run, a follow-mode owner): the
+    /// runner's answer, with the engine's own error when the job failed.
+    /// Counts a lost lease in the metrics.
+    pub fn of_lease(result: Result<Outcome<RunSummary>, LeaseError<ReconcileError>>) -> Self {
+        match result {
+            Ok(Outcome::Ran { summary, .. }) => RunOutcome::completed(&summary),
+            Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
+            Ok(
+                Outcome::CompletedByOther { owner, summary, .. }
+                | Outcome::ReusedCompletion { owner, summary, .. },
+            ) => RunOutcome::DoneByOther { owner, summary },
+            Err(error) => RunOutcome::of_lease_error(error),
+        }
+    }
+
+    fn of_lease_error(error: LeaseError<ReconcileError>) -> Self {
+        let text = error.to_string();
+        match error {
+            LeaseError::JobFailed { error, .. } => RunOutcome::of_engine_error(&error, text),
+            LeaseError::Refused { .. } => RunOutcome::Failed { error: text },
+            LeaseError::MongoUnavailable(_) => RunOutcome::Unreachable { error: text },
+            LeaseError::LeaseLost { .. } => {
+                metrics::lease_lost();
+                RunOutcome::LeaseLost { error: text }
+            }
+            LeaseError::WaitTimedOut { .. } | LeaseError::ShutDown { .. } => {
+                RunOutcome::LeaseLost { error: text }
+            }
+        }
+    }
+
+    /// A run that failed with the engine's `error`, said as `text`: its kind
+    /// tells a failure from an unreachable server.
+    fn of_engine_error(error: &ReconcileError, text: String) -> Self {
+        match error {
+            ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
+                RunOutcome::Unreachable { error: text }
+            }
+            _ => RunOutcome::Failed { error: text },
+        }
+    }
+
+    fn completed(summary: &RunSummary) -> Self {
+        RunOutcome::Completed {
+            summary: serde_json::to_value(summary).unwrap_or_default(),
+            text: summary.to_string(),
+            rejects: summary.rejected_count(),
+        }
+    }
+
     /// The exit code (docs/design.md §1).
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit(&self) -> Exit {
         match self {
             RunOutcome::Completed { .. }
             | RunOutcome::DoneByOther { .. }
-            | RunOutcome::HandedOver { .. } => 0,
-            RunOutcome::Failed { .. } => 1,
-            RunOutcome::LeaseLost { .. } => 3,
-            RunOutcome::Unreachable { .. } => 4,
+            | RunOutcome::HandedOver { .. } => Exit::Done,
+            RunOutcome::Failed { .. } => Exit::Failed,
+            RunOutcome::LeaseLost { .. } => Exit::LeaseLost,
+            RunOutcome::Unreachable { .. } => Exit::Unreachable,
         }
     }
 
@@ -136,7 +215,7 @@ impl RunOutcome {
     }
 
     pub fn is_success(&self) -> bool {
-        self.exit_code() == 0
+        self.exit() == Exit::Done
     }
 }
 
@@ -161,132 +240,42 @@ where
     W: FnMut(Guard, Progress) -> Fut + Send,
     Fut: std::future::Future<Output = Result<RunSummary, ReconcileError>> + Send,
 {
-    // The engine's error kind does not survive the lease's string-typed
-    // failure record, so the job remembers it for the exit code.
-    let last_error: Arc<Mutex<Option<ReconcileError>>> = Arc::default();
-    let rejects: Arc<Mutex<usize>> = Arc::default();
-    let summary_text: Arc<Mutex<String>> = Arc::default();
-    let mut job = {
-        let last_error = last_error.clone();
-        let rejects = rejects.clone();
-        let summary_text = summary_text.clone();
-        move |guard: Guard, progress: Progress| {
-            let last_error = last_error.clone();
-            let rejects = rejects.clone();
-            let summary_text = summary_text.clone();
-            let run = work(guard, progress);
-            async move {
-                match run.await {
-                    Ok(summary) => {
-                        record_documents(&summary);
-                        *rejects.lock().expect("poisoned") = summary.rejected_count();
-                        *summary_text.lock().expect("poisoned") = summary.to_string();
-                        if summary.rejected_count() > 0 {
-                            tracing::warn!(
-                                rejects = summary.rejected_count(),
-                                "completed with rejects: Meilisearch refused some documents; they stay unindexed"
-                            );
-                        }
-                        Ok(serde_json::to_value(&summary)?)
-                    }
-                    Err(error) => {
-                        *last_error.lock().expect("poisoned") = Some(error.clone());
-                        Err(anyhow::Error::new(error))
-                    }
-                }
-            }
+    let mut job = move |guard: Guard, progress: Progress| {
+        let run = work(guard, progress);
+        async move {
+            let summary = run.await?;
+            record_documents(&summary);
+            Ok::<_, ReconcileError>(summary)
         }
     };
     let result = lease::run_single_flight(db, lease, &mut job, progress, shutdown).await;
-    let outcome = match result {
-        Ok(Outcome::Ran { summary, .. }) => RunOutcome::Completed {
-            summary,
-            text: summary_text.lock().expect("poisoned").clone(),
-            rejects: *rejects.lock().expect("poisoned"),
-        },
-        Ok(other) => done_outcome(other),
-        Err(error) => failure_outcome(error, last_error.lock().expect("poisoned").take()),
-    };
+    let outcome = RunOutcome::of_lease(result);
     metrics::run_finished(outcome.metric_label(), outcome.is_success());
     outcome
-}
-
-/// A leased run that ended without our job completing it: done by another
-/// replica, or handed over.
-pub fn done_outcome(outcome: Outcome) -> RunOutcome {
-    match outcome {
-        Outcome::HandedOver { to } => RunOutcome::HandedOver { to },
-        Outcome::CompletedByOther { owner, summary, .. }
-        | Outcome::ReusedCompletion { owner, summary, .. } => {
-            RunOutcome::DoneByOther { owner, summary }
-        }
-        Outcome::Ran { summary, .. } => RunOutcome::Completed {
-            text: summary.to_string(),
-            summary,
-            rejects: 0,
-        },
-    }
-}
-
-/// A leased run that did not end well; `engine_error` is the job's own last
-/// error (its kind tells a failure from an unreachable server). Counts a
-/// lost lease in the metrics.
-pub fn failure_outcome(error: LeaseError, engine_error: Option<ReconcileError>) -> RunOutcome {
-    match error {
-        error @ LeaseError::JobFailed { .. } => match engine_error {
-            Some(ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_)) => {
-                RunOutcome::Unreachable {
-                    error: error.to_string(),
-                }
-            }
-            _ => RunOutcome::Failed {
-                error: error.to_string(),
-            },
-        },
-        error @ LeaseError::Refused { .. } => RunOutcome::Failed {
-            error: error.to_string(),
-        },
-        error @ LeaseError::MongoUnavailable(_) => RunOutcome::Unreachable {
-            error: error.to_string(),
-        },
-        error @ LeaseError::LeaseLost { .. } => {
-            metrics::lease_lost();
-            RunOutcome::LeaseLost {
-                error: error.to_string(),
-            }
-        }
-        error @ (LeaseError::WaitTimedOut { .. } | LeaseError::ShutDown { .. }) => {
-            RunOutcome::LeaseLost {
-                error: error.to_string(),
-            }
-        }
-    }
 }
 
 /// A reconciliation that finished inside a longer leased job (a follow-mode
 /// owner's first or periodic run): recorded in the metrics as a run of its own.
 pub fn record_completed(summary: &RunSummary) -> RunOutcome {
     record_documents(summary);
+    let outcome = RunOutcome::completed(summary);
+    metrics::run_finished(outcome.metric_label(), true);
+    outcome
+}
+
+/// A completed reconciliation's documents and phases, in the metrics, and
+/// its rejects said once.
+fn record_documents(summary: &RunSummary) {
+    metrics::sync_phases(&summary.phases);
+    for c in &summary.collections {
+        metrics::documents(&c.index_uid, c.indexed, c.deleted, c.rejected.len() as u64);
+    }
     let rejects = summary.rejected_count();
     if rejects > 0 {
         tracing::warn!(
             rejects,
             "completed with rejects: Meilisearch refused some documents; they stay unindexed"
         );
-    }
-    let outcome = RunOutcome::Completed {
-        summary: serde_json::to_value(summary).unwrap_or_default(),
-        text: summary.to_string(),
-        rejects,
-    };
-    metrics::run_finished(outcome.metric_label(), true);
-    outcome
-}
-
-fn record_documents(summary: &RunSummary) {
-    metrics::sync_phases(&summary.phases);
-    for c in &summary.collections {
-        metrics::documents(&c.index_uid, c.indexed, c.deleted, c.rejected.len() as u64);
     }
 }
 
@@ -338,6 +327,91 @@ pub async fn reindex(
 mod tests {
     use super::*;
     use crate::metrics::RUN_OUTCOMES;
+
+    #[test]
+    fn each_way_a_leased_run_ends_has_its_exit_code() {
+        let at = mongodb::bson::DateTime::from_millis(0);
+        let failed = |error| LeaseError::JobFailed {
+            epoch: 1,
+            error,
+            attempt: 1,
+            retry_at: at,
+        };
+        let cases = [
+            (
+                Ok(Outcome::Ran {
+                    epoch: 1,
+                    summary: RunSummary::default(),
+                }),
+                Exit::Done,
+            ),
+            (
+                Ok(Outcome::CompletedByOther {
+                    owner: None,
+                    epoch: None,
+                    summary: None,
+                }),
+                Exit::Done,
+            ),
+            (Ok(Outcome::HandedOver { to: "b".into() }), Exit::Done),
+            (
+                Ok(Outcome::ReusedCompletion {
+                    owner: None,
+                    epoch: None,
+                    age: std::time::Duration::ZERO,
+                    summary: None,
+                }),
+                Exit::Done,
+            ),
+            (Err(failed(ReconcileError::Other("x".into()))), Exit::Failed),
+            (
+                Err(failed(ReconcileError::MeiliUnreachable("x".into()))),
+                Exit::Unreachable,
+            ),
+            (
+                Err(failed(ReconcileError::MongoUnreachable("x".into()))),
+                Exit::Unreachable,
+            ),
+            (
+                Err(LeaseError::Refused {
+                    what: "claim".into(),
+                    detail: "x".into(),
+                }),
+                Exit::Failed,
+            ),
+            (
+                Err(LeaseError::LeaseLost {
+                    epoch: 1,
+                    reason: lease::LeaseLost::TakenOver,
+                }),
+                Exit::LeaseLost,
+            ),
+            (
+                Err(LeaseError::WaitTimedOut {
+                    waited: std::time::Duration::ZERO,
+                    owner: None,
+                }),
+                Exit::LeaseLost,
+            ),
+            (
+                Err(LeaseError::ShutDown { released: true }),
+                Exit::LeaseLost,
+            ),
+            (
+                Err(LeaseError::MongoUnavailable("x".into())),
+                Exit::Unreachable,
+            ),
+        ];
+        for (result, exit) in cases {
+            let shown = format!("{result:?}");
+            assert_eq!(RunOutcome::of_lease(result).exit(), exit, "{shown}");
+        }
+        assert_eq!(Exit::Unreachable as u8, 4);
+        assert_eq!(Exit::LeaseLost as u8, 3);
+        assert_eq!(Exit::BadConfig as u8, 2);
+        assert_eq!(Exit::Failed as u8, 1);
+        assert_eq!(Exit::Done as u8, 0);
+    }
 
     #[test]
     fn every_run_outcome_label_is_registered_at_start() {

@@ -1,6 +1,6 @@
 //! The `meili-reconciler` command line: parses arguments, loads settings,
-//! calls the library, and maps each outcome to the exit codes operators script
-//! against (see [`Exit`]).
+//! calls the library, and ends with the exit code of each outcome
+//! ([`Exit`], numbered in `meili_reconciler::job`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,13 +9,13 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
-use meili_reconciler::follow::ModeView;
-use meili_reconciler::job::{self, Reconciler, RunOutcome};
+use meili_reconciler::follow::{self, ModeView};
+use meili_reconciler::job::{self, Exit, Reconciler, RunOutcome};
 use meili_reconciler::lease;
 use meili_reconciler::memory;
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
-use meili_reconciler::reconcile::{self, ReconcileError, ReindexOptions};
+use meili_reconciler::reconcile::{self, ReindexOptions};
 use meili_reconciler::serve;
 use meili_reconciler::servers::{self, Patience, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
@@ -30,27 +30,6 @@ macro_rules! out {
         use std::io::Write as _;
         let _ = writeln!(std::io::stdout().lock(), $($arg)*);
     }};
-}
-
-/// Exit codes (docs/design.md §1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Exit {
-    /// Done: by us, or by the owner we waited for.
-    Done = 0,
-    /// The run failed (`verify`: differences found).
-    Failed = 1,
-    /// Bad configuration (nothing was touched).
-    BadConfig = 2,
-    /// The lease was lost mid-run, or the wait for the owner timed out.
-    LeaseLost = 3,
-    /// MongoDB or Meilisearch could not be reached.
-    Unreachable = 4,
-}
-
-impl From<Exit> for ExitCode {
-    fn from(exit: Exit) -> Self {
-        ExitCode::from(exit as u8)
-    }
 }
 
 #[derive(Parser, Debug)]
@@ -262,16 +241,6 @@ fn main() -> ExitCode {
     exit.into()
 }
 
-/// The exit code of an interactive command that failed with `error`.
-fn exit_for(error: &ReconcileError) -> Exit {
-    match error {
-        ReconcileError::MeiliUnreachable(_) | ReconcileError::MongoUnreachable(_) => {
-            Exit::Unreachable
-        }
-        _ => Exit::Failed,
-    }
-}
-
 /// This replica's owner id in the lease and in every log line: unique per
 /// process even when every replica is given the same `lease.owner`.
 fn replica_id(settings: &Settings) -> String {
@@ -455,12 +424,7 @@ fn finish(outcome: RunOutcome) -> Exit {
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => eprintln!("meili-reconciler: {error}"),
     }
-    match outcome.exit_code() {
-        0 => Exit::Done,
-        1 => Exit::Failed,
-        3 => Exit::LeaseLost,
-        _ => Exit::Unreachable,
-    }
+    outcome.exit()
 }
 
 async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
@@ -483,7 +447,7 @@ async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
         }
         Err(error) => {
             eprintln!("meili-reconciler: {error}");
-            exit_for(&error)
+            Exit::of_engine_error(&error)
         }
     }
 }
@@ -521,7 +485,7 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
         }
         Err(error) => {
             eprintln!("meili-reconciler: {error}");
-            exit_for(&error)
+            Exit::of_engine_error(&error)
         }
     }
 }
@@ -535,7 +499,7 @@ async fn status(
     json: bool,
 ) -> Exit {
     let read = async {
-        let status = lease::read_status(db, lease_opts)
+        let status = lease::read_status_with(db, lease_opts, follow::saved::describe)
             .await
             .map_err(|e| e.to_string())?;
         let mode = ModeView::of_server(db, settings.serve.follow, settings.sync.plan_only).await;

@@ -6,10 +6,11 @@
 
 mod support;
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use meili_reconciler::lease::{
-    run_single_flight, Guard, HandOver, LeaseError, LeaseOptions, Outcome,
+    run_single_flight, Guard, JobEnd, LeaseError, LeaseOptions, LeasedJob, Outcome,
 };
 use meili_reconciler::progress::Progress;
 use mongodb::bson::{doc, Document};
@@ -26,13 +27,13 @@ async fn follow_owner(
     opts: LeaseOptions,
     shutdown: CancellationToken,
 ) -> Result<Outcome, LeaseError> {
-    let mut job = move |guard: Guard, _progress: Progress| async move {
+    let mut job = Follows(move |guard: Guard, _progress: Progress| async move {
         let lease = guard
             .lease()
             .expect("an owner's guard has its lease")
             .clone();
         lease
-            .start_following(&guard, Some(&json!({ "reconciled": true })))
+            .hold_after_completion(&guard, Some(&json!({ "reconciled": true })))
             .await?;
         let mut n = 0_i64;
         loop {
@@ -41,15 +42,38 @@ async fn follow_owner(
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
             if let Some(to) = lease.handover_requested_by().await? {
-                return Err(HandOver { to }.into());
+                return Ok(JobEnd::HandOver { to });
             }
             n += 1;
             lease
-                .save_follow_token(&guard, &doc! { "_data": n })
+                .write_job_fields(&guard, |now| {
+                    doc! { "$set": { "followToken": { "_data": n }, "followTokenSavedAt": now } }
+                })
                 .await?;
         }
-    };
+    });
     run_single_flight(&db, &opts, &mut job, Progress::new(), shutdown).await
+}
+
+/// A job that keeps the lease after its work and may end in a handover (a
+/// closure only ever completes).
+struct Follows<F>(F);
+
+impl<F, Fut> LeasedJob for Follows<F>
+where
+    F: FnMut(Guard, Progress) -> Fut + Send,
+    Fut: Future<Output = anyhow::Result<JobEnd<serde_json::Value>>> + Send,
+{
+    type Output = serde_json::Value;
+    type Error = anyhow::Error;
+
+    fn run(
+        &mut self,
+        guard: Guard,
+        progress: Progress,
+    ) -> impl Future<Output = Fut::Output> + Send {
+        (self.0)(guard, progress)
+    }
 }
 
 fn follow_options(job: &str, owner: &str) -> LeaseOptions {
@@ -103,7 +127,10 @@ async fn a_following_owner_keeps_the_lease_and_reads_as_done() {
         record.following && record.epoch == Some(1),
         "still following under epoch 1"
     );
-    assert!(record.follow_token.is_some(), "the resume token is saved");
+    assert!(
+        record.document.get_document("followToken").is_ok(),
+        "the job's own field is written under the fence"
+    );
 
     // Another follower replica waits (it does not take a following lease)...
     let mut other = follow_options("follow-keep", "follower-b");
@@ -111,7 +138,7 @@ async fn a_following_owner_keeps_the_lease_and_reads_as_done() {
     let waited = run_single_flight(
         &same_database(&db).await,
         &other,
-        &mut |_g: Guard, _p: Progress| async { Ok(json!({})) },
+        &mut |_g: Guard, _p: Progress| async { Ok::<_, anyhow::Error>(json!({})) },
         Progress::new(),
         CancellationToken::new(),
     )
@@ -124,7 +151,7 @@ async fn a_following_owner_keeps_the_lease_and_reads_as_done() {
     // ...a `once` that does not need the lease is done by the recorded run...
     let mut once = fast_options("follow-keep", "once-1");
     once.wait_timeout = Some(Duration::from_secs(5));
-    let done = run_single_flight(
+    let done: Result<Outcome, LeaseError> = run_single_flight(
         &same_database(&db).await,
         &once,
         &mut |_g: Guard, _p: Progress| async { panic!("must not run") },
@@ -152,9 +179,10 @@ async fn a_following_owner_keeps_the_lease_and_reads_as_done() {
     }
 
     shutdown.cancel();
-    assert_eq!(
-        owner.await.unwrap(),
-        Err(LeaseError::ShutDown { released: true })
+    let stopped = owner.await.unwrap();
+    assert!(
+        matches!(stopped, Err(LeaseError::ShutDown { released: true })),
+        "{stopped:?}"
     );
 }
 
@@ -186,7 +214,7 @@ async fn a_replica_that_needs_the_lease_gets_it_handed_over_and_nobody_steals_it
     let ran = run_single_flight(
         &same_database(&db).await,
         &once,
-        &mut |_g: Guard, _p: Progress| async { Ok(json!({ "by": "once-1" })) },
+        &mut |_g: Guard, _p: Progress| async { Ok::<_, anyhow::Error>(json!({ "by": "once-1" })) },
         Progress::new(),
         CancellationToken::new(),
     )
@@ -202,11 +230,10 @@ async fn a_replica_that_needs_the_lease_gets_it_handed_over_and_nobody_steals_it
         "handed over within a few polls, not by expiry: {:?}",
         asked.elapsed()
     );
-    assert_eq!(
-        owner.await.unwrap(),
-        Ok(Outcome::HandedOver {
-            to: "once-1".into()
-        })
+    let handed = owner.await.unwrap();
+    assert!(
+        matches!(&handed, Ok(Outcome::HandedOver { to }) if to == "once-1"),
+        "{handed:?}"
     );
 
     // Then a follower replica takes the lease back and follows again.
@@ -218,8 +245,9 @@ async fn a_replica_that_needs_the_lease_gets_it_handed_over_and_nobody_steals_it
         "follower-b claimed only after once-1's run"
     );
     stop_b.cancel();
-    assert_eq!(
-        b.await.unwrap(),
-        Err(LeaseError::ShutDown { released: true })
+    let stopped = b.await.unwrap();
+    assert!(
+        matches!(stopped, Err(LeaseError::ShutDown { released: true })),
+        "{stopped:?}"
     );
 }

@@ -69,7 +69,7 @@ async fn lease_child() {
                     emit(format!("ran {round}"));
                     tokio::time::sleep(Duration::from_millis(60)).await;
                     guard.check()?;
-                    Ok(json!({}))
+                    Ok::<_, anyhow::Error>(json!({}))
                 };
                 let outcome = run_single_flight(
                     &db,
@@ -102,7 +102,7 @@ async fn lease_child() {
                     }
                 }
             };
-            let result = run_single_flight(
+            let result: Result<Outcome, meili_reconciler::lease::LeaseError> = run_single_flight(
                 &db,
                 &opts,
                 &mut work,
@@ -116,7 +116,7 @@ async fn lease_child() {
             let opts = child_options(&job, &owner);
             let mut work = |_guard: Guard, _progress: Progress| async move {
                 emit("ran");
-                Ok(json!({ "by": "follower" }))
+                Ok::<_, anyhow::Error>(json!({ "by": "follower" }))
             };
             let result = run_single_flight(
                 &db,
@@ -249,7 +249,7 @@ async fn follower_in_process(
         let record = started.clone();
         let mut work = move |_guard: Guard, _progress: Progress| {
             *record.lock().unwrap() = Some(Instant::now());
-            async { Ok(json!({ "by": "in-process follower" })) }
+            async { Ok::<_, anyhow::Error>(json!({ "by": "in-process follower" })) }
         };
         let result = run_single_flight(
             &db,
@@ -349,7 +349,7 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_hold_an_expired_lease() {
         let mut work = |guard: Guard, _progress: Progress| async move {
             tokio::time::sleep(ttl + headroom()).await;
             guard.check()?;
-            Ok(json!({ "by": "true-clock" }))
+            Ok::<_, anyhow::Error>(json!({ "by": "true-clock" }))
         };
         run_single_flight(
             &owner_db,

@@ -3,7 +3,7 @@
 //! the chat collections and applies every insert, edit and delete to
 //! Meilisearch in micro-batches, within about a second of the write.
 //!
-//! The owner keeps the lease while it follows (`lease.start_following`),
+//! The owner keeps the lease while it follows (`lease.hold_after_completion`),
 //! saves its resume token under the fence with each applied micro-batch, and
 //! hands the lease over at a safe point when `once`, `reindex` or
 //! `verify --repair` asks for it. The next owner resumes from the saved
@@ -29,9 +29,14 @@
 //!   handover);
 //! - `replica`: a `run` replica's loop around it (wait for the lease,
 //!   resume after a handover, fall back to interval mode);
+//! - `saved`: what follow mode keeps in the lease document (the resume
+//!   token, the comparisons owed), written under the lease's fence;
 //! - `mode`: follow or interval mode, and why (the server's answer, what
 //!   would give follow mode), for the log, `/status` and `status`;
-//! - `status`: what `/status` and `/metrics` show.
+//! - `status`: what `/status` and `/metrics` show;
+//! - [`ReplicaReport`]: what follow mode tells the replica it runs on (its
+//!   role, its last run, its mode), implemented above follow mode (`serve`),
+//!   so that nothing here imports the layer that runs it.
 
 mod apply;
 mod batch;
@@ -41,12 +46,15 @@ pub mod mode;
 mod owner;
 mod pipeline;
 pub mod replica;
+pub mod saved;
 pub mod status;
 mod stream;
 
 use std::time::Duration;
 
 pub use crate::config::PreImages;
+use crate::job::RunOutcome;
+use crate::progress::Progress;
 pub use mode::{Mode, ModeView};
 pub use status::{FollowState, FollowStatus};
 
@@ -79,4 +87,21 @@ impl FollowOptions {
             poll_every: settings.lease.poll_every,
         }
     }
+}
+
+/// What follow mode tells the `run` replica it runs on, for its `/status`
+/// (the replica's own state lives in `serve`, which implements this).
+pub trait ReplicaReport: Send + Sync {
+    /// Where follow mode stands on this replica.
+    fn follow(&self) -> &FollowStatus;
+    /// The progress of the run this replica owns.
+    fn progress(&self) -> &Progress;
+    /// The replica reconciles (`true`), or is between runs (following, or
+    /// waiting to follow).
+    fn reconciling(&self, reconciling: bool);
+    /// A run ended with `outcome`; the next is due in `next_run_in_secs`.
+    fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64);
+    /// The replica's mode changed (interval mode, when the server turned out
+    /// not to serve change streams); said once.
+    fn enter_mode(&self, mode: ModeView, interval: Duration);
 }

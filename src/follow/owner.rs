@@ -13,9 +13,10 @@
 //! (`apply`); after each applied micro-batch its last change's resume token
 //! is saved under the fence, never before. About once per
 //! `lease.poll_every` the owner looks for a handover request; at the next
-//! safe point (micro-batch applied, token saved) it ends with [`HandOver`].
+//! safe point (micro-batch applied, token saved) it ends with
+//! [`JobEnd::HandOver`].
 //! Every `serve.interval` (±10%) it stops applying (the stream waits on the
-//! server), reconciles, records the run (`lease.record_run`) and goes on.
+//! server), reconciles, records the run (`lease.record_completion`) and goes on.
 //! Deletes whose Meilisearch id is unknown (no pre-image) are left to the
 //! id-set comparison, at once for the first and then at most once per
 //! `follow.orphan_check_every`. That a comparison is owed is recorded in the
@@ -32,11 +33,9 @@
 //! A lost lease cancels the guard: the job is dropped at its next await
 //! (its reader with it), and every write checks the guard first.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use mongodb::bson::{DateTime, Document};
 use tracing::{debug, info, warn};
 
@@ -46,17 +45,16 @@ use super::expiry::{self, ExpiryClock};
 use super::latency::BatchTimes;
 use super::mode::{ModeView, NoChangeStreams};
 use super::pipeline::{InFlight, Pipeline};
+use super::saved;
 use super::status::{FollowState, FollowStatus};
 use super::stream::{self, Reader, StreamConfig, StreamError, StreamItem};
-use super::FollowOptions;
+use super::{FollowOptions, ReplicaReport};
 use crate::job::{self, Reconciler};
-use crate::lease::store::JobStore;
-use crate::lease::{clock, Guard, HandOver, LeaseHandle, LeaseLost, LeaseOptions, LeaseWriteError};
+use crate::lease::{clock, Guard, JobEnd, LeaseHandle, LeaseLost, LeaseWriteError, LeasedJob};
 use crate::meili::Meili;
 use crate::mongo::Collection;
 use crate::progress::Progress;
-use crate::reconcile::{self, ReconcileError};
-use crate::serve::state::{ReplicaState, Role};
+use crate::reconcile::{self, ReconcileError, RunSummary};
 
 /// While nothing is applied, the furthest safe resume token is saved at
 /// most this often (it keeps the saved token inside the oplog's window).
@@ -82,18 +80,59 @@ const ENQUEUE_SPACING: Duration = Duration::from_millis(50);
 pub(crate) struct Owner {
     pub reconciler: Reconciler,
     pub options: FollowOptions,
-    pub lease: LeaseOptions,
-    pub replica: ReplicaState,
-    /// Set when this server turned out not to serve change streams.
-    pub unsupported: Arc<AtomicBool>,
-    /// The engine's last error (its kind decides the exit classification).
-    pub last_error: Arc<Mutex<Option<ReconcileError>>>,
+    pub replica: Arc<dyn ReplicaReport>,
+}
+
+/// The owner's job completes only when this server turned out not to serve
+/// change streams: after one reconciliation (this summary, stored as the
+/// completion's), as interval mode would have run it.
+#[derive(Debug, serde::Serialize)]
+#[serde(transparent)]
+pub(crate) struct ReconciledWithoutStream(pub RunSummary);
+
+/// Why the owner's job failed: the engine's error (its kind tells a failure
+/// from an unreachable server), and whether the server had turned out not
+/// to serve change streams by then (`run` then reconciles on the interval).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub(crate) struct OwnerFailed {
+    pub error: ReconcileError,
+    pub no_change_streams: bool,
 }
 
 enum Begun {
     Following(Reader, Document, StreamConfig),
-    /// No change streams here: reconciled once, as interval mode does.
-    Unsupported(serde_json::Value),
+    /// No change streams here: reconciled once (or failed to), as interval
+    /// mode does.
+    Unsupported(Result<RunSummary, ReconcileError>),
+}
+
+impl LeasedJob for Owner {
+    type Output = ReconciledWithoutStream;
+    type Error = OwnerFailed;
+
+    fn run(
+        &mut self,
+        guard: Guard,
+        progress: Progress,
+    ) -> impl std::future::Future<Output = Result<JobEnd<ReconciledWithoutStream>, OwnerFailed>> + Send
+    {
+        let owner = self.clone();
+        async move { owner.follow_until_done(guard, progress).await }
+    }
+}
+
+/// A write of ours to the lease that did not happen, as the engine's error.
+fn lease_write(error: LeaseWriteError) -> ReconcileError {
+    match error {
+        LeaseWriteError::Lost(lost) => ReconcileError::LeaseLost(lost),
+        unconfirmed => ReconcileError::Other(unconfirmed.to_string()),
+    }
+}
+
+/// A reconciliation's summary as the lease document stores it.
+fn summary_json(summary: &RunSummary) -> serde_json::Value {
+    serde_json::to_value(summary).unwrap_or_default()
 }
 
 enum Ended {
@@ -104,31 +143,45 @@ enum Ended {
 
 impl Owner {
     fn status(&self) -> &FollowStatus {
-        &self.replica.follow
+        self.replica.follow()
     }
 
-    /// The job: runs until the lease is lost, shutdown, a handover (`Err`
-    /// [`HandOver`]) or a failure; `Ok` only when change streams turned out
-    /// not to be served (after one reconciliation, like interval mode).
-    pub async fn run(self, guard: Guard, progress: Progress) -> anyhow::Result<serde_json::Value> {
-        let lease = guard
-            .lease()
-            .cloned()
-            .context("an owner's guard carries its lease")?;
+    /// The job: runs until the lease is lost, shutdown, a handover
+    /// ([`JobEnd::HandOver`]) or a failure; completes only when change
+    /// streams turned out not to be served (after one reconciliation, like
+    /// interval mode).
+    async fn follow_until_done(
+        &self,
+        guard: Guard,
+        progress: Progress,
+    ) -> Result<JobEnd<ReconciledWithoutStream>, OwnerFailed> {
+        let failed = |error| OwnerFailed {
+            error,
+            no_change_streams: false,
+        };
+        let lease = guard.lease().cloned().ok_or_else(|| {
+            failed(ReconcileError::Other(
+                "an owner's guard carries its lease".into(),
+            ))
+        })?;
         let mut reconcile_first = false;
         loop {
-            let (reader, token, config) = match self
-                .begin(&guard, &progress, &lease, reconcile_first)
-                .await?
-            {
+            let begun = self.begin(&guard, &progress, &lease, reconcile_first);
+            let (reader, token, config) = match begun.await.map_err(failed)? {
                 Begun::Following(reader, token, config) => (reader, token, config),
-                Begun::Unsupported(summary) => return Ok(summary),
+                Begun::Unsupported(Ok(summary)) => {
+                    return Ok(JobEnd::Completed(ReconciledWithoutStream(summary)))
+                }
+                Begun::Unsupported(Err(error)) => {
+                    return Err(OwnerFailed {
+                        error,
+                        no_change_streams: true,
+                    })
+                }
             };
-            match self
-                .follow(&guard, &progress, &lease, (reader, config), token)
-                .await?
-            {
-                Ended::HandOver(to) => return Err(HandOver { to }.into()),
+            let ended = self.follow(&guard, &progress, &lease, (reader, config), token);
+            match ended.await.map_err(failed)? {
+                Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
                 Ended::Restart(reason) => {
                     warn!(%reason, "the change stream must start over: following again after a full reconciliation");
                     reconcile_first = true;
@@ -161,15 +214,10 @@ impl Owner {
         }
     }
 
-    fn engine_error(&self, error: ReconcileError) -> anyhow::Error {
-        *self.last_error.lock().expect("poisoned") = Some(error.clone());
-        error.into()
-    }
-
-    fn stream_error(&self, error: StreamError) -> anyhow::Error {
+    fn stream_error(&self, error: StreamError) -> ReconcileError {
         match error {
-            StreamError::Mongo(e) => self.engine_error(e.into()),
-            other => other.into(),
+            StreamError::Mongo(e) => e.into(),
+            other => ReconcileError::Other(other.to_string()),
         }
     }
 
@@ -179,19 +227,20 @@ impl Owner {
         progress: &Progress,
         lease: &LeaseHandle,
         reconcile_first: bool,
-    ) -> anyhow::Result<Begun> {
+    ) -> Result<Begun, ReconcileError> {
         self.status().set_state(FollowState::Reconciling);
         let db = &self.reconciler.db;
-        let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard)
-            .await
-            .map_err(|e| self.engine_error(e.into()))?;
+        let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard).await?;
         self.status().deletes(&pre_images);
         let config = self.stream_config(!pre_images.is_empty());
         if !reconcile_first {
-            if let Some(token) = self.resumable_token().await? {
+            if let Some(token) = self.resumable_token(lease).await? {
                 match stream::open(db, &token, &config).await {
                     Ok(reader) => {
-                        lease.start_following(guard, None).await?;
+                        lease
+                            .hold_after_completion(guard, None)
+                            .await
+                            .map_err(lease_write)?;
                         info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
                         return Ok(Begun::Following(reader, token, config));
                     }
@@ -213,7 +262,10 @@ impl Owner {
         };
         let began = Instant::now();
         let summary = self.reconcile(guard, progress).await?;
-        lease.start_following(guard, Some(&summary)).await?;
+        lease
+            .hold_after_completion(guard, Some(&summary_json(&summary)))
+            .await
+            .map_err(lease_write)?;
         let mut tokens = Tokens::new(None);
         tokens.applied(start.clone());
         tokens.save(guard, lease).await?;
@@ -222,11 +274,11 @@ impl Owner {
                 info!("following the change stream from where it stood before the reconciliation");
                 Ok(Begun::Following(reader, start, config))
             }
-            Err(StreamError::ResumePointLost(why)) => anyhow::bail!(
+            Err(StreamError::ResumePointLost(why)) => Err(ReconcileError::Other(format!(
                 "the oplog no longer reaches back to when the reconciliation began ({:.0} s ago): {why}; \
                  the oplog must hold more than a reconciliation's worth of writes",
                 began.elapsed().as_secs_f64()
-            ),
+            ))),
             Err(error) => Err(self.stream_error(error)),
         }
     }
@@ -234,17 +286,20 @@ impl Owner {
     /// The saved resume token, when the last reconciliation (ours, any
     /// replica's) is within `serve.interval`: then the stream may resume
     /// from it without reconciling first.
-    async fn resumable_token(&self) -> anyhow::Result<Option<Document>> {
-        let store = JobStore::new(&self.reconciler.db, &self.lease);
-        let unreachable = |e: mongodb::error::Error| {
-            self.engine_error(ReconcileError::MongoUnreachable(e.to_string()))
+    async fn resumable_token(
+        &self,
+        lease: &LeaseHandle,
+    ) -> Result<Option<Document>, ReconcileError> {
+        let unreachable = |e: LeaseWriteError| match e {
+            LeaseWriteError::Unconfirmed(e) => ReconcileError::MongoUnreachable(e),
+            LeaseWriteError::Lost(lost) => ReconcileError::LeaseLost(lost),
         };
-        let record = store.read().await.map_err(unreachable)?;
-        let now = store.server_now().await.map_err(unreachable)?;
+        let record = lease.read().await.map_err(unreachable)?;
+        let now = lease.server_now().await.map_err(unreachable)?;
         let Some(record) = record else {
             return Ok(None);
         };
-        let Some(token) = record.follow_token else {
+        let Some(token) = saved::token(&record.document) else {
             return Ok(None);
         };
         let fresh = record
@@ -262,12 +317,10 @@ impl Owner {
         why: &NoChangeStreams,
         guard: &Guard,
         progress: &Progress,
-    ) -> anyhow::Result<Begun> {
+    ) -> Result<Begun, ReconcileError> {
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
-        self.unsupported.store(true, Ordering::SeqCst);
-        let summary = self.reconcile(guard, progress).await?;
-        Ok(Begun::Unsupported(summary))
+        Ok(Begun::Unsupported(self.reconcile(guard, progress).await))
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.
@@ -275,17 +328,17 @@ impl Owner {
         &self,
         guard: &Guard,
         progress: &Progress,
-    ) -> anyhow::Result<serde_json::Value> {
+    ) -> Result<RunSummary, ReconcileError> {
         let r = &self.reconciler;
-        self.replica.set_role(Role::Reconciling);
+        self.replica.reconciling(true);
         let result = reconcile::reconcile(&r.db, &r.meili, &r.sync, guard, progress).await;
-        self.replica.set_role(Role::Idle);
-        let summary = result.map_err(|e| self.engine_error(e))?;
+        self.replica.reconciling(false);
+        let summary = result?;
         let outcome = job::record_completed(&summary);
         crate::between_runs::update_backlog(r).await;
         self.replica
             .finished(outcome, self.options.interval.as_secs());
-        Ok(serde_json::to_value(&summary)?)
+        Ok(summary)
     }
 
     async fn follow(
@@ -295,63 +348,25 @@ impl Owner {
         lease: &LeaseHandle,
         (mut reader, config): (Reader, StreamConfig),
         saved: Document,
-    ) -> anyhow::Result<Ended> {
+    ) -> Result<Ended, ReconcileError> {
         let opts = &self.options;
         let meili = self
             .reconciler
             .meili
             .clone()
             .with_task_polling(TASK_POLL_MIN, TASK_POLL_MAX);
-        let mut pending = Pending {
-            batch: MicroBatch::default(),
-            pipeline: Pipeline::new(meili.clone(), guard.clone()),
-            tokens: Tokens::new(Some(saved)),
-            orphans: OrphanChecks::new(opts.orphan_check_every),
-            unrecorded: Vec::new(),
-            expiry: ExpiryClock::default(),
-        };
-        let target = self.follow_target(&meili, guard, progress);
-        self.sweep_expired(guard, progress, &mut pending.expiry)
+        let mut pending = self
+            .start_following(guard, progress, lease, &meili, saved)
             .await?;
-        self.status().set_state(FollowState::Following);
-        progress.phase("follow", 0);
-        // Comparisons a previous owner (or this one, before a restart) owed:
-        // its deletes are behind the token this stream resumed from.
-        let owed = match lease.orphan_checks_owed().await {
-            Ok(names) => Collection::ALL
-                .into_iter()
-                .filter(|c| names.iter().any(|n| n == c.name()))
-                .collect(),
-            Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-            Err(error) => {
-                warn!(%error, "could not read which id-set comparisons are owed: comparing both collections");
-                Collection::ALL.to_vec()
-            }
-        };
-        if !owed.is_empty() {
-            info!(collections = ?owed.iter().map(|c| c.name()).collect::<Vec<_>>(),
-                "an id-set comparison is owed for deletes without a pre-image applied before this stream's resume point: comparing at once");
-            pending.orphans.owed(&owed);
-        }
+        let target = self.follow_target(&meili, guard, progress);
         let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
         let mut next_handover_check = Instant::now() + opts.poll_every;
         loop {
-            // A due micro-batch waits while the pipeline is full: settling
-            // the oldest one (below) makes room.
-            let room = pending.pipeline.has_room();
-            let wake = [
-                pending
-                    .due(opts.max_wait, reader.has_queued())
-                    .filter(|_| room),
-                Some(next_handover_check),
-                Some(next_run),
-                pending.orphans.due(),
-                pending.expiry.due(),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("some deadline is always set");
+            let wake = pending.wake(
+                opts.max_wait,
+                reader.has_queued(),
+                next_handover_check.min(next_run),
+            );
             tokio::select! {
                 biased;
                 _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
@@ -366,55 +381,12 @@ impl Owner {
                     }
                     self.settle_ended(&target, guard, lease, &mut pending).await?;
                 }
-                item = reader.recv() => match item {
-                    Some(StreamItem::Change(change)) => {
-                        self.status().behind();
-                        pending.pipeline.behind();
-                        pending.batch.push(*change);
-                        if pending.batch.len() >= opts.max_docs {
-                            self.flush(&target, guard, lease, &mut pending).await?;
-                        }
+                item = reader.recv() => {
+                    let ended = self.on_stream_item(item, &mut reader, &config, &target, guard, lease, &mut pending);
+                    if let Some(ended) = ended.await? {
+                        return Ok(ended);
                     }
-                    // The server had nothing more when the reader asked, but
-                    // the reader has read on since (changes came while the
-                    // owner was busy): not the end of a backlog. Keep
-                    // gathering, so that a backlog is applied in a few
-                    // large micro-batches rather than one per `getMore` (each
-                    // costs a fixed handful of round trips).
-                    Some(StreamItem::CaughtUp(_)) if reader.has_queued() && !pending.batch.is_empty() => {}
-                    Some(StreamItem::CaughtUp(token)) => {
-                        // The token is safe once what is gathered and what
-                        // is in flight are applied: it goes with the
-                        // gathered changes (due now: `Pending::due`), or,
-                        // with nothing gathered, behind what is in flight.
-                        if let Some(token) = token {
-                            pending.batch.caught_up(token);
-                        }
-                        if pending.batch.is_empty() {
-                            self.flush(&target, guard, lease, &mut pending).await?;
-                        }
-                        if pending.pipeline.is_empty() && pending.batch.is_empty() {
-                            self.status().caught_up();
-                            if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
-                                self.save_token(guard, lease, &mut pending).await?;
-                            }
-                        }
-                    }
-                    Some(StreamItem::Restart(reason)) => return Ok(Ended::Restart(reason)),
-                    Some(StreamItem::Failed(StreamError::ResumePointLost(why))) => return Ok(Ended::Restart(why)),
-                    Some(StreamItem::Failed(StreamError::Mongo(error))) => {
-                        // Everything read before the failure is complete: apply it,
-                        // then reopen from there.
-                        warn!(%error, "the change stream failed; reopening it after the last applied change");
-                        self.drain(&target, guard, lease, &mut pending).await?;
-                        match self.reopen(guard, &pending.tokens, &config).await? {
-                            Some(reopened) => reader = reopened,
-                            None => return Ok(Ended::Restart("the change stream cannot resume where it failed".into())),
-                        }
-                    }
-                    Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
-                    None => anyhow::bail!("the change stream's reader stopped"),
-                },
+                }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
             let now = Instant::now();
@@ -430,51 +402,226 @@ impl Owner {
             }
             if now >= next_handover_check {
                 next_handover_check = now + opts.poll_every;
-                match lease.handover_requested_by().await {
-                    Ok(Some(to)) => {
-                        self.status().set_state(FollowState::HandingOver);
-                        info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
-                        self.drain(&target, guard, lease, &mut pending).await?;
-                        return Ok(Ended::HandOver(to));
-                    }
-                    Ok(None) => {}
-                    Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                    Err(error) => warn!(%error, "could not look for a handover request"),
+                if let Some(to) = self
+                    .handover_asked(&target, guard, lease, &mut pending)
+                    .await?
+                {
+                    return Ok(Ended::HandOver(to));
                 }
             }
-            if pending.orphans.due().is_some_and(|due| now >= due) {
-                self.drain(&target, guard, lease, &mut pending).await?;
-                self.repair_orphans(guard, progress, lease, &mut pending)
-                    .await?;
-            }
-            if pending.expiry.due().is_some_and(|due| now >= due) {
-                self.drain(&target, guard, lease, &mut pending).await?;
-                self.sweep_expired(guard, progress, &mut pending.expiry)
-                    .await?;
-            }
+            self.sweeps_due(now, &target, guard, progress, lease, &mut pending)
+                .await?;
             if now >= next_run {
-                self.drain(&target, guard, lease, &mut pending).await?;
-                self.status().set_state(FollowState::Reconciling);
-                info!("periodic reconciliation: changes wait on the server meanwhile");
-                let summary = self.reconcile(guard, progress).await?;
-                match lease.record_run(guard, &summary).await {
-                    Ok(()) => {}
-                    Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                    Err(error) => {
-                        warn!(%error, "could not record the periodic reconciliation in the lease")
-                    }
-                }
-                pending
-                    .expiry
-                    .plan(&self.reconciler.db)
-                    .await
-                    .map_err(|e| self.engine_error(e))?;
-                self.status().next_expiry(pending.expiry.next());
-                self.status().set_state(FollowState::Following);
-                progress.phase("follow", 0);
+                self.periodic_run(&target, guard, progress, lease, &mut pending)
+                    .await?;
                 next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
             }
         }
+    }
+
+    /// What following starts from: nothing gathered or in flight, `saved`
+    /// as the saved resume token, expired documents swept, and the
+    /// comparisons a previous owner owed due at once.
+    async fn start_following(
+        &self,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        meili: &Meili,
+        saved: Document,
+    ) -> Result<Pending, ReconcileError> {
+        let mut pending = Pending {
+            batch: MicroBatch::default(),
+            pipeline: Pipeline::new(meili.clone(), guard.clone()),
+            tokens: Tokens::new(Some(saved)),
+            orphans: OrphanChecks::new(self.options.orphan_check_every),
+            unrecorded: Vec::new(),
+            expiry: ExpiryClock::default(),
+        };
+        self.sweep_expired(guard, progress, &mut pending.expiry)
+            .await?;
+        self.status().set_state(FollowState::Following);
+        progress.phase("follow", 0);
+        self.owed_from_before(lease, &mut pending).await?;
+        Ok(pending)
+    }
+
+    /// The id-set comparison and the expiry sweep, each when due (`now`),
+    /// after the pipeline is drained.
+    async fn sweeps_due(
+        &self,
+        now: Instant,
+        target: &Target<'_>,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<(), ReconcileError> {
+        if pending.orphans.due().is_some_and(|due| now >= due) {
+            self.drain(target, guard, lease, pending).await?;
+            self.repair_orphans(guard, progress, lease, pending).await?;
+        }
+        if pending.expiry.due().is_some_and(|due| now >= due) {
+            self.drain(target, guard, lease, pending).await?;
+            self.sweep_expired(guard, progress, &mut pending.expiry)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Comparisons a previous owner (or this one, before a restart) owed:
+    /// its deletes are behind the token this stream resumed from, so they
+    /// are due at once.
+    async fn owed_from_before(
+        &self,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<(), ReconcileError> {
+        let owed = match saved::orphan_checks_owed(lease).await {
+            Ok(names) => Collection::ALL
+                .into_iter()
+                .filter(|c| names.iter().any(|n| n == c.name()))
+                .collect(),
+            Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+            Err(error) => {
+                warn!(%error, "could not read which id-set comparisons are owed: comparing both collections");
+                Collection::ALL.to_vec()
+            }
+        };
+        if !owed.is_empty() {
+            info!(collections = ?owed.iter().map(|c| c.name()).collect::<Vec<_>>(),
+                "an id-set comparison is owed for deletes without a pre-image applied before this stream's resume point: comparing at once");
+            pending.orphans.owed(&owed);
+        }
+        Ok(())
+    }
+
+    /// What the stream's reader gave (`None`: it stopped): gathered,
+    /// flushed, or the stream reopened; `Some` when following must end.
+    #[allow(clippy::too_many_arguments)]
+    async fn on_stream_item(
+        &self,
+        item: Option<StreamItem>,
+        reader: &mut Reader,
+        config: &StreamConfig,
+        target: &Target<'_>,
+        guard: &Guard,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<Option<Ended>, ReconcileError> {
+        match item {
+            Some(StreamItem::Change(change)) => {
+                self.status().behind();
+                pending.pipeline.behind();
+                pending.batch.push(*change);
+                if pending.batch.len() >= self.options.max_docs {
+                    self.flush(target, guard, lease, pending).await?;
+                }
+            }
+            // The server had nothing more when the reader asked, but
+            // the reader has read on since (changes came while the
+            // owner was busy): not the end of a backlog. Keep
+            // gathering, so that a backlog is applied in a few
+            // large micro-batches rather than one per `getMore` (each
+            // costs a fixed handful of round trips).
+            Some(StreamItem::CaughtUp(_)) if reader.has_queued() && !pending.batch.is_empty() => {}
+            Some(StreamItem::CaughtUp(token)) => {
+                // The token is safe once what is gathered and what
+                // is in flight are applied: it goes with the
+                // gathered changes (due now: `Pending::due`), or,
+                // with nothing gathered, behind what is in flight.
+                if let Some(token) = token {
+                    pending.batch.caught_up(token);
+                }
+                if pending.batch.is_empty() {
+                    self.flush(target, guard, lease, pending).await?;
+                }
+                if pending.pipeline.is_empty() && pending.batch.is_empty() {
+                    self.status().caught_up();
+                    if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
+                        self.save_token(guard, lease, pending).await?;
+                    }
+                }
+            }
+            Some(StreamItem::Restart(reason)) => return Ok(Some(Ended::Restart(reason))),
+            Some(StreamItem::Failed(StreamError::ResumePointLost(why))) => {
+                return Ok(Some(Ended::Restart(why)))
+            }
+            Some(StreamItem::Failed(StreamError::Mongo(error))) => {
+                // Everything read before the failure is complete: apply it,
+                // then reopen from there.
+                warn!(%error, "the change stream failed; reopening it after the last applied change");
+                self.drain(target, guard, lease, pending).await?;
+                match self.reopen(guard, &pending.tokens, config).await? {
+                    Some(reopened) => *reader = reopened,
+                    None => {
+                        return Ok(Some(Ended::Restart(
+                            "the change stream cannot resume where it failed".into(),
+                        )))
+                    }
+                }
+            }
+            Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
+            None => {
+                return Err(ReconcileError::Other(
+                    "the change stream's reader stopped".into(),
+                ))
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether another replica asked for the lease (`Some`: who); if one
+    /// did, the pipeline is drained first, so the handover is at a safe point.
+    async fn handover_asked(
+        &self,
+        target: &Target<'_>,
+        guard: &Guard,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<Option<String>, ReconcileError> {
+        match lease.handover_requested_by().await {
+            Ok(Some(to)) => {
+                self.status().set_state(FollowState::HandingOver);
+                info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
+                self.drain(target, guard, lease, pending).await?;
+                Ok(Some(to))
+            }
+            Ok(None) => Ok(None),
+            Err(LeaseWriteError::Lost(lost)) => Err(lost.into()),
+            Err(error) => {
+                warn!(%error, "could not look for a handover request");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The periodic reconciliation: the pipeline drained, changes wait on
+    /// the server meanwhile; recorded in the lease as a completion.
+    async fn periodic_run(
+        &self,
+        target: &Target<'_>,
+        guard: &Guard,
+        progress: &Progress,
+        lease: &LeaseHandle,
+        pending: &mut Pending,
+    ) -> Result<(), ReconcileError> {
+        self.drain(target, guard, lease, pending).await?;
+        self.status().set_state(FollowState::Reconciling);
+        info!("periodic reconciliation: changes wait on the server meanwhile");
+        let summary = summary_json(&self.reconcile(guard, progress).await?);
+        match lease.record_completion(guard, &summary).await {
+            Ok(()) => {}
+            Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
+            Err(error) => {
+                warn!(%error, "could not record the periodic reconciliation in the lease")
+            }
+        }
+        pending.expiry.plan(&self.reconciler.db).await?;
+        self.status().next_expiry(pending.expiry.next());
+        self.status().set_state(FollowState::Following);
+        progress.phase("follow", 0);
+        Ok(())
     }
 
     /// Reopens the stream after the last applied change, retrying a
@@ -485,11 +632,10 @@ impl Owner {
         guard: &Guard,
         tokens: &Tokens,
         config: &StreamConfig,
-    ) -> anyhow::Result<Option<Reader>> {
-        let token = tokens
-            .safe
-            .clone()
-            .context("following always has a point to resume from")?;
+    ) -> Result<Option<Reader>, ReconcileError> {
+        let token = tokens.safe.clone().ok_or_else(|| {
+            ReconcileError::Other("following always has a point to resume from".into())
+        })?;
         let mut delays = [500, 1_000, 2_000, 4_000, 8_000]
             .map(Duration::from_millis)
             .into_iter();
@@ -521,19 +667,14 @@ impl Owner {
         guard: &Guard,
         progress: &Progress,
         clock: &mut ExpiryClock,
-    ) -> anyhow::Result<()> {
-        let removed = expiry::sweep(&self.target(guard, progress))
-            .await
-            .map_err(|e| self.engine_error(e))?;
+    ) -> Result<(), ReconcileError> {
+        let removed = expiry::sweep(&self.target(guard, progress)).await?;
         if removed > 0 {
             let mut by_op = std::collections::BTreeMap::new();
             by_op.insert("expired", removed);
             self.status().applied(&by_op, None);
         }
-        clock
-            .plan(&self.reconciler.db)
-            .await
-            .map_err(|e| self.engine_error(e))?;
+        clock.plan(&self.reconciler.db).await?;
         self.status().next_expiry(clock.next());
         Ok(())
     }
@@ -567,7 +708,7 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         if pending.batch.is_empty() {
             let drained = pending.batch.drain();
             if let Some(token) = drained.token {
@@ -585,9 +726,7 @@ impl Owner {
         let drained_at = Instant::now();
         let docs = drained.changes.len();
         let soonest_expiry = expiry::soonest(&drained.changes);
-        let mut prepared = apply::prepare(target, drained.changes)
-            .await
-            .map_err(|e| self.engine_error(e))?;
+        let mut prepared = apply::prepare(target, drained.changes).await?;
         let now = prepared.now;
         self.status().server_time(now);
         pending.expiry.consider(soonest_expiry, now);
@@ -597,10 +736,7 @@ impl Owner {
             .unrecorded
             .extend(prepared.unresolved.iter().map(|c| (*c, now)));
         let writing = Instant::now();
-        let enqueued = prepared
-            .enqueue(target)
-            .await
-            .map_err(|e| self.engine_error(e))?;
+        let enqueued = prepared.enqueue(target).await?;
         let depth = pending.pipeline.len() + 1;
         debug!(
             docs,
@@ -637,12 +773,11 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         let Some(settled) = pending
             .pipeline
             .settle_ended(target, self.status(), self.options.max_docs)
-            .await
-            .map_err(|e| self.engine_error(e))?
+            .await?
         else {
             return Ok(());
         };
@@ -669,7 +804,7 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         let started = Instant::now();
         pending.save_token(guard, lease).await?;
         self.status()
@@ -687,7 +822,7 @@ impl Owner {
         guard: &Guard,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         self.flush(target, guard, lease, pending).await?;
         while !pending.pipeline.is_empty() {
             self.settle_ended(target, guard, lease, pending).await?;
@@ -704,32 +839,23 @@ impl Owner {
         progress: &Progress,
         lease: &LeaseHandle,
         pending: &mut Pending,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ReconcileError> {
         let target = self.target(guard, progress);
         for collection in pending.orphans.take() {
             let ctx = target.ctx(collection);
             let started = match lease.server_now().await {
                 Ok(now) => now,
                 Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                Err(error) => {
-                    return Err(
-                        self.engine_error(ReconcileError::MongoUnreachable(error.to_string()))
-                    )
-                }
+                Err(error) => return Err(ReconcileError::MongoUnreachable(error.to_string())),
             };
-            let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx)
-                .await
-                .map_err(|e| self.engine_error(e))?;
+            let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx).await?;
             info!(index = %ctx.uid, deleted, flags_cleared,
                 "deletes without a pre-image: compared the index's ids with the collection's");
             crate::metrics::documents(&ctx.uid, 0, deleted, 0);
             // Recorded debts first: a clear must not overtake the record of
             // a delete applied after this comparison began.
             pending.record_owed(guard, lease).await?;
-            match lease
-                .orphan_check_done(guard, collection.name(), started)
-                .await
-            {
+            match saved::orphan_check_done(lease, guard, collection.name(), started).await {
                 Ok(()) => {}
                 Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
                 Err(error) => warn!(%error, collection = collection.name(),
@@ -742,6 +868,21 @@ impl Owner {
 }
 
 impl Pending {
+    /// When the follow loop must look again, at `then` at the latest: a
+    /// micro-batch, a comparison or a sweep due. A due micro-batch waits
+    /// while the pipeline is full: settling the oldest one makes room.
+    fn wake(&self, max_wait: Duration, reader_busy: bool, then: Instant) -> Instant {
+        let room = self.pipeline.has_room();
+        [
+            self.due(max_wait, reader_busy).filter(|_| room),
+            self.orphans.due(),
+            self.expiry.due(),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(then, Instant::min)
+    }
+
     /// When the gathered changes are to be enqueued (`None`: nothing
     /// gathered); `reader_busy`: the reader has more changes queued.
     ///
@@ -775,10 +916,7 @@ impl Pending {
     /// could not be (not confirmed); they are tried again with the next save.
     async fn record_owed(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<bool, LeaseLost> {
         while let Some(&(collection, since)) = self.unrecorded.first() {
-            match lease
-                .owe_orphan_check(guard, collection.name(), since)
-                .await
-            {
+            match saved::owe_orphan_check(lease, guard, collection.name(), since).await {
                 Ok(()) => {
                     self.unrecorded.remove(0);
                 }
@@ -854,7 +992,7 @@ impl Tokens {
         if self.saved.as_ref() == Some(safe) {
             return Ok(());
         }
-        match lease.save_follow_token(guard, safe).await {
+        match saved::save_token(lease, guard, safe).await {
             Ok(()) => self.saved = Some(safe.clone()),
             Err(LeaseWriteError::Lost(lost)) => return Err(lost),
             Err(error) => {

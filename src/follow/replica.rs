@@ -7,19 +7,16 @@
 //! not be asked: the owner finds out, [`super::mode`]); when it turns out
 //! not to, `run` falls back to interval-only reconciliation.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::owner::Owner;
-use super::{FollowOptions, FollowState};
-use crate::job::{self, Reconciler, RunOutcome};
-use crate::lease::{self, Guard, LeaseOptions};
+use super::owner::{Owner, OwnerFailed, ReconciledWithoutStream};
+use super::{FollowOptions, FollowState, ReplicaReport};
+use crate::job::{Reconciler, RunOutcome};
+use crate::lease::{self, LeaseError, LeaseOptions};
 use crate::metrics;
-use crate::progress::Progress;
-use crate::serve::state::{ReplicaState, Role};
 use crate::shutdown::Shutdown;
 
 /// How following ended for this replica.
@@ -37,49 +34,47 @@ pub async fn run(
     reconciler: &Reconciler,
     options: &FollowOptions,
     lease: &LeaseOptions,
-    state: &ReplicaState,
+    state: &Arc<dyn ReplicaReport>,
     shutdown: &Shutdown,
 ) -> FollowEnd {
     let mut lease = lease.clone();
     lease.own_run_only = true;
     lease.request_handover = false;
     lease.wait_timeout = None;
-    let unsupported = Arc::new(AtomicBool::new(false));
     while !shutdown.is_requested() {
-        state.follow.set_state(FollowState::Waiting);
-        state.set_role(Role::Idle);
-        let owner = Owner {
+        state.follow().set_state(FollowState::Waiting);
+        state.reconciling(false);
+        let mut owner = Owner {
             reconciler: reconciler.clone(),
             options: options.clone(),
-            lease: lease.clone(),
             replica: state.clone(),
-            unsupported: unsupported.clone(),
-            last_error: Arc::default(),
         };
-        let last_error = owner.last_error.clone();
-        let mut job = move |guard: Guard, progress: Progress| owner.clone().run(guard, progress);
         let result = lease::run_single_flight(
             &reconciler.db,
             &lease,
-            &mut job,
-            state.progress.clone(),
+            &mut owner,
+            state.progress().clone(),
             shutdown.token(),
         )
         .await;
         let outcome = match result {
-            // Only when following turned out impossible: the reconciliation
-            // it ran instead is recorded already.
-            Ok(lease::Outcome::Ran { .. }) => None,
-            Ok(done) => Some(job::done_outcome(done)),
-            Err(error) => Some(job::failure_outcome(
-                error,
-                last_error.lock().expect("poisoned").take(),
-            )),
+            // Following turned out impossible: the reconciliation it ran
+            // instead is recorded already.
+            Ok(lease::Outcome::Ran { .. }) => return FollowEnd::Unsupported,
+            Err(LeaseError::JobFailed {
+                error:
+                    OwnerFailed {
+                        no_change_streams: true,
+                        ..
+                    },
+                ..
+            }) => return FollowEnd::Unsupported,
+            result => RunOutcome::of_lease(
+                result
+                    .map(|outcome| outcome.map_summary(|ReconciledWithoutStream(summary)| summary))
+                    .map_err(|failed| failed.map_job_error(|failed| failed.error)),
+            ),
         };
-        if unsupported.load(Ordering::SeqCst) {
-            return FollowEnd::Unsupported;
-        }
-        let Some(outcome) = outcome else { continue };
         metrics::run_finished(outcome.metric_label(), outcome.is_success());
         if shutdown.is_requested() {
             break;
@@ -103,7 +98,7 @@ pub async fn run(
             RunOutcome::Completed { .. } | RunOutcome::DoneByOther { .. } => Duration::ZERO,
         };
         state.finished(outcome, wait.as_secs());
-        state.follow.set_state(FollowState::Waiting);
+        state.follow().set_state(FollowState::Waiting);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.requested() => break,

@@ -42,6 +42,7 @@
 //! Sleeps are jittered within `[½, 1] × poll_every`, so a released lease is
 //! claimed within one period.
 
+use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::DateTime;
@@ -52,6 +53,11 @@ use tracing::{debug, info, warn};
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
+
+/// What the follower ends with: no job of ours ran, so no job output or
+/// error can be in it.
+type Done = Outcome<Infallible>;
+type Failure = LeaseError<Infallible>;
 use super::retry;
 use super::store::{ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
@@ -61,12 +67,12 @@ const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
 /// What the follower decided, given the document and the server time.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Verdict {
-    Done(Outcome),
+    Done(Done),
     Wait,
     Claim,
     /// The document shows our own running lease (a claim whose reply we lost).
     Adopt,
-    /// An owner following change streams holds it: ask it to hand it over
+    /// An owner that keeps it after completing holds it: ask it to hand it over
     /// (`request_handover`), then wait.
     RequestHandover,
 }
@@ -89,8 +95,8 @@ pub(crate) fn judge(
         return Verdict::Adopt;
     }
     if live {
-        // An owner following change streams has reconciled and keeps the
-        // index in step: its recorded run counts like a completion.
+        // An owner that keeps the lease after completing has run, and its
+        // job goes on: its recorded run counts like a completion.
         if record.following {
             if let Some(done) = completion_satisfies(record, now, wait_started, opts) {
                 return done;
@@ -187,7 +193,7 @@ pub(crate) struct Claimed {
 
 /// Where waiting ended.
 pub(crate) enum Turn {
-    Finished(Outcome),
+    Finished(Done),
     Claimed(Box<Claimed>),
 }
 
@@ -212,7 +218,7 @@ pub(crate) async fn wait_for_turn(
     store: &JobStore,
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
-) -> Result<Turn, LeaseError> {
+) -> Result<Turn, Failure> {
     let mut claims = AmbiguousClaims::default();
     let result = poll_until_turn(store, opts, shutdown, &mut claims).await;
     if result.is_err() && claims.any {
@@ -226,7 +232,7 @@ async fn poll_until_turn(
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
     claims: &mut AmbiguousClaims,
-) -> Result<Turn, LeaseError> {
+) -> Result<Turn, Failure> {
     let began = Instant::now();
     let give_up_at = opts.wait_timeout.map(|wait| began + wait);
     let mut wait_started = None;
@@ -415,7 +421,7 @@ fn unreachable(
     since: &mut Option<Instant>,
     what: &str,
     error: &mongodb::error::Error,
-) -> Result<(), LeaseError> {
+) -> Result<(), Failure> {
     let since = *since.get_or_insert_with(Instant::now);
     if since.elapsed() >= opts.unreachable_timeout {
         return Err(LeaseError::MongoUnavailable(error.to_string()));
@@ -439,11 +445,7 @@ const REFUSALS: &[i32] = &[
 /// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
 /// the operation was not applied, and asking again at a poll's rate would
 /// only get the same answer, so waiting ends with it.
-fn refused(
-    opts: &LeaseOptions,
-    what: &str,
-    error: &mongodb::error::Error,
-) -> Result<(), LeaseError> {
+fn refused(opts: &LeaseOptions, what: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
     use mongodb::error::{ErrorKind, WriteFailure};
     let code = match &*error.kind {
         ErrorKind::Command(command) => Some(command.code),
@@ -526,7 +528,7 @@ impl OwnerWatch {
     }
 }
 
-fn log_done(opts: &LeaseOptions, outcome: &Outcome) {
+fn log_done(opts: &LeaseOptions, outcome: &Done) {
     match outcome {
         Outcome::CompletedByOther { owner, epoch, .. } => {
             info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),

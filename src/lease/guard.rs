@@ -8,9 +8,10 @@
 //!
 //! An owner's guard also carries its [`LeaseHandle`] (`guard.lease()`): what
 //! the job may write to its own lease document besides the runner's
-//! claim/renew/complete/fail/release — the follow-mode writes (docs/design.md
-//! §5.12) — each made under the same fence and local deadline as the job's
-//! other side effects. The guard and the handle live in one module because
+//! claim/renew/complete/fail/release — keep the lease after completing,
+//! record another completion (docs/design.md §5.12), and its own fields,
+//! whose names and meaning only the job knows — each made under the same
+//! fence and local deadline as the job's other side effects. The guard and the handle live in one module because
 //! each refers to the other (the guard holds the handle; every handle write
 //! checks, and on a lost lease cancels, the guard).
 
@@ -20,7 +21,7 @@ use std::time::Instant;
 use mongodb::bson::Document;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::store::{Fence, JobStore};
+use super::store::{Fence, JobRecord, JobStore};
 
 /// Why the job must stop writing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -175,83 +176,66 @@ impl LeaseHandle {
         &self.fence
     }
 
-    /// The run's reconciliation is done (`summary`; `None` when a fresh one
-    /// was relied on) and this owner now follows change streams, keeping
-    /// the lease.
-    pub async fn start_following(
+    /// The run's work is done (`summary`; `None` when a fresh completion by
+    /// someone else was relied on) and this owner keeps the lease (the
+    /// document's `following`), until it hands it over, is stopped, or fails.
+    pub async fn hold_after_completion(
         &self,
         guard: &Guard,
         summary: Option<&serde_json::Value>,
     ) -> Result<(), LeaseWriteError> {
         self.fenced(guard, |now| {
-            self.store.start_following(&self.fence, now, summary)
+            self.store.hold_after_completion(&self.fence, now, summary)
         })
         .await
     }
 
-    /// A periodic reconciliation while following finished.
-    pub async fn record_run(
+    /// Another completion while this owner keeps the lease.
+    pub async fn record_completion(
         &self,
         guard: &Guard,
         summary: &serde_json::Value,
     ) -> Result<(), LeaseWriteError> {
         self.fenced(guard, |now| {
-            self.store.record_run(&self.fence, now, summary)
+            self.store.record_completion(&self.fence, now, summary)
         })
         .await
     }
 
-    /// Where the next owner resumes the change stream.
-    pub async fn save_follow_token(
+    /// Writes the job's own fields of the document (`update`, given the
+    /// server time the write is made at: update operators over fields that
+    /// are not the lease's, see [`LEASE_FIELDS`](super::store::LEASE_FIELDS)),
+    /// under the fence. The job alone knows what those fields mean; the
+    /// lease keeps them across owners and never resets them.
+    pub async fn write_job_fields(
         &self,
         guard: &Guard,
-        token: &Document,
+        update: impl FnOnce(mongodb::bson::DateTime) -> Document,
     ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
-            self.store.save_follow_token(&self.fence, now, token)
-        })
-        .await
+        self.write_job_fields_where(guard, Document::new(), update)
+            .await
     }
 
-    /// Records that an id-set comparison of `collection` is owed for deletes
-    /// without a pre-image applied at MongoDB time `since` — before the
-    /// resume token is saved past them, so that a replica taking over or
-    /// resuming honours it.
-    pub async fn owe_orphan_check(
+    /// As [`LeaseHandle::write_job_fields`], applied only where the document
+    /// also matches `condition` (over the job's fields); a condition that does
+    /// not match, with the lease still ours, is `Ok` and writes nothing.
+    pub async fn write_job_fields_where(
         &self,
         guard: &Guard,
-        collection: &str,
-        since: mongodb::bson::DateTime,
-    ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
-            self.store
-                .owe_orphan_check(&self.fence, now, collection, since)
-        })
-        .await
-    }
-
-    /// A comparison of `collection` that started at MongoDB time `started`
-    /// completed: clears what was owed up to then.
-    pub async fn orphan_check_done(
-        &self,
-        guard: &Guard,
-        collection: &str,
-        started: mongodb::bson::DateTime,
+        condition: Document,
+        update: impl FnOnce(mongodb::bson::DateTime) -> Document,
     ) -> Result<(), LeaseWriteError> {
         self.fenced(guard, |now| {
             self.store
-                .orphan_check_done(&self.fence, now, collection, started)
+                .update_job_fields(&self.fence, now, condition, update(now))
         })
         .await
     }
 
-    /// The id-set comparisons owed (collection names), as the lease
-    /// document records them (read at the start of following).
-    pub async fn orphan_checks_owed(&self) -> Result<Vec<String>, LeaseWriteError> {
-        let record = self.store.read().await.map_err(unconfirmed)?;
-        Ok(record
-            .map(|r| r.orphan_checks_owed.into_iter().map(|(c, _)| c).collect())
-            .unwrap_or_default())
+    /// The document as it is now (one read with the lease's read concern):
+    /// the job reads its own fields in `document`.
+    pub async fn read(&self) -> Result<Option<JobRecord>, LeaseWriteError> {
+        self.store.read().await.map_err(unconfirmed)
     }
 
     /// MongoDB's clock (the lease's time source).
@@ -259,13 +243,7 @@ impl LeaseHandle {
         self.store.server_now().await.map_err(unconfirmed)
     }
 
-    /// The saved resume token, if any (read at the start of following).
-    pub async fn follow_token(&self) -> Result<Option<Document>, LeaseWriteError> {
-        let record = self.store.read().await.map_err(unconfirmed)?;
-        Ok(record.and_then(|r| r.follow_token))
-    }
-
-    /// Who asked for the lease while we follow, if anyone did since we
+    /// Who asked for the lease while we keep it, if anyone did since we
     /// claimed it (one read of the document).
     pub async fn handover_requested_by(&self) -> Result<Option<String>, LeaseWriteError> {
         let record = self.store.read().await.map_err(unconfirmed)?;

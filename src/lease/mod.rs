@@ -16,7 +16,10 @@
 //! - `renewer`: the renewal timer and self-fencing;
 //! - `runner`: the owner's life cycle and how a run is recorded;
 //! - `guard`: what the job checks before each side effect, and the owner
-//!   job's own writes to the document (follow mode) made under it;
+//!   job's own writes to the document made under it (keep the lease after
+//!   completing; fields whose names and meaning are the job's alone);
+//! - `job`, `outcome`: the job's interface and how a run ends, in the job's
+//!   own types (exit codes are numbered above the lease, in `crate::job`);
 //! - `status`: the operator's view.
 
 pub mod clock;
@@ -32,11 +35,11 @@ pub mod status;
 pub mod store;
 
 pub use guard::{Guard, LeaseHandle, LeaseLost, LeaseWriteError};
-pub use job::LeasedJob;
+pub use job::{JobEnd, LeasedJob};
 pub use options::{
     check_timings, default_owner_id, labelled_owner_id, LeaseOptions, LeaseWriteConcern,
     TimingError,
 };
-pub use outcome::{HandOver, LeaseError, Outcome};
+pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
-pub use status::{read_status, LeaseState, LeaseStatus};
+pub use status::{read_status, read_status_with, JobFields, LeaseState, LeaseStatus};

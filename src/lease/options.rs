@@ -38,8 +38,8 @@ pub struct LeaseOptions {
     /// of a run claimed after we started waiting, is waited out and then the
     /// lease claimed (`reindex`: an ordinary reconciliation is not a reindex).
     pub own_run_only: bool,
-    /// When an owner following change streams holds the lease, ask it to
-    /// hand the lease over (`once`, `reindex`: they need it to run).
+    /// When an owner keeps the lease after completing its run (`following`),
+    /// ask it to hand the lease over (`once`, `reindex`: they need it to run).
     pub request_handover: bool,
     /// `retryAt` after the first failure; doubled per further consecutive
     /// failure.

@@ -1,20 +1,22 @@
-//! What [`run_single_flight`](super::run_single_flight) ends with, and the
-//! exit codes of docs/design.md §1 they map to.
+//! What [`run_single_flight`](super::run_single_flight) ends with: the
+//! job's own output ([`Outcome::Ran`]) or error ([`LeaseError::JobFailed`]),
+//! in the job's types, or what the lease itself ran into. Exit codes are not
+//! the lease's business: `crate::job` maps these to them, in one place.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use mongodb::bson::DateTime;
 
 use super::guard::LeaseLost;
 
-/// The job's work is done, by us or by another replica.
+/// The job's work is done, by us or by another replica. `T` is the job's
+/// output ([`LeasedJob::Output`](super::LeasedJob::Output)).
 #[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
-    /// We claimed the lease, ran the job and recorded its completion.
-    Ran {
-        epoch: i64,
-        summary: serde_json::Value,
-    },
+pub enum Outcome<T = serde_json::Value> {
+    /// We claimed the lease, ran the job and recorded its completion
+    /// (`summary`, serialized, is stored in the document).
+    Ran { epoch: i64, summary: T },
     /// Another replica completed the job while we waited (or, when forced,
     /// completed a run it claimed after we started waiting).
     CompletedByOther {
@@ -22,7 +24,8 @@ pub enum Outcome {
         epoch: Option<i64>,
         summary: Option<serde_json::Value>,
     },
-    /// We held the lease (following change streams) and handed it over to
+    /// We kept the lease after completing (`following`), the job ended in
+    /// [`JobEnd::HandOver`](super::JobEnd::HandOver), and we handed it over to
     /// `to`, which asked for it; the work goes on there.
     HandedOver { to: String },
     /// A completion younger than `reuse_completion_for` already existed when
@@ -35,35 +38,71 @@ pub enum Outcome {
     },
 }
 
-impl Outcome {
-    /// Always 0: done, by us or by the owner we waited for.
-    pub fn exit_code(&self) -> i32 {
-        0
+impl<T> Outcome<T> {
+    /// The same outcome, with the job's output (if any) mapped by `f`.
+    pub fn map_summary<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Ran { epoch, summary } => Outcome::Ran {
+                epoch,
+                summary: f(summary),
+            },
+            Outcome::CompletedByOther {
+                owner,
+                epoch,
+                summary,
+            } => Outcome::CompletedByOther {
+                owner,
+                epoch,
+                summary,
+            },
+            Outcome::HandedOver { to } => Outcome::HandedOver { to },
+            Outcome::ReusedCompletion {
+                owner,
+                epoch,
+                age,
+                summary,
+            } => Outcome::ReusedCompletion {
+                owner,
+                epoch,
+                age,
+                summary,
+            },
+        }
     }
 }
 
-/// Why the job's work is not (known to be) done.
+impl Outcome<Infallible> {
+    /// An outcome that cannot be `Ran` (the follower's), as any job's.
+    pub(crate) fn widen<T>(self) -> Outcome<T> {
+        self.map_summary(|never| match never {})
+    }
+}
+
+/// Why the job's work is not (known to be) done. `E` is the job's error
+/// ([`LeasedJob::Error`](super::LeasedJob::Error)); only
+/// [`LeaseError::JobFailed`] carries one.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum LeaseError {
-    /// We ran the job, it failed, and the failure is recorded in the lease
-    /// document (`error`, `attempt`, `retryAt`). Exit 1.
+pub enum LeaseError<E = anyhow::Error> {
+    /// We ran the job, it failed with `error`, and the failure is recorded in
+    /// the lease document (`error` as its alternate text `{:#}`, `attempt`,
+    /// `retryAt`).
     #[error(
-        "the job failed (attempt {attempt}; no retry before {}): {error}",
+        "the job failed (attempt {attempt}; no retry before {}): {error:#}",
         rfc3339(retry_at)
     )]
     JobFailed {
         epoch: i64,
-        error: String,
+        error: E,
         attempt: u32,
         retry_at: DateTime,
     },
     /// We held the lease and lost it: taken over (a fenced write matched
     /// nothing) or self-fenced (renewals failed for `ttl - safety_margin`).
-    /// The job was stopped and nothing more was written. Exit 3.
+    /// The job was stopped and nothing more was written.
     #[error("lost the lease at epoch {epoch}: {reason}")]
     LeaseLost { epoch: i64, reason: LeaseLost },
     /// `wait_timeout` passed while another replica held the lease (or a
-    /// failed run's `retryAt` had not come). Exit 3.
+    /// failed run's `retryAt` had not come).
     #[error(
         "gave up after waiting {} for the job{}",
         waited_for(waited),
@@ -76,17 +115,16 @@ pub enum LeaseError {
     /// Shutdown was requested. If we were the owner the job was stopped and
     /// the lease released (`released`) so a follower can claim at once — or,
     /// if the job did not stop in time or the release went unconfirmed, left
-    /// to expire. Exit 3.
+    /// to expire.
     #[error("shut down before the job finished (lease released: {released})")]
     ShutDown { released: bool },
     /// MongoDB could not be reached for longer than we may wait, or a
     /// fenced write could not be confirmed before our lease's local deadline.
-    /// Exit 4.
     #[error("MongoDB is unreachable: {0}")]
     MongoUnavailable(String),
     /// MongoDB refused to let us read, claim or ask for the lease (a
     /// validator on the collection, a missing privilege, a bad value): no
-    /// retry would change that. Exit 1.
+    /// retry would change that.
     #[error("MongoDB refused to {what}: {detail}")]
     Refused { what: String, detail: String },
 }
@@ -110,24 +148,35 @@ fn held_by(owner: &Option<String>) -> String {
     }
 }
 
-impl LeaseError {
-    /// The process exit code of docs/design.md §1 (`once`, `reindex`).
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            LeaseError::JobFailed { .. } | LeaseError::Refused { .. } => 1,
-            LeaseError::LeaseLost { .. }
-            | LeaseError::WaitTimedOut { .. }
-            | LeaseError::ShutDown { .. } => 3,
-            LeaseError::MongoUnavailable(_) => 4,
-        }
+impl LeaseError<Infallible> {
+    /// A failure of the lease itself (no job ran), as any job's.
+    pub(crate) fn widen<E>(self) -> LeaseError<E> {
+        self.map_job_error(|never| match never {})
     }
 }
 
-/// Returned (as the job's error) by a job that stops because another replica
-/// asked for the lease: the runner releases it for `to` instead of
-/// recording a failure.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("handing the lease over to {to}, which asked for it")]
-pub struct HandOver {
-    pub to: String,
+impl<E> LeaseError<E> {
+    /// The same failure, with the job's error (if any) mapped by `f`.
+    pub fn map_job_error<F>(self, f: impl FnOnce(E) -> F) -> LeaseError<F> {
+        match self {
+            LeaseError::JobFailed {
+                epoch,
+                error,
+                attempt,
+                retry_at,
+            } => LeaseError::JobFailed {
+                epoch,
+                error: f(error),
+                attempt,
+                retry_at,
+            },
+            LeaseError::LeaseLost { epoch, reason } => LeaseError::LeaseLost { epoch, reason },
+            LeaseError::WaitTimedOut { waited, owner } => {
+                LeaseError::WaitTimedOut { waited, owner }
+            }
+            LeaseError::ShutDown { released } => LeaseError::ShutDown { released },
+            LeaseError::MongoUnavailable(error) => LeaseError::MongoUnavailable(error),
+            LeaseError::Refused { what, detail } => LeaseError::Refused { what, detail },
+        }
+    }
 }

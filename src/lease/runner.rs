@@ -1,19 +1,21 @@
 //! [`run_single_flight`]: wait for our turn, then run the job as the owner
 //! under renewals, and record how it ended with a fenced write.
 
+use std::fmt::Display;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::DateTime;
 use mongodb::Database;
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::clock;
 use super::follower::{self, Claimed, Turn};
 use super::guard::{Guard, LeaseHandle, LeaseLost};
-use super::job::LeasedJob;
+use super::job::{JobEnd, LeasedJob};
 use super::options::LeaseOptions;
-use super::outcome::{HandOver, LeaseError, Outcome};
+use super::outcome::{LeaseError, Outcome};
 use super::renewer::{RenewTiming, Renewer};
 use super::retry;
 use super::store::{Fence, JobStatus, JobStore};
@@ -28,17 +30,22 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 /// claim it; as the owner, runs `job` while a timer renews the lease, then
 /// records the result with a write fenced by our owner id and epoch.
 ///
-/// Returns:
-/// - `Ok(Outcome::Ran)`: we ran the job and recorded its completion;
+/// Returns the job's own output and error, in its types (`J::Output`,
+/// `J::Error`):
+/// - `Ok(Outcome::Ran)`: we ran the job and recorded its completion; the
+///   job's output is in `summary` (stored serialized);
 /// - `Ok(Outcome::CompletedByOther)`: another replica completed it while we
 ///   waited;
 /// - `Ok(Outcome::ReusedCompletion)`: a completion younger than
 ///   `reuse_completion_for` existed when we started (never when `force`);
-/// - `Err(LeaseError::JobFailed)`: we ran it, it failed, and `error`,
-///   `attempt` and `retryAt` are recorded;
+/// - `Ok(Outcome::HandedOver)`: the job ended in [`JobEnd::HandOver`] and
+///   we released the lease for the replica that asked for it;
+/// - `Err(LeaseError::JobFailed)`: we ran it, it failed with the job's
+///   error (in `error`), and `error` (as text), `attempt` and `retryAt` are
+///   recorded;
 /// - `Err(LeaseError::LeaseLost)`: our lease was taken over or we self-fenced;
-///   the job was stopped and nothing more was written (its result, if it had
-///   one, is logged, not recorded);
+///   the job was stopped and nothing more was written (its error, if it had
+///   one, is logged, not recorded or returned);
 /// - `Err(LeaseError::WaitTimedOut)`: `wait_timeout` passed while we waited;
 /// - `Err(LeaseError::ShutDown)`: `shutdown` was cancelled; as the owner we
 ///   stopped the job and released the lease so a follower claims at once
@@ -51,31 +58,34 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 ///
 /// `progress` is handed to the job and copied into the lease document with
 /// every renewal; callers keep a clone to show it elsewhere.
-pub async fn run_single_flight(
+pub async fn run_single_flight<J: LeasedJob>(
     db: &Database,
     opts: &LeaseOptions,
-    job: &mut impl LeasedJob,
+    job: &mut J,
     progress: Progress,
     shutdown: CancellationToken,
-) -> Result<Outcome, LeaseError> {
+) -> Result<Outcome<J::Output>, LeaseError<J::Error>> {
     opts.assert_sane();
     let store = JobStore::new(db, opts);
-    match follower::wait_for_turn(&store, opts, &shutdown).await? {
-        Turn::Finished(outcome) => Ok(outcome),
+    let turn = follower::wait_for_turn(&store, opts, &shutdown)
+        .await
+        .map_err(LeaseError::widen)?;
+    match turn {
+        Turn::Finished(outcome) => Ok(outcome.widen()),
         Turn::Claimed(claimed) => {
             run_as_owner(&store, opts, *claimed, job, progress, shutdown).await
         }
     }
 }
 
-async fn run_as_owner(
+async fn run_as_owner<J: LeasedJob>(
     store: &JobStore,
     opts: &LeaseOptions,
     claimed: Claimed,
-    job: &mut impl LeasedJob,
+    job: &mut J,
     progress: Progress,
     shutdown: CancellationToken,
-) -> Result<Outcome, LeaseError> {
+) -> Result<Outcome<J::Output>, LeaseError<J::Error>> {
     let Claimed {
         fence,
         record,
@@ -133,15 +143,16 @@ async fn run_as_owner(
         },
         Err(reason) => {
             if let Some(Err(job_error)) = &finished {
-                warn!(owner = %fence.owner, epoch, error = format!("{job_error:#}"),
+                warn!(owner = %fence.owner, epoch, error = %format_args!("{job_error:#}"),
                     "the job ended after the lease was lost; not recorded");
             }
             lost(&fence, reason)
         }
         Ok(()) => match finished.expect("only a cancelled guard interrupts the job") {
-            Ok(summary) => complete(store, &fence, &guard, &progress, summary).await,
-            Err(job_error) if job_error.is::<HandOver>() => {
-                let to = job_error.downcast::<HandOver>().expect("checked").to;
+            Ok(JobEnd::Completed(summary)) => {
+                complete(store, &fence, &guard, &progress, summary).await
+            }
+            Ok(JobEnd::HandOver { to }) => {
                 release(store, &fence, &guard, &progress, Some(&to)).await
             }
             Err(job_error) => {
@@ -154,13 +165,13 @@ async fn run_as_owner(
 
 /// Shutdown, or a handover to `to`: sets `released` so a follower (`to`,
 /// when named) claims at once.
-async fn release(
+async fn release<T, E>(
     store: &JobStore,
     fence: &Fence,
     guard: &Guard,
     progress: &Progress,
     to: Option<&str>,
-) -> Result<Outcome, LeaseError> {
+) -> Result<Outcome<T>, LeaseError<E>> {
     let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(guard));
     let snapshot = progress.snapshot();
     let write = |now| store.release(fence, now, &snapshot, to);
@@ -184,16 +195,19 @@ async fn release(
     }
 }
 
-/// Success: sets `completed` with the summary.
-async fn complete(
+/// Success: sets `completed` with the summary (the job's output, serialized).
+async fn complete<T: Serialize, E>(
     store: &JobStore,
     fence: &Fence,
     guard: &Guard,
     progress: &Progress,
-    summary: serde_json::Value,
-) -> Result<Outcome, LeaseError> {
+    summary: T,
+) -> Result<Outcome<T>, LeaseError<E>> {
     let snapshot = progress.snapshot();
-    let write = |now| store.complete(fence, now, &summary, &snapshot);
+    let stored = serde_json::to_value(&summary).unwrap_or_else(|e| {
+        serde_json::Value::String(format!("the summary did not serialize: {e}"))
+    });
+    let write = |now| store.complete(fence, now, &stored, &snapshot);
     match fenced_write(
         store,
         fence,
@@ -204,7 +218,7 @@ async fn complete(
     .await
     {
         Written::Yes => {
-            info!(owner = %fence.owner, epoch = fence.epoch, %summary, "job completed");
+            info!(owner = %fence.owner, epoch = fence.epoch, summary = %stored, "job completed");
             Ok(Outcome::Ran {
                 epoch: fence.epoch,
                 summary,
@@ -217,14 +231,14 @@ async fn complete(
 
 /// Failure: sets `failed` with the error, the consecutive `attempt` and a
 /// `retryAt` backed off exponentially.
-async fn record_failure(
+async fn record_failure<T, E: Display>(
     store: &JobStore,
     opts: &LeaseOptions,
     fence: &Fence,
     guard: &Guard,
     attempt: u32,
-    job_error: anyhow::Error,
-) -> Result<Outcome, LeaseError> {
+    job_error: E,
+) -> Result<Outcome<T>, LeaseError<E>> {
     let message = format!("{job_error:#}");
     let backoff = opts.failure_backoff_for(attempt);
     let mut retry_at = DateTime::MIN;
@@ -238,7 +252,7 @@ async fn record_failure(
                 retry_in_ms = backoff.as_millis() as u64, "job failed");
             Err(LeaseError::JobFailed {
                 epoch: fence.epoch,
-                error: message,
+                error: job_error,
                 attempt,
                 retry_at,
             })
@@ -256,7 +270,7 @@ fn deadline_of(guard: &Guard) -> Instant {
     guard.deadline().unwrap_or_else(Instant::now)
 }
 
-fn lost(fence: &Fence, reason: LeaseLost) -> Result<Outcome, LeaseError> {
+fn lost<T, E>(fence: &Fence, reason: LeaseLost) -> Result<Outcome<T>, LeaseError<E>> {
     error!(owner = %fence.owner, epoch = fence.epoch, %reason, "lease lost");
     Err(LeaseError::LeaseLost {
         epoch: fence.epoch,
@@ -264,7 +278,7 @@ fn lost(fence: &Fence, reason: LeaseLost) -> Result<Outcome, LeaseError> {
     })
 }
 
-fn unconfirmed(fence: &Fence, what: &str, err: String) -> Result<Outcome, LeaseError> {
+fn unconfirmed<T, E>(fence: &Fence, what: &str, err: String) -> Result<Outcome<T>, LeaseError<E>> {
     error!(owner = %fence.owner, epoch = fence.epoch, error = %err, "could not record the job's {what}");
     Err(LeaseError::MongoUnavailable(err))
 }

@@ -6,7 +6,9 @@
 
 use std::fmt;
 
-use mongodb::bson::DateTime;
+use std::convert::Infallible;
+
+use mongodb::bson::{DateTime, Document};
 use mongodb::Database;
 use serde::Serialize;
 
@@ -24,8 +26,8 @@ pub enum LeaseState {
     NeverRun,
     /// An owner holds an unexpired lease.
     Running,
-    /// An owner holds an unexpired lease and follows change streams after
-    /// its reconciliation (`status` reads `completed` in the document).
+    /// An owner holds an unexpired lease that it keeps after completing its
+    /// run (`following`; `status` reads `completed` in the document).
     Following,
     /// The owner stopped renewing (crashed or partitioned); claimable.
     Expired,
@@ -67,37 +69,54 @@ pub struct LeaseStatus {
     /// Seconds until a retry may start (negative: it may now).
     pub retry_in_secs: Option<f64>,
     pub released_at: Option<String>,
-    /// A handover was asked for by this replica (follow mode).
+    /// A handover was asked for by this replica, from the owner that keeps
+    /// the lease.
     pub handover_requested_by: Option<String>,
-    /// When the follower last saved where the change stream resumes.
-    pub follow_token_saved_at: Option<String>,
-    /// Follow mode: collections whose id-set comparison is owed for deletes
-    /// without a pre-image, with the time since when (RFC 3339).
-    pub orphan_checks_owed: Vec<OwedCheck>,
+    /// What the job keeps in the document, as the job shows it (see
+    /// [`read_status_with`]).
+    #[serde(flatten)]
+    pub job_fields: JobFields,
 }
 
-/// An id-set comparison the follower owes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwedCheck {
-    pub collection: String,
-    pub since: String,
+/// The job's own fields of the document as an operator sees them: the job
+/// alone knows their names and meaning, so it describes them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct JobFields {
+    /// Keys of `status --json` (and of `lease` in `/status`), after the
+    /// lease's own.
+    #[serde(flatten)]
+    pub json: serde_json::Map<String, serde_json::Value>,
+    /// Lines of `status`, after the progress.
+    #[serde(skip)]
+    pub lines: Vec<String>,
 }
 
-/// Reads the job's lease document and the server's clock.
-pub async fn read_status(db: &Database, opts: &LeaseOptions) -> Result<LeaseStatus, LeaseError> {
+/// Reads the job's lease document and the server's clock: the lease's own
+/// fields only.
+pub async fn read_status(
+    db: &Database,
+    opts: &LeaseOptions,
+) -> Result<LeaseStatus, LeaseError<Infallible>> {
+    read_status_with(db, opts, |_| JobFields::default()).await
+}
+
+/// As [`read_status`], with the job's own fields as `describe` shows them
+/// (given the document as read; `None`: there is none yet).
+pub async fn read_status_with(
+    db: &Database,
+    opts: &LeaseOptions,
+    describe: impl FnOnce(Option<&Document>) -> JobFields,
+) -> Result<LeaseStatus, LeaseError<Infallible>> {
     let store = JobStore::new(db, opts);
     let unavailable = |e: mongodb::error::Error| LeaseError::MongoUnavailable(e.to_string());
     // The document first, then the clock: "expires in" is never overstated
     // by a renewal landing between the two reads.
     let record = store.read().await.map_err(unavailable)?;
     let now = store.server_now().await.map_err(unavailable)?;
-    Ok(LeaseStatus::from_record(
-        &opts.job,
-        record.as_ref(),
-        now,
-        opts.librechat_clock_skew,
-    ))
+    let mut status =
+        LeaseStatus::from_record(&opts.job, record.as_ref(), now, opts.librechat_clock_skew);
+    status.job_fields = describe(record.as_ref().map(|record| &record.document));
+    Ok(status)
 }
 
 impl LeaseStatus {
@@ -138,8 +157,7 @@ impl LeaseStatus {
                 retry_in_secs: None,
                 released_at: None,
                 handover_requested_by: None,
-                follow_token_saved_at: None,
-                orphan_checks_owed: Vec::new(),
+                job_fields: JobFields::default(),
             };
         };
         let live = record.is_live(now, librechat_clock_skew);
@@ -175,15 +193,7 @@ impl LeaseStatus {
             retry_in_secs: secs_until(record.retry_at),
             released_at: rfc3339(record.released_at),
             handover_requested_by: record.handover_requested_by.clone().filter(|_| following),
-            follow_token_saved_at: rfc3339(record.follow_token_saved_at),
-            orphan_checks_owed: record
-                .orphan_checks_owed
-                .iter()
-                .map(|(collection, since)| OwedCheck {
-                    collection: collection.clone(),
-                    since: rfc3339(Some(*since)).unwrap_or_default(),
-                })
-                .collect(),
+            job_fields: JobFields::default(),
         }
     }
 }
@@ -258,15 +268,8 @@ impl fmt::Display for LeaseStatus {
                 p.phase, p.done, p.docs_per_sec
             )?;
         }
-        if let Some(at) = &self.follow_token_saved_at {
-            writeln!(f, "resume token saved: {at}")?;
-        }
-        for owed in &self.orphan_checks_owed {
-            writeln!(
-                f,
-                "id-set comparison owed: {} (deletes without a pre-image since {})",
-                owed.collection, owed.since
-            )?;
+        for line in &self.job_fields.lines {
+            writeln!(f, "{line}")?;
         }
         if let Some(by) = &self.handover_requested_by {
             writeln!(f, "handover asked by: {by}")?;

@@ -1,17 +1,18 @@
 //! Every MongoDB read and write of a job document, in one place.
 //!
-//! One document per job in `distributedJobs`, `_id` = the job name. Our
-//! fields: `{ owner, epoch, status: running|completed|failed|released,
-//! following, claimedAt, renewedAt, leaseExpiresAt, expiresAt,
-//! writtenExpiresAt, updatedAt, completedAt, failedAt, releasedAt,
-//! releasedFor, error, attempt, retryAt, progress, summary, followToken,
-//! followTokenSavedAt, followOrphanChecks, handoverRequestedBy,
-//! handoverRequestedAt }`
-//! (docs/design.md §5.1).
+//! One document per job in `distributedJobs`, `_id` = the job name. The
+//! lease's fields ([`LEASE_FIELDS`]): `{ owner, epoch, status:
+//! running|completed|failed|released, following, claimedAt, renewedAt,
+//! leaseExpiresAt, expiresAt, writtenExpiresAt, updatedAt, completedAt,
+//! failedAt, releasedAt, releasedFor, error, attempt, retryAt, progress,
+//! summary, handoverRequestedBy, handoverRequestedAt }` (docs/design.md §5.1).
+//! Any other field belongs to the job, which writes it under the fence
+//! ([`JobStore::update_job_fields`]) and alone knows what it means (follow
+//! mode keeps its resume point there); the lease never reads or resets it.
 //!
 //! The lease is **held** while `status` is `running` (a run), or while
-//! `following` is true (a `run` replica tailing change streams after its
-//! reconciliation: `status` then reads `completed`, which is also what tells
+//! `following` is true (an owner that keeps the lease after completing its
+//! run: `status` then reads `completed`, which is also what tells
 //! LibreChat's waiters the sync is done), and `leaseExpiresAt` is ahead.
 //!
 //! LibreChat's own `runDistributedJob` claims the same document
@@ -32,8 +33,9 @@
 //!   those, so the claim is a compare-and-swap on the whole judged state: if
 //!   anyone wrote in between, nothing matches, the upsert's insert collides
 //!   with the existing `_id` (E11000) and we are a follower.
-//! - **Renew / complete / fail / release** (and the follow-mode writes:
-//!   start following, record a run, save the resume token): `updateOne`
+//! - **Renew / complete / fail / release** (and the writes of an owner that
+//!   keeps the lease: hold after completing, record a completion, the job's
+//!   own fields): `updateOne`
 //!   fenced by `_id + owner + epoch + held + leaseExpiresAt > server now`.
 //!   Matching nothing means the lease is no longer ours — unless an earlier
 //!   attempt of the same write landed without its reply reaching us, which a
@@ -129,28 +131,48 @@ pub struct JobRecord {
     pub retry_at: Option<DateTime>,
     pub progress: Option<ProgressSnapshot>,
     pub summary: Option<serde_json::Value>,
-    /// The owner follows change streams (the lease stays held, `status`
-    /// reads `completed`).
+    /// The owner keeps the lease after completing its run (`following`:
+    /// the lease stays held, `status` reads `completed`).
     pub following: bool,
     /// Released for this replica, which asked for the lease (§5.12).
     pub released_for: Option<String>,
-    /// Where a follower resumes the change stream.
-    pub follow_token: Option<Document>,
-    pub follow_token_saved_at: Option<DateTime>,
-    /// Follow mode: per collection name, id-set comparisons owed for
-    /// deletes without a pre-image, since that MongoDB time (a comparison
-    /// that starts later clears it). Kept across owners.
-    pub orphan_checks_owed: Vec<(String, DateTime)>,
-    /// A replica that needs the lease (`once`, `reindex`) asked the following
-    /// owner to hand it over.
+    /// A replica that needs the lease (`once`, `reindex`) asked the owner
+    /// that keeps it to hand it over.
     pub handover_requested_by: Option<String>,
     pub handover_requested_at: Option<DateTime>,
+    /// The whole document as read: the job's own fields are the job's to
+    /// read (the lease reads only its [`LEASE_FIELDS`]).
+    pub document: Document,
     /// The fields a claim compares, exactly as read (see [`JobStore::claim`]).
     judged: Document,
 }
 
-/// Where follow mode records the id-set comparisons it owes.
-const ORPHAN_CHECKS: &str = "followOrphanChecks";
+/// The fields of the document the lease reads and writes; every other field
+/// is the job's ([`JobStore::update_job_fields`]).
+pub const LEASE_FIELDS: [&str; 22] = [
+    "_id",
+    "owner",
+    "epoch",
+    "status",
+    "following",
+    "claimedAt",
+    "renewedAt",
+    "leaseExpiresAt",
+    "expiresAt",
+    "writtenExpiresAt",
+    "updatedAt",
+    "completedAt",
+    "failedAt",
+    "releasedAt",
+    "releasedFor",
+    "error",
+    "attempt",
+    "retryAt",
+    "progress",
+    "summary",
+    "handoverRequestedBy",
+    "handoverRequestedAt",
+];
 
 /// The fields every write by either protocol changes at least one of.
 const JUDGED_FIELDS: [&str; 4] = ["status", "owner", "epoch", "expiresAt"];
@@ -204,21 +226,9 @@ impl JobRecord {
                 .map(|s| s.clone().into_relaxed_extjson()),
             following: doc.get_bool("following").unwrap_or(false),
             released_for: text("releasedFor"),
-            follow_token: doc.get_document("followToken").ok().cloned(),
-            follow_token_saved_at: time("followTokenSavedAt"),
-            orphan_checks_owed: doc
-                .get_document(ORPHAN_CHECKS)
-                .map(|owed| {
-                    owed.iter()
-                        .filter_map(|(name, at)| match at {
-                            Bson::DateTime(at) => Some((name.clone(), *at)),
-                            _ => None,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
             handover_requested_by: text("handoverRequestedBy"),
             handover_requested_at: time("handoverRequestedAt"),
+            document: doc.clone(),
             judged,
         }
     }
@@ -556,11 +566,11 @@ impl JobStore {
             .is_some_and(|record| record.is_held_under(fence)))
     }
 
-    /// Follow mode: the run's reconciliation is done (`summary`; `None` when
-    /// a fresh one by someone else was relied on) and the owner now follows
-    /// change streams, keeping the lease. `status` reads `completed`, so
-    /// LibreChat's waiters are done; `following` keeps it ours.
-    pub async fn start_following(
+    /// The run's work is done (`summary`; `None` when a fresh completion by
+    /// someone else was relied on) and the owner keeps the lease
+    /// (`following`). `status` reads `completed`, so LibreChat's waiters are
+    /// done; `following` keeps it ours.
+    pub async fn hold_after_completion(
         &self,
         fence: &Fence,
         now: DateTime,
@@ -584,8 +594,8 @@ impl JobStore {
         .await
     }
 
-    /// Follow mode: a periodic reconciliation finished (the lease stays held).
-    pub async fn record_run(
+    /// Another completion by an owner that keeps the lease (it stays held).
+    pub async fn record_completion(
         &self,
         fence: &Fence,
         now: DateTime,
@@ -595,57 +605,53 @@ impl JobStore {
         self.fenced_update(fence, now, doc! { "$set": set }).await
     }
 
-    /// Follow mode: where the next owner resumes the change stream, saved
-    /// with each acknowledged micro-batch.
-    pub async fn save_follow_token(
+    /// The job's own write: `update` (update operators over the job's
+    /// fields only) applied under the fence where the document also matches
+    /// `condition` (over the job's fields only; empty: always). `Ok(true)`:
+    /// the lease is still held (the update applied, or `condition` did not
+    /// match); `Ok(false)`: the lease is lost.
+    ///
+    /// # Panics
+    ///
+    /// When `update` or `condition` names a lease field ([`LEASE_FIELDS`]),
+    /// or `condition` an operator: the fence and the lease's own fields are
+    /// not the job's to change.
+    pub async fn update_job_fields(
         &self,
         fence: &Fence,
         now: DateTime,
-        token: &Document,
+        condition: Document,
+        update: Document,
     ) -> mongodb::error::Result<bool> {
-        let set = doc! { "followToken": token.clone(), "followTokenSavedAt": now };
-        self.fenced_update(fence, now, doc! { "$set": set }).await
-    }
-
-    /// Follow mode: an id-set comparison of `collection` is owed for deletes
-    /// without a pre-image applied at MongoDB time `since` (recorded before
-    /// the resume token moves past them; the later time is kept).
-    pub async fn owe_orphan_check(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        collection: &str,
-        since: DateTime,
-    ) -> mongodb::error::Result<bool> {
-        let field = format!("{ORPHAN_CHECKS}.{collection}");
-        self.fenced_update(fence, now, doc! { "$max": { field: since } })
-            .await
-    }
-
-    /// Follow mode: a comparison of `collection` that started at MongoDB
-    /// time `started` completed: what was owed up to then is paid. A debt
-    /// recorded later (a delete applied since) stays. `Ok(false)`: the
-    /// lease is lost.
-    pub async fn orphan_check_done(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        collection: &str,
-        started: DateTime,
-    ) -> mongodb::error::Result<bool> {
-        let field = format!("{ORPHAN_CHECKS}.{collection}");
+        for (operator, fields) in &update {
+            assert!(
+                operator.starts_with('$'),
+                "not an update operator: {operator}"
+            );
+            let Bson::Document(fields) = fields else {
+                panic!("{operator} takes a document of fields");
+            };
+            fields.keys().for_each(|field| assert_job_field(field));
+        }
+        for field in condition.keys() {
+            assert!(
+                !field.starts_with('$'),
+                "a condition names fields only: {field}"
+            );
+            assert_job_field(field);
+        }
+        let unconditional = condition.is_empty();
         let mut filter = self.fence_filter(fence, now);
-        filter.insert(field.as_str(), doc! { "$lte": started });
-        let update = doc! { "$unset": { field.as_str(): "" } };
+        filter.extend(condition);
         if self.jobs.update_one(filter, update).await?.matched_count == 1 {
             return Ok(true);
         }
-        // Nothing owed up to `started` (or owed since): still ours?
-        self.still_held(fence).await
+        // The condition did not hold, or the lease is gone: which?
+        Ok(!unconditional && self.still_held(fence).await?)
     }
 
     /// A replica that needs the lease (`once`, `reindex`) asks the owner
-    /// following change streams to hand it over. Not fenced (the asker holds
+    /// that keeps it after completing (`following`) to hand it over. Not fenced (the asker holds
     /// nothing) and touching only the two request fields; matches only a
     /// following lease. `Ok(false)`: there was none to ask.
     pub async fn request_handover(
@@ -687,6 +693,15 @@ impl JobStore {
     }
 }
 
+/// Panics when `path` (dotted) lies in a lease field.
+fn assert_job_field(path: &str) {
+    let top = path.split('.').next().unwrap_or(path);
+    assert!(
+        !LEASE_FIELDS.contains(&top),
+        "{path} is a lease field, not the job's"
+    );
+}
+
 /// The write concern of every lease write: `majority` with journaling, or
 /// `w: n`, and a `wtimeout` of half the renewal period (at most 10 s), so an
 /// unconfirmed write is reported (and resolved by a read) well before the
@@ -724,6 +739,16 @@ fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_writes_its_own_fields_only() {
+        assert_job_field("followToken");
+        assert_job_field("followOrphanChecks.messages");
+        for lease_field in ["owner", "epoch", "leaseExpiresAt", "summary.indexed"] {
+            let wrote = std::panic::catch_unwind(|| assert_job_field(lease_field));
+            assert!(wrote.is_err(), "{lease_field} is the lease's");
+        }
+    }
 
     #[test]
     fn reads_documents_leniently() {

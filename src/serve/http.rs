@@ -64,12 +64,12 @@ async fn readyz(State(ctx): State<HttpContext>) -> Response {
 }
 
 async fn status(State(ctx): State<HttpContext>) -> Response {
-    let lease =
-        match tokio::time::timeout(PROBE_TIMEOUT, lease::read_status(&ctx.db, &ctx.lease)).await {
-            Ok(Ok(status)) => serde_json::to_value(status).unwrap_or_default(),
-            Ok(Err(e)) => json!({ "error": e.to_string() }),
-            Err(_) => json!({ "error": "MongoDB did not answer in time" }),
-        };
+    let read = lease::read_status_with(&ctx.db, &ctx.lease, crate::follow::saved::describe);
+    let lease = match tokio::time::timeout(PROBE_TIMEOUT, read).await {
+        Ok(Ok(status)) => serde_json::to_value(status).unwrap_or_default(),
+        Ok(Err(e)) => json!({ "error": e.to_string() }),
+        Err(_) => json!({ "error": "MongoDB did not answer in time" }),
+    };
     let mut body = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "replica": ctx.state.replica,

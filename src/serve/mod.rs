@@ -18,13 +18,14 @@
 pub mod http;
 pub mod state;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use crate::between_runs::{jittered, retry_delay};
 use crate::config::Settings;
-use crate::follow::{Mode, ModeView};
+use crate::follow::{Mode, ModeView, ReplicaReport};
 use crate::job::{self, Reconciler, RunOutcome};
 use crate::lease::LeaseOptions;
 use crate::mongo::Collection;
@@ -123,7 +124,8 @@ async fn schedule(
     state.enter_mode(mode, interval);
     if follow {
         let options = crate::follow::FollowOptions::from_settings(settings);
-        match crate::follow::replica::run(reconciler, &options, lease, state, shutdown).await {
+        let report: Arc<dyn ReplicaReport> = Arc::new(state.clone());
+        match crate::follow::replica::run(reconciler, &options, lease, &report, shutdown).await {
             crate::follow::replica::FollowEnd::Stopped => return,
             crate::follow::replica::FollowEnd::Unsupported => {}
         }

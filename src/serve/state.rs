@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::follow::{FollowState, FollowStatus, Mode, ModeView};
+use crate::follow::{FollowState, FollowStatus, Mode, ModeView, ReplicaReport};
 use crate::job::RunOutcome;
 use crate::progress::Progress;
 
@@ -116,5 +116,31 @@ impl ReplicaState {
     /// The mode, once `run` has decided it.
     pub fn mode(&self) -> Option<ModeView> {
         self.inner.read().expect("state poisoned").mode.clone()
+    }
+}
+
+impl ReplicaReport for ReplicaState {
+    fn follow(&self) -> &FollowStatus {
+        &self.follow
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    fn reconciling(&self, reconciling: bool) {
+        self.set_role(if reconciling {
+            Role::Reconciling
+        } else {
+            Role::Idle
+        });
+    }
+
+    fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
+        ReplicaState::finished(self, outcome, next_run_in_secs);
+    }
+
+    fn enter_mode(&self, mode: ModeView, interval: Duration) {
+        ReplicaState::enter_mode(self, mode, interval);
     }
 }
