@@ -36,6 +36,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backon::BackoffBuilder;
 use mongodb::bson::{DateTime, Document};
 use tracing::{debug, info, warn};
 
@@ -625,7 +626,7 @@ impl Owner {
     }
 
     /// Reopens the stream after the last applied change, retrying a
-    /// transient failure a few times (0.5 s … 8 s apart); `None` when that
+    /// transient failure a few times ([`crate::retry::stream_reopen`]); `None` when that
     /// point is no longer in the oplog.
     async fn reopen(
         &self,
@@ -636,9 +637,7 @@ impl Owner {
         let token = tokens.safe.clone().ok_or_else(|| {
             ReconcileError::Other("following always has a point to resume from".into())
         })?;
-        let mut delays = [500, 1_000, 2_000, 4_000, 8_000]
-            .map(Duration::from_millis)
-            .into_iter();
+        let mut delays = crate::retry::stream_reopen().build();
         loop {
             match stream::open(&self.reconciler.db, &token, config).await {
                 Ok(reader) => return Ok(Some(reader)),

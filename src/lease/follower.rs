@@ -45,6 +45,7 @@
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
+use backon::BackoffBuilder;
 use mongodb::bson::DateTime;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
@@ -58,7 +59,6 @@ use super::outcome::{LeaseError, Outcome};
 /// error can be in it.
 type Done = Outcome<Infallible>;
 type Failure = LeaseError<Infallible>;
-use super::retry;
 use super::store::{ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// How often a waiting follower logs the owner's progress at info level.
@@ -237,7 +237,7 @@ async fn poll_until_turn(
     let give_up_at = opts.wait_timeout.map(|wait| began + wait);
     let mut wait_started = None;
     let mut unreachable_since: Option<Instant> = None;
-    let mut error_delays = retry::delays(opts.poll_every);
+    let mut error_delays = crate::retry::lease_store(opts.poll_every).build();
     let mut watch = OwnerWatch::default();
     let mut polled_once = false;
 

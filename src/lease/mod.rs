@@ -29,7 +29,6 @@ mod job;
 mod options;
 mod outcome;
 mod renewer;
-mod retry;
 mod runner;
 pub mod status;
 pub mod store;

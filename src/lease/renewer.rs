@@ -20,12 +20,12 @@
 
 use std::time::{Duration, Instant};
 
+use backon::BackoffBuilder;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use super::guard::{Guard, LeaseLost};
-use super::retry;
 use super::store::{Fence, JobStore};
 use crate::progress::Progress;
 
@@ -108,7 +108,7 @@ async fn renew_until_stopped(
             _ = guard.cancelled() => return,
             _ = tokio::time::sleep_until(due.into()) => {}
         }
-        let mut delays = retry::delays(timing.renew_every);
+        let mut delays = crate::retry::lease_store(timing.renew_every).build();
         loop {
             let sent = Instant::now();
             let attempt = async {

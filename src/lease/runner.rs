@@ -4,6 +4,7 @@
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
+use backon::BackoffBuilder;
 use mongodb::bson::DateTime;
 use mongodb::Database;
 use serde::Serialize;
@@ -17,7 +18,6 @@ use super::job::{JobEnd, LeasedJob};
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::renewer::{RenewTiming, Renewer};
-use super::retry;
 use super::store::{Fence, JobStatus, JobStore};
 use crate::progress::Progress;
 
@@ -309,7 +309,7 @@ where
     F: FnMut(DateTime) -> Fut,
     Fut: std::future::Future<Output = mongodb::error::Result<bool>>,
 {
-    let mut delays = retry::delays(Duration::from_secs(1));
+    let mut delays = crate::retry::lease_store(Duration::from_secs(1)).build();
     let mut last_error = String::from("the lease's local deadline passed before the write");
     let mut unsure = false;
     while Instant::now() < until {
