@@ -20,6 +20,7 @@ use mongodb::Database;
 use serde::Serialize;
 
 use super::stream::{self, StreamError};
+pub use super::stream::{NoChangeStreams, Refusal};
 
 /// Where the operator reads how to get follow mode.
 pub const FOLLOW_MODE_DOCS: &str = "docs/install.md#follow-mode";
@@ -41,65 +42,6 @@ impl Mode {
             Mode::Follow => "follow",
             Mode::Interval => "interval",
         }
-    }
-}
-
-/// What kind of server answered that it serves no change streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// A standalone `mongod` (LibreChat's stock `mongod --noauth`): change
-    /// streams need a replica set (code 40573).
-    Standalone,
-    /// A server that does not implement change streams at all (DocumentDB
-    /// answers code 115 `CommandNotSupported`; older servers name an
-    /// unknown `$changeStream` stage, code 40324).
-    NotImplemented,
-    /// The user may not open a change stream (code 13 `Unauthorized`).
-    NotPermitted,
-    /// Any other refusal.
-    Other,
-}
-
-/// A server's answer that it serves no change streams here.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NoChangeStreams {
-    pub refusal: Refusal,
-    /// The server's answer (`message (code N Name)`).
-    pub answer: String,
-}
-
-impl NoChangeStreams {
-    /// Classifies the server's refusal by its code and message.
-    pub fn from_server(code: i32, message: &str, answer: String) -> Self {
-        let message = message.to_ascii_lowercase();
-        let refusal = if code == 40573 || message.contains("replica set") {
-            Refusal::Standalone
-        } else if code == 13 {
-            Refusal::NotPermitted
-        } else if code == 115
-            || code == 40324
-            || message.contains("not supported")
-            || message.contains("not implemented")
-        {
-            Refusal::NotImplemented
-        } else {
-            Refusal::Other
-        };
-        NoChangeStreams { refusal, answer }
-    }
-
-    /// A refusal told by something other than an error code.
-    pub(crate) fn other(answer: impl Into<String>) -> Self {
-        NoChangeStreams {
-            refusal: Refusal::Other,
-            answer: answer.into(),
-        }
-    }
-}
-
-impl fmt::Display for NoChangeStreams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.answer)
     }
 }
 
