@@ -1,6 +1,6 @@
 //! The integration tests, one module per behaviour (`tests/<module>.rs`), in
-//! one test binary: linking a binary per file cost more build time than
-//! running them. A test's name is `<module>::<test>`, so
+//! one test binary: a binary per file would be some 50 links a build. A
+//! test's name is `<module>::<test>`, so
 //!
 //! ```text
 //! scripts/test --test suite -- lease_protocol::
