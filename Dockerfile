@@ -1,21 +1,33 @@
 # syntax=docker/dockerfile:1
 # Build: docker build -t meili-reconciler .
+# The image holds the service alone. `--target seed` builds one holding
+# `meili-seed` (testkit/), for docker-compose.yml's demo data.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY src ./src
+COPY testkit ./testkit
 COPY tests ./tests
 COPY config ./config
-RUN cargo build --release --locked --bin meili-reconciler --bin meili-seed
+RUN cargo build --release --locked --bin meili-reconciler
 
-FROM debian:bookworm-slim
+FROM build AS seed-build
+RUN cargo build --release --locked --bin meili-seed
+
+FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /app reconciler
 WORKDIR /app
+
+FROM runtime AS seed
+COPY --from=seed-build /src/target/release/meili-seed /usr/local/bin/meili-seed
+USER reconciler
+ENTRYPOINT ["meili-seed"]
+
+FROM runtime
 COPY --from=build /src/target/release/meili-reconciler /usr/local/bin/meili-reconciler
-COPY --from=build /src/target/release/meili-seed /usr/local/bin/meili-seed
 COPY config/default.toml /app/config/default.toml
 USER reconciler
 EXPOSE 9464

@@ -4,7 +4,7 @@
 //! out of `RUST_LOG=info`, and an unreachable Meilisearch (exit 4, named
 //! without its key).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -22,7 +22,7 @@
 //! in Meilisearch. Runs against any MongoDB and Meilisearch (no stand-in
 //! knobs): both test MongoDBs, and the real servers.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -21,7 +21,7 @@
 //! (and by `start`, which `scripts/test` runs) into .test-servers/tools/;
 //! without them these tests fail, naming that command.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -45,7 +45,7 @@
 //! reconciliation's own flag writes came back through the stream
 //! (micro-batch counts, latency histograms), which vary with timing.
 
-mod support;
+use crate::support;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! further run, Meilisearch holds none of the removed documents and the
 //! edited ones in their new version, and every document is exact.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! memory budget too small for every document's digest, `verify` finds the
 //! same differences and `verify --repair` fixes them all.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;

@@ -15,7 +15,7 @@
 //! the hook the index must already be exact right after the run the writes
 //! happened in.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

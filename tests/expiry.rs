@@ -10,7 +10,7 @@
 //! the follow-mode ones need change streams (skipped on DocumentDB, saying
 //! so).
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

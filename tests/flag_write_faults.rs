@@ -5,7 +5,7 @@
 //! the run. Faults come from the server itself (`failCommand`, scoped by
 //! `appName` to the `once` under test).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

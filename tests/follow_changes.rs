@@ -6,7 +6,7 @@
 //! periodic reconciliation can be what did it (the log shows exactly one,
 //! the first); each test awaits the document's state in Meilisearch.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@
 //! Needs change streams: on a server without them (DocumentDB) the tests say
 //! so and return.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@
 //!
 //! `serve.interval` is an hour: only the stream can have done it.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! without change streams (a standalone) makes `run` say so once and
 //! reconcile on its interval, as without follow mode.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

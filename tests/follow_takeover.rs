@@ -7,7 +7,7 @@
 //! and following resumes after it. `serve.interval` is an hour: only the
 //! stream can have brought the index in step.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -37,7 +37,7 @@
 //! - `a_delete_one_behind_a_flag_write_is_counted_by_what_the_server_deleted`:
 //!   the same race made deterministic on a small index.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! the run finds no drift (the counts saw the flags as the run found them)
 //! and ends in step, document by document.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

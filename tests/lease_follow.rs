@@ -4,7 +4,7 @@
 //! done; a replica that needs the lease (`once`, `reindex`) asks for a
 //! handover and gets it, and no other replica steals it meanwhile.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

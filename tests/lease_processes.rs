@@ -6,7 +6,7 @@
 //! `lease_child` (see `support::lease_harness::ChildProcess`); they talk to
 //! the parent with `@@ event` lines on stdout and take orders on stdin.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -22,7 +22,7 @@ use support::timing::headroom;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
-const CHILD: &str = "lease_child";
+const CHILD: &str = "lease_processes::lease_child";
 
 fn wall_clock_ms() -> i64 {
     SystemTime::now()

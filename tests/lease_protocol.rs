@@ -3,7 +3,7 @@
 //! release on shutdown, failure backoff, freshness, timeouts and `status`.
 //! Each replica is a separate MongoDB client; timings are short.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! itself (`failCommand`, scoped to the test's client by `appName`) and by a
 //! TCP proxy that swallows a reply after the server applied the write.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

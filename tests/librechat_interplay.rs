@@ -8,7 +8,7 @@
 //! lease it holds, our completion reads as "done" to LibreChat's waiters, and
 //! LibreChat's `completed` never counts as a reconciliation for us.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -21,7 +21,7 @@
 //! (their names are fixed in its models), so these tests use them too, one
 //! at a time, and nothing else in the suite does.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

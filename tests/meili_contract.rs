@@ -8,7 +8,7 @@
 //! stand-in and skip (with a printed reason) when the configured server is a
 //! real one.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -12,7 +12,7 @@
 //! repository's stand-in models only the master key) skips the server tests,
 //! saying so.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::Output;

@@ -1,5 +1,5 @@
 //! The Meilisearch stand-in's benchmark model (`--model-meilisearch`,
-//! `/_standin/model`; tests/support/meili_standin/model.rs and autobatch.rs):
+//! `/_standin/model`; testkit/meili_standin/model.rs and autobatch.rs):
 //! document tasks enqueued together are processed as Meilisearch's
 //! auto-batches (one `batchUid`, `startedAt`, `finishedAt`), a batch takes the
 //! time the cost formula gives, and without the flag every task is its own
@@ -12,7 +12,7 @@
 //! tasks under test while the blocker is still processing — which it checks,
 //! so a machine too slow for the premise fails with that message.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

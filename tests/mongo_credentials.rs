@@ -2,7 +2,7 @@
 //! if the server were still starting, as a rejection (exit 4, as a rejected
 //! Meilisearch key), and without the password.
 
-mod support;
+use crate::support;
 
 use mongodb::bson::doc;
 use mongodb::error::ErrorKind;

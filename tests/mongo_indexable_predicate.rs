@@ -10,7 +10,7 @@
 //! also as read page by page through LibreChat's backlog index, which
 //! `mongo::backlog_index` names only when it holds every document).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 

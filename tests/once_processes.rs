@@ -3,7 +3,7 @@
 //! completes, and the data ends fully reconciled — also when all three are
 //! given the same `lease.owner` (one `.env` shared by every replica).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

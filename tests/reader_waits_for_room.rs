@@ -8,7 +8,7 @@
 //! before it, so a run the budget held back kept one more batch than a run
 //! it never held back. Once resumed, the run indexes everything exactly.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! acknowledged by the stale batch: it is re-read and re-sent, and
 //! Meilisearch ends with its latest version.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;

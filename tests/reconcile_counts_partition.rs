@@ -8,7 +8,7 @@
 //! The backlog gauge's count needs no partition: it reads only the
 //! unflagged documents, by LibreChat's sync index.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

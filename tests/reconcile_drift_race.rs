@@ -5,7 +5,7 @@
 //! MongoDB, so it goes. The pause between the two reads is deterministic
 //! (`RECONCILER_TEST_PAUSE_AFTER=drift-meili-ids`, resumed by a file).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! expected projection of every indexable document, all of them flagged, and
 //! nothing else — including stale entries put into Meilisearch beforehand.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::mongo::Collection;
 use mongodb::bson::{doc, Document};

@@ -1,7 +1,7 @@
 //! Idempotence: a second run right after a complete one changes nothing and
 //! says so; and a run counts each collection once.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;

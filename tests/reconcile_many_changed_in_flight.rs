@@ -3,7 +3,7 @@
 //! unindexed documents of the collection again instead: memory stays bounded
 //! by the settings, and the run still ends with every latest version indexed.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

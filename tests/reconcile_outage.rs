@@ -1,7 +1,7 @@
 //! Meilisearch unavailable mid-run: calls are retried with backoff and the run
 //! completes; nothing is acknowledged that Meilisearch did not confirm.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

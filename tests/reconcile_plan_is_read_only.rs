@@ -1,7 +1,7 @@
 //! `plan` writes nothing: both servers' state is identical before and after,
 //! while the plan reports every decision a run would take.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::reconcile::{plan, RebuildReason};

@@ -3,7 +3,7 @@
 //! error code and left unacknowledged; the next run reports it again and
 //! completes. A refused batch re-read down to one good document indexes it.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;

@@ -2,7 +2,7 @@
 //! (re)created with the right key and refilled, flags reset first; a run
 //! interrupted during the flag reset is resumed by the next run.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! Meilisearch's own task list: the settings task finished before the first
 //! document task was enqueued. And settings that are right are not re-sent.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::mongo::Collection;
 use serde_json::Value;

@@ -7,7 +7,7 @@
 //! can be confirmed; a run that did one collection after the other would
 //! never post the second one's first batch while held.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! reindex deletes that leftover, completes, and ends clean: no `_reindex`
 //! index, exactly the expected documents and flags.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

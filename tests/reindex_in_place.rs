@@ -4,7 +4,7 @@
 //! replaced, a ghost is deleted — without building, swapping or deleting
 //! any index.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::reconcile::{RebuildReason, ReindexOptions};

@@ -4,7 +4,7 @@
 //! the new index, current and flagged, and the index ends with exactly the
 //! expected projection of every indexable document.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //! (test-only) makes the process wait right after that step, and the test
 //! kills it there.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

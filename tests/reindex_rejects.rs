@@ -3,7 +3,7 @@
 //! refuses: they are reported with Meilisearch's error code and left
 //! unflagged, while every other document is indexed and flagged.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::reconcile::ReindexOptions;

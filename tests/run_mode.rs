@@ -1,7 +1,7 @@
 //! `meili-reconciler run`, the sidecar beside every API replica: its four
 //! HTTP endpoints, its periodic runs, and its clean hand-over on SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

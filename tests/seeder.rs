@@ -2,7 +2,7 @@
 //! it truthfully, and is deterministic by seed: other tests build their
 //! expectations on its report.
 
-mod support;
+use crate::support;
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, DateTime, Document};

@@ -5,7 +5,7 @@
 //! reason, in the log, in `/status` and in `status`. Real processes; every
 //! wait is on a log line or an HTTP answer, with a deadline.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

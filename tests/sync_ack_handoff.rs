@@ -8,7 +8,7 @@
 //! (`blockConnection` on `update`, the acknowledgement's command), scoped by
 //! `appName` to the `once` under test.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! counts: the whole pass when it is shorter than a page, one wasted page
 //! before the scan when it is not.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::lease::Guard;
 use meili_reconciler::mongo::Collection;

@@ -5,7 +5,7 @@
 //! comparison, `--repair` fixes exactly them (exit 0), and a second
 //! `verify` exits 0 with every document exact.
 
-mod support;
+use crate::support;
 
 use meili_reconciler::mongo::Collection;
 use serde_json::{json, Value};

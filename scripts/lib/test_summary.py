@@ -4,6 +4,8 @@
 
 CARGO_LOG is cargo's output (stdout and stderr), SKIP_LOG the lines tests
 wrote through tests/support/skip.rs (`SKIPPED <binary>::<test>: <reason>`).
+A test is named `<binary>::<test path>` here and there alike: in the
+`suite` binary the path is `<file>::<test>` (`suite::lease_protocol::…`).
 Prints the failed tests, the skipped ones with their reasons, then one line:
 
     tests: 250 passed, 0 failed, 12 skipped (1021 s)
@@ -26,7 +28,7 @@ SKIPPED = re.compile(r"^SKIPPED (\S+?): (.*)$")
 
 
 def binary_name(source):
-    """`tests/lease_protocol.rs` -> `lease_protocol`; `src/lib.rs` -> `lib`."""
+    """`tests/suite.rs` -> `suite`; `src/lib.rs` -> `lib`."""
     name = source.rsplit("/", 1)[-1]
     return name[:-3] if name.endswith(".rs") else name
 

@@ -32,7 +32,7 @@ fn turn() -> Arc<tokio::sync::Mutex<()>> {
 impl FailCommand {
     /// `None` when the server refuses test commands, having said the test
     /// is skipped ([`super::skip::skip`]).
-    /// Waits while another test of this binary holds the fail point.
+    /// Waits while another test of this process holds the fail point.
     pub async fn new(app: &str) -> Option<Self> {
         let turn = turn().lock_owned().await;
         let admin = Client::with_uri_str(super::mongo_uri()).await.unwrap();

@@ -9,6 +9,9 @@
 //! Meilisearch contract suite needs no MongoDB.
 #![allow(dead_code)]
 
+/// The seeder of `meili-seed` (testkit/), compiled into the tests as well:
+/// they seed in-process.
+#[path = "../../testkit/seeder.rs"]
 pub mod seeder;
 
 use std::collections::HashMap;
@@ -132,7 +135,7 @@ pub fn unique_name(tag: &str) -> String {
 /// failure in the output, as if it were one. The binaries avoid it with
 /// `client.shutdown().immediate(true)`; a panicking test cannot, so a panic
 /// hook drops exactly that panic and passes every other to the default hook.
-/// Installed once per test binary by the helpers nearly every test calls
+/// Installed once per test process by the helpers nearly every test calls
 /// first ([`unique_name`], [`mongo_uri`], [`meili`]).
 pub fn hide_driver_shutdown_panics() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();

@@ -5,6 +5,10 @@
 //! SKIPPED <test binary>::<test>: <reason>
 //! ```
 //!
+//! where the test is named by its path in the binary: `<file>::<test>` in
+//! the `suite` binary (`SKIPPED suite::follow_changes::…`), whose modules
+//! are the files tests/<file>.rs.
+//!
 //! to stderr *past* the test harness's output capture (libtest hides what a
 //! passing test prints with `eprintln!`, and a skipped test passes as far as
 //! libtest knows), and appends it to the file named by `TEST_SKIP_LOG` when
@@ -19,7 +23,7 @@ use std::fmt::Display;
 use std::io::Write;
 
 /// The calling test's name as the summary shows it: the test binary (this
-/// crate) and the test function, from the thread libtest runs it on.
+/// crate) and the test's path in it, from the thread libtest runs it on.
 pub fn current_test() -> String {
     let thread = std::thread::current();
     let name = thread.name().unwrap_or("<unnamed thread>");

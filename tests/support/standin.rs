@@ -1,5 +1,5 @@
 //! Test-harness access to the Meilisearch stand-in's knobs (`/_standin/*`,
-//! documented in `tests/support/meili_standin/knobs.rs`), and private
+//! documented in `testkit/meili_standin/knobs.rs`), and private
 //! stand-ins for tests that change global state (latency, injected failures,
 //! outages, the request log, a small payload limit).
 //!
@@ -83,7 +83,7 @@ pub fn private_standin_with(extra_args: &[&str]) -> Option<PrivateStandin> {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_meili-standin"))
+    let mut child = Command::new(standin_binary())
         .args(["--listen", "127.0.0.1:0", "--master-key", &key])
         .args(extra_args)
         .stdout(Stdio::piped())
@@ -117,6 +117,26 @@ pub fn private_standin_with(extra_args: &[&str]) -> Option<PrivateStandin> {
         child,
         _stdout: stdout,
     })
+}
+
+/// The `meili-standin` binary (testkit/) beside the test binary: the test
+/// runs as `target/<profile>/deps/suite-<hash>`, the stand-in is
+/// `target/<profile>/meili-standin`. It is another package's binary, so
+/// `cargo test` does not build it; `scripts/test` does, before the tests.
+fn standin_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary is in target/<profile>/deps");
+    let binary = profile_dir.join(format!("meili-standin{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "{} does not exist: build it with `cargo build --bin meili-standin` \
+         (scripts/test does)",
+        binary.display()
+    );
+    binary
 }
 
 /// Calls the knobs of the stand-in at `host`.

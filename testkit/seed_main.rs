@@ -65,7 +65,10 @@ fn librechat_indexes(
     database: &str,
     plain_unique: bool,
 ) -> anyhow::Result<serde_json::Value> {
-    let harness = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/librechat/librechat.cjs");
+    let harness = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/librechat/librechat.cjs"
+    );
     let output = std::process::Command::new("node")
         .arg(harness)
         .arg("indexes")
