@@ -286,49 +286,17 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             force,
             deep,
             wait_timeout,
-        } => {
-            let mut lease_opts = lease_opts;
-            // A deep comparison is asked for by name: a fresh completion
-            // (which compared no contents) does not satisfy it.
-            lease_opts.force = force || deep;
-            lease_opts.request_handover = true;
-            lease_opts.wait_timeout = Some(wait_timeout);
-            let mut reconciler = reconciler;
-            reconciler.sync.force = force;
-            reconciler.sync.deep = deep;
-            let shutdown = Shutdown::on_signals();
-            let outcome = with_progress(|progress| {
-                job::reconcile_once(&reconciler, &lease_opts, progress, shutdown.token())
-            })
-            .await;
-            finish(outcome)
-        }
+        } => once(reconciler, lease_opts, force, deep, wait_timeout).await,
         Command::Reindex {
             index,
             in_place,
             wait_timeout,
         } => {
-            let mut lease_opts = lease_opts;
-            lease_opts.force = true;
-            lease_opts.own_run_only = true;
-            lease_opts.request_handover = true;
-            lease_opts.wait_timeout = Some(wait_timeout);
             let options = ReindexOptions {
                 only: index.map(IndexArg::collection),
                 in_place,
             };
-            let shutdown = Shutdown::on_signals();
-            let outcome = with_progress(|progress| {
-                job::reindex(
-                    &reconciler,
-                    &options,
-                    &lease_opts,
-                    progress,
-                    shutdown.token(),
-                )
-            })
-            .await;
-            finish(outcome)
+            reindex(reconciler, own_run(lease_opts, wait_timeout), &options).await
         }
         Command::Verify {
             index,
@@ -337,57 +305,122 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             wait_timeout,
         } => {
             let only = index.map(IndexArg::collection);
-            if !repair {
-                return verify(&reconciler, only, json).await;
-            }
-            // Only a repair of our own satisfies us; a replica following
-            // change streams is asked to hand the lease over.
-            let mut lease_opts = lease_opts;
-            lease_opts.force = true;
-            lease_opts.own_run_only = true;
-            lease_opts.request_handover = true;
-            lease_opts.wait_timeout = Some(wait_timeout);
-            let shutdown = Shutdown::on_signals();
-            let outcome = with_progress(|progress| {
-                job::run_leased(
-                    &reconciler.db,
-                    &lease_opts,
-                    progress,
-                    shutdown.token(),
-                    |guard, progress| {
-                        let r = reconciler.clone();
-                        async move {
-                            reconcile::verify::repair(
-                                &r.db, &r.meili, &r.sync, only, &guard, &progress,
-                            )
-                            .await
-                        }
-                    },
-                )
-            })
-            .await;
-            if json {
-                if let RunOutcome::Completed { summary, .. } = &outcome {
-                    out!(
-                        "{}",
-                        serde_json::to_string_pretty(summary).expect("summary serializes")
-                    );
-                    return Exit::Done;
-                }
-            }
-            finish(outcome)
-        }
-        Command::Run => {
-            let shutdown = Shutdown::on_signals();
-            match serve::run(&settings, reconciler, lease_opts, replica, shutdown).await {
-                Ok(()) => Exit::Done,
-                Err(error) => {
-                    eprintln!("meili-reconciler: {error}");
-                    Exit::BadConfig
+            match repair {
+                false => verify(&reconciler, only, json).await,
+                true => {
+                    verify_repair(reconciler, own_run(lease_opts, wait_timeout), only, json).await
                 }
             }
         }
+        Command::Run => run(&settings, reconciler, lease_opts, replica).await,
         Command::Status { .. } => unreachable!("handled above"),
+    }
+}
+
+/// The lease options of a command that needs a run of its own (`reindex`,
+/// `verify --repair`): no completion satisfies it, and a replica following
+/// change streams is asked to hand the lease over.
+fn own_run(mut lease_opts: lease::LeaseOptions, wait_timeout: Duration) -> lease::LeaseOptions {
+    lease_opts.force = true;
+    lease_opts.own_run_only = true;
+    lease_opts.request_handover = true;
+    lease_opts.wait_timeout = Some(wait_timeout);
+    lease_opts
+}
+
+/// `once`: one reconciliation under the lease, or the owner's.
+async fn once(
+    mut reconciler: Reconciler,
+    mut lease_opts: lease::LeaseOptions,
+    force: bool,
+    deep: bool,
+    wait_timeout: Duration,
+) -> Exit {
+    // A deep comparison is asked for by name: a fresh completion (which
+    // compared no contents) does not satisfy it.
+    lease_opts.force = force || deep;
+    lease_opts.request_handover = true;
+    lease_opts.wait_timeout = Some(wait_timeout);
+    reconciler.sync.force = force;
+    reconciler.sync.deep = deep;
+    let shutdown = Shutdown::on_signals();
+    let outcome = with_progress(|progress| {
+        job::reconcile_once(&reconciler, &lease_opts, progress, shutdown.token())
+    })
+    .await;
+    finish(outcome)
+}
+
+/// `reindex`: a forced full reindex under the lease.
+async fn reindex(
+    reconciler: Reconciler,
+    lease_opts: lease::LeaseOptions,
+    options: &ReindexOptions,
+) -> Exit {
+    let shutdown = Shutdown::on_signals();
+    let outcome = with_progress(|progress| {
+        job::reindex(
+            &reconciler,
+            options,
+            &lease_opts,
+            progress,
+            shutdown.token(),
+        )
+    })
+    .await;
+    finish(outcome)
+}
+
+/// `verify --repair`: the repairing exact comparison under the lease.
+async fn verify_repair(
+    reconciler: Reconciler,
+    lease_opts: lease::LeaseOptions,
+    only: Option<Collection>,
+    json: bool,
+) -> Exit {
+    let shutdown = Shutdown::on_signals();
+    let outcome = with_progress(|progress| {
+        job::run_leased(
+            &reconciler.db,
+            &lease_opts,
+            progress,
+            shutdown.token(),
+            |guard, progress| {
+                let r = reconciler.clone();
+                async move {
+                    reconcile::verify::repair(&r.db, &r.meili, &r.sync, only, &guard, &progress)
+                        .await
+                }
+            },
+        )
+    })
+    .await;
+    if json {
+        if let RunOutcome::Completed { summary, .. } = &outcome {
+            out!(
+                "{}",
+                serde_json::to_string_pretty(summary).expect("summary serializes")
+            );
+            return Exit::Done;
+        }
+    }
+    finish(outcome)
+}
+
+/// `run`: beside a LibreChat replica until a signal.
+async fn run(
+    settings: &Settings,
+    reconciler: Reconciler,
+    lease_opts: lease::LeaseOptions,
+    replica: String,
+) -> Exit {
+    let shutdown = Shutdown::on_signals();
+    match serve::run(settings, reconciler, lease_opts, replica, shutdown).await {
+        Ok(()) => Exit::Done,
+        Err(error) => {
+            eprintln!("meili-reconciler: {error}");
+            Exit::BadConfig
+        }
     }
 }
 

@@ -29,7 +29,12 @@ async fn a_write_concern_error_on_the_first_flag_update_of_a_rebuild_is_retried(
     let Some(faults) = FailCommand::new(&app).await else {
         return;
     };
-    let target = Target::new("flags_first").set("MONGO_URI", &uri_with_app(&app));
+    // No renewal within the run (about a second): a renewal is an `update`
+    // too, and could take the faults meant for the flag writes.
+    let target = Target::new("flags_first")
+        .set("MONGO_URI", &uri_with_app(&app))
+        .set("RECONCILER__LEASE__TTL", "120s")
+        .set("RECONCILER__LEASE__RENEW_EVERY", "60s");
     let env = Env::for_target(&target).await;
     seed(&env, 300, 30).await;
     // Flagged as indexed, but the indexes do not exist: the run rebuilds, and
@@ -44,8 +49,8 @@ async fn a_write_concern_error_on_the_first_flag_update_of_a_rebuild_is_retried(
             .await
             .unwrap();
     }
-    // The first `update` commands of the run (flag writes; a lease renewal
-    // could be among them) are applied and answered with a write-concern error.
+    // The first `update` commands of the run (flag writes) are applied and
+    // answered with a write-concern error.
     faults.write_concern_error(&["update"], times(2)).await;
     let out = target.run("once-wce", &["once", "--force"]);
     faults.off().await;

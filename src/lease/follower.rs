@@ -233,28 +233,113 @@ async fn poll_until_turn(
     shutdown: &CancellationToken,
     claims: &mut AmbiguousClaims,
 ) -> Result<Turn, Failure> {
-    let began = Instant::now();
-    let give_up_at = opts.wait_timeout.map(|wait| began + wait);
-    let mut wait_started = None;
-    let mut unreachable_since: Option<Instant> = None;
-    let mut error_delays = crate::retry::lease_store(opts.poll_every).build();
-    let mut watch = OwnerWatch::default();
-    let mut polled_once = false;
-
+    let mut wait = Wait::new(store, opts, shutdown);
     loop {
         if shutdown.is_cancelled() {
             return Err(LeaseError::ShutDown { released: false });
         }
-        // The lease is looked at once at least, however short the wait: a
-        // free lease is claimed even with `--wait-timeout 0s`.
-        if polled_once && give_up_at.is_some_and(|at| Instant::now() >= at) {
+        wait.check_time_left()?;
+        let Some(Poll {
+            before_now,
+            now,
+            record,
+        }) = wait.poll().await?
+        else {
+            continue;
+        };
+        let wait_started = *wait.wait_started.get_or_insert(now);
+        match judge(record.as_ref(), now, wait_started, opts) {
+            Verdict::Done(outcome) => {
+                log_done(opts, &outcome);
+                return Ok(Turn::Finished(outcome));
+            }
+            Verdict::Adopt => {
+                let record = record.expect("only a document can be adopted");
+                if let Some(turn) = adopt(opts, record, before_now, now) {
+                    return Ok(turn);
+                }
+                // Too close to its end to work under: it expires within the
+                // safety margin, then it is claimed as usual.
+                wait.pause_one_poll().await;
+            }
+            Verdict::Wait => {
+                wait.observe(record.as_ref(), now);
+                wait.pause_one_poll().await;
+            }
+            Verdict::RequestHandover => {
+                wait.observe(record.as_ref(), now);
+                wait.request_handover(now).await?;
+                wait.pause_one_poll().await;
+            }
+            Verdict::Claim => {
+                let claimed = wait.claim(record.as_ref(), before_now, now, claims).await?;
+                if let Some(turn) = claimed {
+                    return Ok(turn);
+                }
+            }
+        }
+    }
+}
+
+/// One poll's reading: the server's time, read after the local instant
+/// `before_now`, and the lease document.
+struct Poll {
+    before_now: Instant,
+    now: DateTime,
+    record: Option<JobRecord>,
+}
+
+/// One wait for our turn: what [`poll_until_turn`] keeps between polls.
+struct Wait<'w> {
+    store: &'w JobStore,
+    opts: &'w LeaseOptions,
+    shutdown: &'w CancellationToken,
+    began: Instant,
+    give_up_at: Option<Instant>,
+    /// The server's time at the first poll answered: when the wait began.
+    wait_started: Option<DateTime>,
+    /// Since when MongoDB has failed every request.
+    unreachable_since: Option<Instant>,
+    error_delays: backon::ExponentialBackoff,
+    watch: OwnerWatch,
+    polled_once: bool,
+}
+
+impl<'w> Wait<'w> {
+    fn new(store: &'w JobStore, opts: &'w LeaseOptions, shutdown: &'w CancellationToken) -> Self {
+        let began = Instant::now();
+        Wait {
+            store,
+            opts,
+            shutdown,
+            began,
+            give_up_at: opts.wait_timeout.map(|wait| began + wait),
+            wait_started: None,
+            unreachable_since: None,
+            error_delays: crate::retry::lease_store(opts.poll_every).build(),
+            watch: OwnerWatch::default(),
+            polled_once: false,
+        }
+    }
+
+    /// The wait timed out. The lease is looked at once at least, however
+    /// short the wait: a free lease is claimed even with `--wait-timeout 0s`.
+    fn check_time_left(&self) -> Result<(), Failure> {
+        if self.polled_once && self.give_up_at.is_some_and(|at| Instant::now() >= at) {
             return Err(LeaseError::WaitTimedOut {
-                waited: began.elapsed(),
-                owner: watch.owner(),
+                waited: self.began.elapsed(),
+                owner: self.watch.owner(),
             });
         }
+        Ok(())
+    }
 
+    /// Reads the server's clock and the lease. `None`: nothing read (a
+    /// shutdown or the timeout came first, or the read failed and the
+    /// retry delay has passed).
+    async fn poll(&mut self) -> Result<Option<Poll>, Failure> {
         let before_now = Instant::now();
+        let store = self.store;
         let poll = async {
             let now = store.server_now().await?;
             let record = store.read().await?;
@@ -263,111 +348,149 @@ async fn poll_until_turn(
         // Reads are safe to abandon on shutdown or timeout.
         let polled = tokio::select! {
             polled = poll => polled,
-            _ = shutdown.cancelled() => continue,
-            _ = sleep_until_opt(give_up_at.filter(|_| polled_once)) => continue,
+            _ = self.shutdown.cancelled() => return Ok(None),
+            _ = sleep_until_opt(self.give_up_at.filter(|_| self.polled_once)) => return Ok(None),
         };
-        polled_once = true;
-        let (now, record) = match polled {
-            Ok(polled) => polled,
+        self.polled_once = true;
+        match polled {
+            Ok((now, record)) => {
+                self.unreachable_since = None;
+                Ok(Some(Poll {
+                    before_now,
+                    now,
+                    record,
+                }))
+            }
             Err(error) => {
-                refused(opts, "read", &error)?;
-                unreachable(opts, &mut unreachable_since, "read the lease", &error)?;
-                pause(next_delay(&mut error_delays), shutdown, give_up_at).await;
-                continue;
-            }
-        };
-        unreachable_since = None;
-        let wait_started = *wait_started.get_or_insert(now);
-
-        match judge(record.as_ref(), now, wait_started, opts) {
-            Verdict::Done(outcome) => {
-                log_done(opts, &outcome);
-                return Ok(Turn::Finished(outcome));
-            }
-            Verdict::Adopt => {
-                let record = record.expect("only a document can be adopted");
-                let deadline = record
-                    .lease_expires_at
-                    .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin));
-                match (deadline, record.epoch) {
-                    (Some(deadline), Some(epoch)) if deadline > Instant::now() => {
-                        warn!(job = %opts.job, owner = %opts.owner, epoch,
-                            "adopting a claim of ours whose answer was lost");
-                        crate::metrics::lease_claimed(false);
-                        return Ok(Turn::Claimed(Box::new(Claimed {
-                            fence: Fence {
-                                owner: opts.owner.clone(),
-                                epoch,
-                            },
-                            record,
-                            deadline,
-                        })));
-                    }
-                    // Too close to its end to work under: it expires within
-                    // the safety margin, then it is claimed as usual.
-                    _ => pause(jittered(opts.poll_every), shutdown, give_up_at).await,
-                }
-            }
-            Verdict::Wait => {
-                if let Some(record) = &record {
-                    watch.observe(opts, record, now);
-                }
-                pause(jittered(opts.poll_every), shutdown, give_up_at).await;
-            }
-            Verdict::RequestHandover => {
-                if let Some(record) = &record {
-                    watch.observe(opts, record, now);
-                }
-                // Asked again on every poll until it is honoured (cheap, and
-                // a later asker's name simply replaces ours: it then waits,
-                // and so do we, for the one the lease is handed to).
-                match store.request_handover(&opts.owner, now).await {
-                    Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
-                        "asked the owner following change streams to hand the lease over"),
-                    Ok(false) => {}
-                    Err(error) => {
-                        refused(opts, "ask for", &error)?;
-                        unreachable(opts, &mut unreachable_since, "ask for the lease", &error)?;
-                    }
-                }
-                pause(jittered(opts.poll_every), shutdown, give_up_at).await;
-            }
-            Verdict::Claim => {
-                // Not raced against shutdown: a claim we sent must be
-                // answered, or we could walk away from a lease we hold.
-                match store.claim(&opts.owner, now, record.as_ref()).await {
-                    Ok(ClaimResult::Won(claimed)) => {
-                        let claimed = *claimed;
-                        log_claim(opts, record.as_ref(), &claimed, now);
-                        let epoch = claimed.epoch.unwrap_or_default();
-                        return Ok(Turn::Claimed(Box::new(Claimed {
-                            fence: Fence {
-                                owner: opts.owner.clone(),
-                                epoch,
-                            },
-                            record: claimed,
-                            deadline: before_now + opts.holds_for(),
-                        })));
-                    }
-                    Ok(ClaimResult::Lost) => {
-                        // Polled again at once: a driver retry of a claim
-                        // that was applied also ends here.
-                        debug!(job = %opts.job, owner = %opts.owner, "another replica claimed first; following");
-                    }
-                    Err(error) => {
-                        refused(opts, "claim", &error)?;
-                        // Maybe applied: the next poll tells (after a pause,
-                        // so a server failing every claim is not hammered).
-                        claims.any = true;
-                        warn!(job = %opts.job, owner = %opts.owner, %error,
-                            "the claim's outcome is unknown; reading the lease again");
-                        unreachable(opts, &mut unreachable_since, "claim the lease", &error)?;
-                        pause(next_delay(&mut error_delays), shutdown, give_up_at).await;
-                    }
-                }
+                refused(self.opts, "read", &error)?;
+                unreachable(
+                    self.opts,
+                    &mut self.unreachable_since,
+                    "read the lease",
+                    &error,
+                )?;
+                self.pause_after_error().await;
+                Ok(None)
             }
         }
     }
+
+    /// Notes who holds the lease we wait for (named if the wait times out).
+    fn observe(&mut self, record: Option<&JobRecord>, now: DateTime) {
+        if let Some(record) = record {
+            self.watch.observe(self.opts, record, now);
+        }
+    }
+
+    /// Asks the owner following change streams to hand the lease over:
+    /// again on every poll until it is honoured (cheap, and a later asker's
+    /// name simply replaces ours: it then waits, and so do we, for the one
+    /// the lease is handed to).
+    async fn request_handover(&mut self, now: DateTime) -> Result<(), Failure> {
+        let opts = self.opts;
+        match self.store.request_handover(&opts.owner, now).await {
+            Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
+                "asked the owner following change streams to hand the lease over"),
+            Ok(false) => {}
+            Err(error) => {
+                refused(opts, "ask for", &error)?;
+                unreachable(
+                    opts,
+                    &mut self.unreachable_since,
+                    "ask for the lease",
+                    &error,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims the lease. `None`: not ours (another replica claimed first,
+    /// polled again at once; or the outcome is unknown, polled again after
+    /// a pause, so a server failing every claim is not hammered). Not raced
+    /// against shutdown: a claim we sent must be answered, or we could walk
+    /// away from a lease we hold.
+    async fn claim(
+        &mut self,
+        record: Option<&JobRecord>,
+        before_now: Instant,
+        now: DateTime,
+        claims: &mut AmbiguousClaims,
+    ) -> Result<Option<Turn>, Failure> {
+        let opts = self.opts;
+        match self.store.claim(&opts.owner, now, record).await {
+            Ok(ClaimResult::Won(claimed)) => {
+                let claimed = *claimed;
+                log_claim(opts, record, &claimed, now);
+                let epoch = claimed.epoch.unwrap_or_default();
+                Ok(Some(Turn::Claimed(Box::new(Claimed {
+                    fence: Fence {
+                        owner: opts.owner.clone(),
+                        epoch,
+                    },
+                    record: claimed,
+                    deadline: before_now + opts.holds_for(),
+                }))))
+            }
+            Ok(ClaimResult::Lost) => {
+                // A driver retry of a claim that was applied also ends here.
+                debug!(job = %opts.job, owner = %opts.owner, "another replica claimed first; following");
+                Ok(None)
+            }
+            Err(error) => {
+                refused(opts, "claim", &error)?;
+                // Maybe applied: the next poll tells.
+                claims.any = true;
+                warn!(job = %opts.job, owner = %opts.owner, %error,
+                    "the claim's outcome is unknown; reading the lease again");
+                unreachable(opts, &mut self.unreachable_since, "claim the lease", &error)?;
+                self.pause_after_error().await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// One poll period, jittered (ended early by shutdown or the timeout).
+    async fn pause_one_poll(&self) {
+        pause(
+            jittered(self.opts.poll_every),
+            self.shutdown,
+            self.give_up_at,
+        )
+        .await;
+    }
+
+    /// The next retry delay after a failed request.
+    async fn pause_after_error(&mut self) {
+        let delay = next_delay(&mut self.error_delays);
+        pause(delay, self.shutdown, self.give_up_at).await;
+    }
+}
+
+/// Adopts a claim of ours whose answer was lost, unless it ends within the
+/// safety margin (`None`).
+fn adopt(
+    opts: &LeaseOptions,
+    record: JobRecord,
+    before_now: Instant,
+    now: DateTime,
+) -> Option<Turn> {
+    let deadline = record
+        .lease_expires_at
+        .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin))
+        .filter(|deadline| *deadline > Instant::now())?;
+    let epoch = record.epoch?;
+    warn!(job = %opts.job, owner = %opts.owner, epoch,
+        "adopting a claim of ours whose answer was lost");
+    crate::metrics::lease_claimed(false);
+    Some(Turn::Claimed(Box::new(Claimed {
+        fence: Fence {
+            owner: opts.owner.clone(),
+            epoch,
+        },
+        record,
+        deadline,
+    })))
 }
 
 /// Claims sent whose outcome was an error: any of them may have been
