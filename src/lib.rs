@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod mongo;
 pub mod progress;
 pub mod reconcile;
+pub mod report;
 pub mod retry;
 pub mod serve;
 pub mod servers;

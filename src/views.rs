@@ -6,8 +6,6 @@
 //! per collection, each over the whole collection, and one
 //! `listCollections`.
 
-use std::fmt;
-
 use mongodb::Database;
 use serde::Serialize;
 
@@ -51,15 +49,6 @@ impl DeleteRegime {
             DeleteRegime::IdComparison
         }
     }
-
-    fn describe(self) -> &'static str {
-        match self {
-            DeleteRegime::PreImages => "deletes in follow mode: by pre-image, within the follow latency",
-            DeleteRegime::IdComparison => {
-                "deletes in follow mode: no pre-images, by the id-set comparison, within follow.orphan_check_every + one comparison (pre-images: docs/install.md#follow-mode)"
-            }
-        }
-    }
 }
 
 /// Both views of both collections at MongoDB's current time; `pre_images`
@@ -84,24 +73,4 @@ pub async fn collections(
         });
     }
     Ok(views)
-}
-
-impl fmt::Display for CollectionView {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lc = &self.librechat;
-        write!(
-            f,
-            "{}: {} searchable, {} indexed, {} to index · LibreChat: {} of {} processed, {} pending indexing, {} pending cleanup ({})",
-            self.collection.name(),
-            self.ours.indexable,
-            self.ours.indexed,
-            self.ours.unindexed,
-            lc.processed,
-            lc.searchable,
-            lc.pending_indexing,
-            lc.pending_cleanup,
-            if lc.complete { "complete" } else { "incomplete" }
-        )?;
-        write!(f, "\n  {}", self.deletes.describe())
-    }
 }

@@ -13,7 +13,6 @@
 //!   give follow mode. Setting `serve.follow = false` makes it a choice and
 //!   the line an INFO.
 
-use std::fmt;
 use std::time::Duration;
 
 use mongodb::Database;
@@ -221,23 +220,6 @@ impl ModeView {
     }
 }
 
-impl fmt::Display for ModeView {
-    /// `status`'s lines: the mode and why; in interval mode, what would
-    /// give follow mode.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "mode:       {} — {}",
-            self.mode.as_str(),
-            self.mode_reason
-        )?;
-        if let Some(needs) = &self.follow_needs {
-            write!(f, "\nfor follow mode: {needs}")?;
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,7 +257,6 @@ mod tests {
             view.mode_reason.contains("does not implement them"),
             "{view}"
         );
-        assert!(view.to_string().contains("mode:       interval"), "{view}");
 
         let denied = NoChangeStreams::from_server(13, "not authorized", "not authorized".into());
         assert_eq!(denied.refusal, Refusal::NotPermitted);

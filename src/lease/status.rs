@@ -3,8 +3,7 @@
 //! against the server's clock, never the local one. A document LibreChat's
 //! own `runDistributedJob` wrote last is named as such ("held by a LibreChat
 //! replica"), and our last reconciliation's fields stay visible under it.
-
-use std::fmt;
+//! Plain data: its text is `report::status`'s.
 
 use std::convert::Infallible;
 
@@ -19,10 +18,11 @@ use super::store::{Holder, JobRecord, JobStatus, JobStore};
 use crate::progress::ProgressSnapshot;
 
 /// Where the job stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseState {
     /// No job document yet.
+    #[default]
     NeverRun,
     /// An owner holds an unexpired lease.
     Running,
@@ -39,7 +39,7 @@ pub enum LeaseState {
 }
 
 /// The lease and the last run, as of `server_time`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseStatus {
     pub job: String,
@@ -135,29 +135,12 @@ impl LeaseStatus {
         };
         let secs_until =
             |at: Option<DateTime>| at.map(|at| clock::millis_between(now, at) as f64 / 1000.0);
+        let server_time = rfc3339(Some(now)).unwrap_or_default();
         let Some(record) = record else {
             return LeaseStatus {
                 job: job.to_string(),
-                state: LeaseState::NeverRun,
-                holder: None,
-                owner: None,
-                epoch: None,
-                server_time: rfc3339(Some(now)).unwrap_or_default(),
-                claimed_at: None,
-                renewed_at: None,
-                expires_at: None,
-                expires_in_secs: None,
-                progress: None,
-                completed_at: None,
-                summary: None,
-                failed_at: None,
-                error: None,
-                attempt: 0,
-                retry_at: None,
-                retry_in_secs: None,
-                released_at: None,
-                handover_requested_by: None,
-                job_fields: JobFields::default(),
+                server_time,
+                ..LeaseStatus::default()
             };
         };
         let live = record.is_live(now, librechat_clock_skew);
@@ -178,7 +161,7 @@ impl LeaseStatus {
             holder: Some(record.holder()),
             owner: record.owner.clone(),
             epoch: record.epoch,
-            server_time: rfc3339(Some(now)).unwrap_or_default(),
+            server_time,
             claimed_at: rfc3339(record.claimed_at),
             renewed_at: rfc3339(record.renewed_at),
             expires_at: rfc3339(record.holds_until(librechat_clock_skew)),
@@ -198,107 +181,6 @@ impl LeaseStatus {
     }
 }
 
-impl fmt::Display for LeaseStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-        let state = match self.state {
-            LeaseState::NeverRun => "never run",
-            LeaseState::Running => "running",
-            LeaseState::Following => {
-                "following change streams (reconciled, keeps the index in step)"
-            }
-            LeaseState::Expired => "expired (owner stopped renewing)",
-            LeaseState::Completed => "completed",
-            LeaseState::Failed => "failed",
-            LeaseState::Released => "released",
-            LeaseState::Unknown => "unknown",
-        };
-        writeln!(f, "job:        {}", self.job)?;
-        if self.holder == Some(Holder::LibreChat) {
-            let state = match self.state {
-                LeaseState::Running => "held by a LibreChat replica (its own start-up sync)",
-                LeaseState::Expired => "expired (a LibreChat replica stopped renewing)",
-                LeaseState::Completed => {
-                    "completed by a LibreChat replica (not counted as a reconciliation)"
-                }
-                LeaseState::Failed => "failed on a LibreChat replica",
-                _ => "last written by a LibreChat replica",
-            };
-            writeln!(f, "state:      {state}")?;
-            if let Some(owner) = &self.owner {
-                writeln!(f, "librechat:  {owner}")?;
-            }
-        } else {
-            writeln!(f, "state:      {state}")?;
-            if self.state == LeaseState::NeverRun {
-                return Ok(());
-            }
-            let epoch = self.epoch.map_or("-".into(), |e| e.to_string());
-            writeln!(f, "owner:      {} (epoch {epoch})", or_dash(&self.owner))?;
-        }
-        if matches!(
-            self.state,
-            LeaseState::Running | LeaseState::Following | LeaseState::Expired
-        ) {
-            if let Some(secs) = self.expires_in_secs {
-                if secs >= 0.0 {
-                    writeln!(f, "expires in: {secs:.1}s")?;
-                } else {
-                    writeln!(f, "expired:    {:.1}s ago", -secs)?;
-                }
-            }
-        }
-        // A live owner's progress; where a run that ended without completing
-        // stopped; nothing once completed (the summary says it all).
-        let progress_label = match self.state {
-            LeaseState::Running | LeaseState::Following => Some("progress:  "),
-            LeaseState::Completed | LeaseState::NeverRun => None,
-            _ => Some("stopped at:"),
-        };
-        if let (Some(label), Some(p)) = (progress_label, &self.progress) {
-            let total = if p.total > 0 {
-                format!("/{}", p.total)
-            } else {
-                String::new()
-            };
-            let eta = p.eta_secs.map_or(String::new(), |s| format!(", ETA {s}s"));
-            writeln!(
-                f,
-                "{label} {} {}{total} ({:.0} docs/s{eta})",
-                p.phase, p.done, p.docs_per_sec
-            )?;
-        }
-        for line in &self.job_fields.lines {
-            writeln!(f, "{line}")?;
-        }
-        if let Some(by) = &self.handover_requested_by {
-            writeln!(f, "handover asked by: {by}")?;
-        }
-        if let Some(at) = &self.completed_at {
-            writeln!(f, "last reconciliation completed: {at}")?;
-        }
-        if let Some(summary) = &self.summary {
-            writeln!(f, "summary:    {summary}")?;
-        }
-        if let Some(error) = &self.error {
-            writeln!(
-                f,
-                "last error: {error} (attempt {}, failed {})",
-                self.attempt,
-                or_dash(&self.failed_at)
-            )?;
-            if let (Some(at), Some(secs)) = (&self.retry_at, self.retry_in_secs) {
-                if secs > 0.0 {
-                    writeln!(f, "retry at:   {at} (in {secs:.1}s)")?;
-                } else {
-                    writeln!(f, "retry at:   {at} (due)")?;
-                }
-            }
-        }
-        write!(f, "server time: {}", self.server_time)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,7 +191,6 @@ mod tests {
         let skew = std::time::Duration::from_secs(1);
         let status = LeaseStatus::from_record("job", None, now, skew);
         assert_eq!(status.state, LeaseState::NeverRun);
-        assert!(status.to_string().contains("never run"));
 
         let ours = |lease_end: i64| {
             JobRecord::from_document(&mongodb::bson::doc! {
@@ -323,12 +204,10 @@ mod tests {
         let status = LeaseStatus::from_record("job", Some(&record), now, skew);
         assert_eq!(status.state, LeaseState::Expired);
         assert_eq!(status.expires_in_secs, Some(-2.0));
-        assert!(status.to_string().contains("expired:    2.0s ago"));
 
         let record = ours(13_500);
         let status = LeaseStatus::from_record("job", Some(&record), now, skew);
         assert_eq!(status.state, LeaseState::Running);
-        assert!(status.to_string().contains("expires in: 3.5s"));
         let json = serde_json::to_value(&status).unwrap();
         assert_eq!(json["state"], "running");
         assert_eq!(json["expiresInSecs"], 3.5);
@@ -336,7 +215,7 @@ mod tests {
     }
 
     #[test]
-    fn a_librechat_holder_is_named_plainly() {
+    fn a_librechat_holder_is_read_as_such() {
         let now = DateTime::from_millis(10_000);
         let skew = std::time::Duration::from_secs(1);
         let record = JobRecord::from_document(&mongodb::bson::doc! {
@@ -347,9 +226,6 @@ mod tests {
         let status = LeaseStatus::from_record("job", Some(&record), now, skew);
         assert_eq!(status.state, LeaseState::Running);
         assert_eq!(status.expires_in_secs, Some(31.0));
-        let text = status.to_string();
-        assert!(text.contains("held by a LibreChat replica"), "{text}");
-        assert!(text.contains("expires in: 31.0s"), "{text}");
         assert_eq!(
             serde_json::to_value(&status).unwrap()["holder"],
             "librechat"
