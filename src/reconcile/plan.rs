@@ -5,6 +5,7 @@
 //! aggregation and one count of the excluded documents pending cleanup per
 //! collection, and one read of the reindex marker. The `plan` command adds
 //! LibreChat's own view ([`librechat_view`]: four more counts per collection).
+//! Plain data: its text is `report::plan`'s.
 //!
 //! JSON shape (stable; camelCase):
 //! `{ meiliHealth, serverTime, nothingToDo, indexes: [ { collection, indexUid,
@@ -14,8 +15,6 @@
 //! driftSuspected, exactComparisonPending, leftoverBuildIndex,
 //! documentsToIndex, skippedByThreshold, librechat: null | { searchable,
 //! processed, pendingIndexing, pendingCleanup, complete } } ] }`.
-
-use std::fmt;
 
 use mongodb::bson::DateTime;
 use mongodb::Database;
@@ -55,27 +54,6 @@ impl RebuildReason {
             self,
             RebuildReason::IndexLost { .. } | RebuildReason::Forced
         )
-    }
-}
-
-impl fmt::Display for RebuildReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RebuildReason::IndexMissing => write!(f, "index missing"),
-            RebuildReason::WrongPrimaryKey { actual } => write!(
-                f,
-                "wrong primary key {}",
-                actual.as_deref().unwrap_or("(none)")
-            ),
-            RebuildReason::IndexLost {
-                meili_documents,
-                mongo_indexed,
-            } => write!(
-                f,
-                "index has {meili_documents} documents while {mongo_indexed} are flagged indexed"
-            ),
-            RebuildReason::Forced => write!(f, "forced reindex"),
-        }
     }
 }
 
@@ -357,99 +335,6 @@ pub async fn librechat_view(
             Some(mongo::librechat_progress(mongo_db, &opts.rules, index.collection, now).await?);
     }
     Ok(())
-}
-
-impl fmt::Display for Plan {
-    /// The plan as an operator reads it (`meili-reconciler plan`).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "Meilisearch: {} · MongoDB time: {}",
-            self.meili_health, self.server_time
-        )?;
-        for i in &self.indexes {
-            writeln!(f)?;
-            writeln!(f, "{} → index {}", i.collection.name(), i.index_uid)?;
-            let pk = i.primary_key.as_deref().unwrap_or("(none)");
-            if i.exists {
-                writeln!(
-                    f,
-                    "  index:     {} documents, primary key {pk} (expected {})",
-                    i.meili_documents, i.expected_primary_key
-                )?;
-            } else {
-                writeln!(f, "  index:     missing")?;
-            }
-            writeln!(
-                f,
-                "  mongo:     {} searchable, {} indexed, {} to index",
-                i.mongo.indexable, i.mongo.indexed, i.mongo.unindexed
-            )?;
-            if let Some(lc) = &i.librechat {
-                writeln!(f, "  librechat: {}", librechat_line(lc))?;
-            }
-            if i.pending_cleanup > 0 {
-                writeln!(
-                    f,
-                    "  cleanup:   {} excluded documents would be removed from Meilisearch and marked",
-                    i.pending_cleanup
-                )?;
-            }
-            if i.settings_to_apply.is_empty() {
-                writeln!(f, "  settings:  as desired")?;
-            } else {
-                let change = serde_json::to_string(&i.settings_to_apply).unwrap_or_default();
-                writeln!(f, "  settings:  would apply {change}")?;
-            }
-            if let Some(reason) = &i.rebuild {
-                writeln!(f, "  rebuild:   yes ({reason})")?;
-            }
-            if i.drift_suspected {
-                writeln!(f, "  drift:     counts disagree; id sets would be compared")?;
-            }
-            if i.exact_comparison_pending {
-                writeln!(
-                    f,
-                    "  reindex:   interrupted after its build; every document would be compared and the flags set exactly"
-                )?;
-            }
-            if i.leftover_build_index {
-                writeln!(
-                    f,
-                    "  reindex:   {} left by an interrupted reindex would be dropped",
-                    build_uid(&i.index_uid)
-                )?;
-            }
-            if i.skipped_by_threshold {
-                writeln!(
-                    f,
-                    "  index:     {} unindexed left below the threshold",
-                    i.mongo.unindexed
-                )?;
-            } else {
-                writeln!(f, "  would index: {} documents", i.documents_to_index)?;
-            }
-        }
-        writeln!(f)?;
-        if self.nothing_to_do {
-            write!(f, "Nothing to do.")
-        } else {
-            write!(f, "A reconciliation would change the above.")
-        }
-    }
-}
-
-/// LibreChat's `getSyncProgress()` in one line, as `plan` and `status`
-/// show it.
-pub fn librechat_line(p: &LibreChatProgress) -> String {
-    format!(
-        "{} of {} processed, {} pending indexing, {} pending cleanup — {} (its getSyncProgress())",
-        p.processed,
-        p.searchable,
-        p.pending_indexing,
-        p.pending_cleanup,
-        if p.complete { "complete" } else { "incomplete" }
-    )
 }
 
 #[cfg(test)]
