@@ -163,16 +163,6 @@ impl IntoIterator for &Phases {
     }
 }
 
-impl std::fmt::Display for Phases {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let parts: Vec<String> = Phase::ALL
-            .iter()
-            .map(|p| format!("{} {:.1} s", p.label().replace('_', " "), self.get(*p)))
-            .collect();
-        write!(f, "{}", parts.join(", "))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,7 @@
 //! What a run did: a [`RunSummary`] with one [`CollectionSummary`] per
-//! collection, and the line it reads as in the log. Filled by the engine
-//! (`run`), a reindex and `verify --repair`; read by the job, the lease
-//! document and the CLI.
-
-use std::fmt;
+//! collection. Filled by the engine (`run`), a reindex and `verify
+//! --repair`; read by the job, the lease document and the CLI. Plain data:
+//! its text (also the log line of a run) is `report::summary`'s.
 
 use serde::Serialize;
 
@@ -48,7 +46,7 @@ pub struct CollectionSummary {
 }
 
 impl CollectionSummary {
-    pub(super) fn changed_anything(&self) -> bool {
+    pub fn changed_anything(&self) -> bool {
         self.indexed > 0
             || self.deleted > 0
             || self.flags_cleared > 0
@@ -80,117 +78,5 @@ impl RunSummary {
 
     pub fn indexed(&self) -> u64 {
         self.collections.iter().map(|c| c.indexed).sum()
-    }
-}
-
-impl fmt::Display for RunSummary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in &self.collections {
-            write!(f, "{} → {}: ", c.collection, c.index_uid)?;
-            if !c.changed_anything() {
-                write!(f, "nothing to do")?;
-            } else {
-                let mut parts = Vec::new();
-                if let Some(reason) = &c.rebuilt {
-                    parts.push(format!("rebuilt ({reason})"));
-                }
-                if !c.settings_changed.is_empty() {
-                    parts.push(format!(
-                        "settings changed: {}",
-                        c.settings_changed.join(", ")
-                    ));
-                }
-                parts.push(format!("indexed {}", c.indexed));
-                if c.deleted > 0 {
-                    parts.push(format!("deleted {}", c.deleted));
-                }
-                if c.flags_cleared > 0 {
-                    parts.push(format!("flags cleared {}", c.flags_cleared));
-                }
-                if c.flags_set > 0 {
-                    parts.push(format!("flags set {}", c.flags_set));
-                }
-                if !c.rejected.is_empty() {
-                    let shown: Vec<String> = c
-                        .rejected
-                        .iter()
-                        .take(5)
-                        .map(|r| format!("{} ({})", r.id.as_deref().unwrap_or(&r.mongo_id), r.code))
-                        .collect();
-                    let more = c.rejected.len().saturating_sub(shown.len());
-                    let more = if more > 0 {
-                        format!(" and {more} more")
-                    } else {
-                        String::new()
-                    };
-                    parts.push(format!(
-                        "rejected {}: {}{more}",
-                        c.rejected.len(),
-                        shown.join(", ")
-                    ));
-                }
-                write!(f, "{}", parts.join(", "))?;
-            }
-            if let Some(v) = &c.verified {
-                write!(
-                    f,
-                    "; compared every document: {} missing, {} unexpected, {} stale before repair",
-                    v.missing.count, v.unexpected.count, v.stale.count
-                )?;
-            }
-            if let Some(n) = c.skipped_by_threshold {
-                write!(f, "; {n} unindexed left below the threshold")?;
-            }
-            writeln!(f)?;
-        }
-        write!(
-            f,
-            "took {:.1} s, {:.0} docs/s",
-            self.duration_ms as f64 / 1000.0,
-            self.docs_per_sec
-        )?;
-        if self.phases != phases::Phases::default() {
-            write!(f, " ({})", self.phases)?;
-        }
-        if self.nothing_to_do {
-            write!(f, "; nothing to do")?;
-        } else if self.rejected_count() > 0 {
-            write!(f, "; completed with {} rejects", self.rejected_count())?;
-        } else {
-            write!(f, "; completed")?;
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_says_nothing_to_do_or_counts_rejects() {
-        let mut summary = RunSummary {
-            collections: vec![CollectionSummary {
-                collection: "messages".into(),
-                index_uid: "messages".into(),
-                ..Default::default()
-            }],
-            nothing_to_do: true,
-            ..Default::default()
-        };
-        assert!(summary.to_string().contains("nothing to do"));
-        summary.nothing_to_do = false;
-        summary.collections[0].indexed = 999;
-        summary.collections[0].rejected.push(Rejected {
-            id: Some("bad|id".into()),
-            mongo_id: "1".into(),
-            code: "invalid_document_id".into(),
-            message: String::new(),
-            mongo_id_key: "1".into(),
-        });
-        let text = summary.to_string();
-        assert!(text.contains("indexed 999"), "{text}");
-        assert!(text.contains("bad|id (invalid_document_id)"), "{text}");
-        assert!(text.contains("completed with 1 rejects"), "{text}");
     }
 }

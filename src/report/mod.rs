@@ -2,11 +2,14 @@
 //! engine's data, one file per command output. The engine's types stay
 //! plain data; their `Display` lives here, above them (this module imports
 //! `lease`, `reconcile`, `follow` and `views`; none of them imports it). The
-//! same text reads in the log where the engine logs a value (a rebuild's
-//! reason).
+//! same text reads in the log where the engine logs a value (a run's
+//! summary, a rebuild's reason).
 //!
 //! - [`status`]: `status` — the lease, the mode, the chat collections;
-//! - [`plan`]: `plan` — what a reconciliation would do.
+//! - [`plan`]: `plan` — what a reconciliation would do;
+//! - [`summary`]: what a run did (`once`, `reindex`, `verify --repair`, the
+//!   log line of every reconciliation).
 
 pub mod plan;
 pub mod status;
+pub mod summary;
