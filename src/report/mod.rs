@@ -8,8 +8,10 @@
 //! - [`status`]: `status` — the lease, the mode, the chat collections;
 //! - [`plan`]: `plan` — what a reconciliation would do;
 //! - [`summary`]: what a run did (`once`, `reindex`, `verify --repair`, the
-//!   log line of every reconciliation).
+//!   log line of every reconciliation);
+//! - [`verify`]: `verify` — what the exact comparison found.
 
 pub mod plan;
 pub mod status;
 pub mod summary;
+pub mod verify;
