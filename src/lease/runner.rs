@@ -78,6 +78,8 @@ pub async fn run_single_flight<J: LeasedJob>(
     }
 }
 
+/// The owner's run: the job under renewals, then the write that records
+/// how it ended.
 async fn run_as_owner<J: LeasedJob>(
     store: &JobStore,
     opts: &LeaseOptions,
@@ -86,12 +88,7 @@ async fn run_as_owner<J: LeasedJob>(
     progress: Progress,
     shutdown: CancellationToken,
 ) -> Result<Outcome<J::Output>, LeaseError<J::Error>> {
-    let Claimed {
-        fence,
-        record,
-        deadline,
-    } = claimed;
-    let epoch = fence.epoch;
+    let (fence, deadline) = (&claimed.fence, claimed.deadline);
     let guard = Guard::for_owner(deadline, LeaseHandle::new(store.clone(), fence.clone()));
     let renewer = Renewer::start(
         store.clone(),
@@ -104,165 +101,184 @@ async fn run_as_owner<J: LeasedJob>(
         },
         deadline,
     );
+    let ran = run_job(job, &guard, &progress, &shutdown, opts.drain_patience).await;
+    renewer.stop().await;
+    let owner = Owner {
+        store,
+        opts,
+        fence,
+        guard: &guard,
+        progress: &progress,
+    };
+    owner.record_end(ran, claimed.record.attempt).await
+}
 
+/// How the owner's run of the job ended.
+enum Ran<T, E> {
+    /// The job returned (the lease may have been lost meanwhile).
+    Returned(Result<JobEnd<T>, E>),
+    /// The lease was lost, or shutdown stopped the job.
+    Stopped,
+    /// Shutdown's wait for the job ran out after this long.
+    StillRunning(Duration),
+}
+
+/// Runs `job` until it returns, the lease is lost or shutdown is asked for.
+async fn run_job<J: LeasedJob>(
+    job: &mut J,
+    guard: &Guard,
+    progress: &Progress,
+    shutdown: &CancellationToken,
+    drain_patience: Duration,
+) -> Ran<J::Output, J::Error> {
     let work = job.run(guard.clone(), progress.clone());
     tokio::pin!(work);
-    // Set when shutdown's wait for the job ran out: how long it waited.
-    let mut still_running_after = None;
-    let finished = tokio::select! {
+    tokio::select! {
         biased;
         // Lost: someone else may own the work now; drop the job at once.
-        _ = guard.cancelled() => None,
+        _ = guard.cancelled() => Ran::Stopped,
         _ = shutdown.cancelled() => {
             // Shutdown: every further write fails the guard check, but a write
             // already sent (an acknowledgement `update_many`) is let finish, so
             // none of ours lands after the release hands the work to another
             // replica. Bounded by the lease's own deadline.
             guard.cancel(LeaseLost::ShuttingDown);
-            let patience = opts.drain_patience.min(deadline_of(&guard).saturating_duration_since(Instant::now()));
-            if tokio::time::timeout(patience, &mut work).await.is_err() {
-                still_running_after = Some(patience);
+            let patience = drain_patience.min(deadline_of(guard).saturating_duration_since(Instant::now()));
+            match tokio::time::timeout(patience, &mut work).await {
+                Ok(_) => Ran::Stopped,
+                Err(_) => Ran::StillRunning(patience),
             }
-            None
         }
-        result = &mut work => Some(result),
-    };
-    renewer.stop().await;
+        result = &mut work => Ran::Returned(result),
+    }
+}
 
-    match guard.check() {
-        Err(LeaseLost::ShuttingDown) => match still_running_after {
+/// The owner after its run of the job: what its final write needs.
+struct Owner<'a> {
+    store: &'a JobStore,
+    opts: &'a LeaseOptions,
+    fence: &'a Fence,
+    guard: &'a Guard,
+    progress: &'a Progress,
+}
+
+impl Owner<'_> {
+    /// Records how the run ended (`attempt`: the failures before it), or,
+    /// when the lease was lost, nothing.
+    async fn record_end<T: Serialize, E: Display>(
+        &self,
+        ran: Ran<T, E>,
+        attempt: u32,
+    ) -> Result<Outcome<T>, LeaseError<E>> {
+        let (fence, epoch) = (self.fence, self.fence.epoch);
+        match (self.guard.check(), ran) {
             // A job that did not stop may have a write on the server still: a
             // release would let a follower claim at once and work beside it.
             // Left to expire, the lease keeps followers out for its rest.
-            Some(waited) => {
+            (Err(LeaseLost::ShuttingDown), Ran::StillRunning(waited)) => {
                 warn!(owner = %fence.owner, epoch,
                     "the job did not stop within {waited:?} of shutdown; not releasing the lease, which expires by itself");
                 Err(LeaseError::ShutDown { released: false })
             }
-            None => release(store, &fence, &guard, &progress, None).await,
-        },
-        Err(reason) => {
-            if let Some(Err(job_error)) = &finished {
-                warn!(owner = %fence.owner, epoch, error = %format_args!("{job_error:#}"),
-                    "the job ended after the lease was lost; not recorded");
+            (Err(LeaseLost::ShuttingDown), _) => self.release(None).await,
+            (Err(reason), ran) => {
+                if let Ran::Returned(Err(job_error)) = &ran {
+                    warn!(owner = %fence.owner, epoch, error = %format_args!("{job_error:#}"),
+                        "the job ended after the lease was lost; not recorded");
+                }
+                lost(fence, reason)
             }
-            lost(&fence, reason)
-        }
-        Ok(()) => match finished.expect("only a cancelled guard interrupts the job") {
-            Ok(JobEnd::Completed(summary)) => {
-                complete(store, &fence, &guard, &progress, summary).await
+            (Ok(()), Ran::Returned(Ok(JobEnd::Completed(summary)))) => self.complete(summary).await,
+            (Ok(()), Ran::Returned(Ok(JobEnd::HandOver { to }))) => self.release(Some(&to)).await,
+            (Ok(()), Ran::Returned(Err(job_error))) => {
+                let attempt = attempt.saturating_add(1);
+                self.record_failure(attempt, job_error).await
             }
-            Ok(JobEnd::HandOver { to }) => {
-                release(store, &fence, &guard, &progress, Some(&to)).await
-            }
-            Err(job_error) => {
-                let attempt = record.attempt.saturating_add(1);
-                record_failure(store, opts, &fence, &guard, attempt, job_error).await
-            }
-        },
-    }
-}
-
-/// Shutdown, or a handover to `to`: sets `released` so a follower (`to`,
-/// when named) claims at once.
-async fn release<T, E>(
-    store: &JobStore,
-    fence: &Fence,
-    guard: &Guard,
-    progress: &Progress,
-    to: Option<&str>,
-) -> Result<Outcome<T>, LeaseError<E>> {
-    let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(guard));
-    let snapshot = progress.snapshot();
-    let write = |now| store.release(fence, now, &snapshot, to);
-    match fenced_write(store, fence, JobStatus::Released, until, write).await {
-        Written::Yes => match to {
-            Some(to) => {
-                info!(owner = %fence.owner, epoch = fence.epoch, to, "lease handed over");
-                Ok(Outcome::HandedOver { to: to.to_string() })
-            }
-            None => {
-                info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
-                Err(LeaseError::ShutDown { released: true })
-            }
-        },
-        Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
-        Written::Unconfirmed(err) => {
-            warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
-                "shut down; could not release the lease (it will expire)");
-            Err(LeaseError::ShutDown { released: false })
+            (Ok(()), _) => unreachable!("only a cancelled guard interrupts the job"),
         }
     }
-}
 
-/// Success: sets `completed` with the summary (the job's output, serialized).
-async fn complete<T: Serialize, E>(
-    store: &JobStore,
-    fence: &Fence,
-    guard: &Guard,
-    progress: &Progress,
-    summary: T,
-) -> Result<Outcome<T>, LeaseError<E>> {
-    let snapshot = progress.snapshot();
-    let stored = serde_json::to_value(&summary).unwrap_or_else(|e| {
-        serde_json::Value::String(format!("the summary did not serialize: {e}"))
-    });
-    let write = |now| store.complete(fence, now, &stored, &snapshot);
-    match fenced_write(
-        store,
-        fence,
-        JobStatus::Completed,
-        deadline_of(guard),
-        write,
-    )
-    .await
-    {
-        Written::Yes => {
-            info!(owner = %fence.owner, epoch = fence.epoch, summary = %stored, "job completed");
-            Ok(Outcome::Ran {
-                epoch: fence.epoch,
-                summary,
-            })
+    /// Shutdown, or a handover to `to`: sets `released` so a follower (`to`,
+    /// when named) claims at once.
+    async fn release<T, E>(&self, to: Option<&str>) -> Result<Outcome<T>, LeaseError<E>> {
+        let (store, fence) = (self.store, self.fence);
+        let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(self.guard));
+        let snapshot = self.progress.snapshot();
+        let write = |now| store.release(fence, now, &snapshot, to);
+        match fenced_write(store, fence, JobStatus::Released, until, write).await {
+            Written::Yes => match to {
+                Some(to) => {
+                    info!(owner = %fence.owner, epoch = fence.epoch, to, "lease handed over");
+                    Ok(Outcome::HandedOver { to: to.to_string() })
+                }
+                None => {
+                    info!(owner = %fence.owner, epoch = fence.epoch, "shut down; lease released");
+                    Err(LeaseError::ShutDown { released: true })
+                }
+            },
+            Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
+            Written::Unconfirmed(err) => {
+                warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
+                    "shut down; could not release the lease (it will expire)");
+                Err(LeaseError::ShutDown { released: false })
+            }
         }
-        Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
-        Written::Unconfirmed(err) => unconfirmed(fence, "completion", err),
     }
-}
 
-/// Failure: sets `failed` with the error, the consecutive `attempt` and a
-/// `retryAt` backed off exponentially.
-async fn record_failure<T, E: Display>(
-    store: &JobStore,
-    opts: &LeaseOptions,
-    fence: &Fence,
-    guard: &Guard,
-    attempt: u32,
-    job_error: E,
-) -> Result<Outcome<T>, LeaseError<E>> {
-    let message = format!("{job_error:#}");
-    let backoff = opts.failure_backoff_for(attempt);
-    let mut retry_at = DateTime::MIN;
-    let write = |now| {
-        retry_at = clock::later(now, backoff);
-        store.fail(fence, now, &message, attempt, retry_at)
-    };
-    match fenced_write(store, fence, JobStatus::Failed, deadline_of(guard), write).await {
-        Written::Yes => {
-            error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
-                retry_in_ms = backoff.as_millis() as u64, "job failed");
-            Err(LeaseError::JobFailed {
-                epoch: fence.epoch,
-                error: job_error,
-                attempt,
-                retry_at,
-            })
+    /// Success: sets `completed` with the summary (the job's output, serialized).
+    async fn complete<T: Serialize, E>(&self, summary: T) -> Result<Outcome<T>, LeaseError<E>> {
+        let (store, fence) = (self.store, self.fence);
+        let snapshot = self.progress.snapshot();
+        let stored = serde_json::to_value(&summary).unwrap_or_else(|e| {
+            serde_json::Value::String(format!("the summary did not serialize: {e}"))
+        });
+        let write = |now| store.complete(fence, now, &stored, &snapshot);
+        let until = deadline_of(self.guard);
+        match fenced_write(store, fence, JobStatus::Completed, until, write).await {
+            Written::Yes => {
+                info!(owner = %fence.owner, epoch = fence.epoch, summary = %stored, "job completed");
+                let epoch = fence.epoch;
+                Ok(Outcome::Ran { epoch, summary })
+            }
+            Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
+            Written::Unconfirmed(err) => unconfirmed(fence, "completion", err),
         }
-        Written::MatchedNothing => {
-            warn!(owner = %fence.owner, epoch = fence.epoch, error = %message,
-                "the job failed and the lease is lost");
-            lost(fence, LeaseLost::TakenOver)
+    }
+
+    /// Failure: sets `failed` with the error, the consecutive `attempt` and a
+    /// `retryAt` backed off exponentially.
+    async fn record_failure<T, E: Display>(
+        &self,
+        attempt: u32,
+        job_error: E,
+    ) -> Result<Outcome<T>, LeaseError<E>> {
+        let (store, fence) = (self.store, self.fence);
+        let message = format!("{job_error:#}");
+        let backoff = self.opts.failure_backoff_for(attempt);
+        let mut retry_at = DateTime::MIN;
+        let write = |now| {
+            retry_at = clock::later(now, backoff);
+            store.fail(fence, now, &message, attempt, retry_at)
+        };
+        let until = deadline_of(self.guard);
+        match fenced_write(store, fence, JobStatus::Failed, until, write).await {
+            Written::Yes => {
+                error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
+                    retry_in_ms = backoff.as_millis() as u64, "job failed");
+                Err(LeaseError::JobFailed {
+                    epoch: fence.epoch,
+                    error: job_error,
+                    attempt,
+                    retry_at,
+                })
+            }
+            Written::MatchedNothing => {
+                warn!(owner = %fence.owner, epoch = fence.epoch, error = %message,
+                    "the job failed and the lease is lost");
+                lost(fence, LeaseLost::TakenOver)
+            }
+            Written::Unconfirmed(err) => unconfirmed(fence, "failure", err),
         }
-        Written::Unconfirmed(err) => unconfirmed(fence, "failure", err),
     }
 }
 
