@@ -25,6 +25,7 @@ pub mod reconcile;
 pub mod retry;
 pub mod serve;
 pub mod servers;
+pub mod setting;
 pub mod shutdown;
 pub mod telemetry;
 pub mod views;
