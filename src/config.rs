@@ -3,18 +3,20 @@
 //! Layers, lowest first: built-in defaults (`config/default.toml`, compiled in)
 //! < `config/default.toml` in the working directory < `--config FILE` <
 //! LibreChat's variables (`MONGO_URI`, …) < `RECONCILER__SECTION__KEY`.
-//! Everything is parsed and validated here, before anything connects: a bad
-//! value yields one [`ConfigError`] naming the key, the value and what is
-//! allowed. That includes what the clients would refuse later: the MongoDB
-//! URI is parsed by the driver's own parser (only a `mongodb+srv://` DNS
-//! lookup is left to connecting), the master key must fit an HTTP header, and
-//! a table or list given where one value belongs is refused (a number or
-//! boolean given for a string setting is taken as its text, as from an
-//! environment variable). Secrets (the master key, credentials and
+//! The merged layers deserialize (serde) straight into [`Settings`], whose
+//! parts are the types the code uses ([`LeaseOptions`], [`FollowOptions`],
+//! …), each value read by `crate::setting`; unknown keys are refused
+//! (`deny_unknown_fields`). The rules that tie settings together run after
+//! that ([`Settings::complete`]). Everything is checked here, before
+//! anything connects: a bad value yields one [`ConfigError`] naming the key,
+//! the value and what is allowed. That includes what the clients would
+//! refuse later: the MongoDB URI is parsed by the driver's own parser (only a
+//! `mongodb+srv://` DNS lookup is left to connecting), the master key must
+//! fit an HTTP header. Secrets (the master key, credentials and
 //! secret-bearing options in the MongoDB URI) are held in [`Secret`] /
 //! [`MongoUri`], whose `Debug` and `Display` never show them, and are kept out
-//! of every error. LibreChat's own sync settings that change one of this
-//! service's ([`LIBRECHAT_TUNING_VARS`]) are recorded in
+//! of every error ([`shown`]). LibreChat's own sync settings that change one
+//! of this service's ([`LIBRECHAT_TUNING_VARS`]) are recorded in
 //! [`Settings::librechat_overrides`], for the CLI to say so once at start.
 
 use std::collections::HashMap;
@@ -24,21 +26,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
+use serde::{de::Error as _, Deserialize, Deserializer};
 
+use crate::lease::LeaseOptions;
 use crate::librechat::{self, Rules};
+use crate::setting::{self, STRING};
 
 mod error;
 mod mongo_uri;
 
+pub use crate::setting::DEFAULTS_TOML;
 pub use error::ConfigError;
-use mongo_uri::parse_mongo_uri;
+pub use mongo_uri::{redact_uri, MongoUri, SECRET_URI_OPTIONS};
 
 /// Most `sync.ack_writers`: each holds a connection of the driver's pool.
 const MAX_ACK_WRITERS: u64 = 16;
-pub use mongo_uri::{redact_uri, MongoUri, SECRET_URI_OPTIONS};
-
-/// The defaults, compiled in so the binary works without the file.
-pub const DEFAULTS_TOML: &str = include_str!("../config/default.toml");
 
 /// Prefix of the environment form of every key.
 pub const ENV_PREFIX: &str = "RECONCILER";
@@ -83,15 +85,9 @@ pub const LIBRECHAT_NO_SYNC: &str = "MEILI_NO_SYNC";
 pub struct Secret(String);
 
 impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
     /// The secret itself, for the one place that must send it.
     pub fn expose(&self) -> &str {
         &self.0
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -111,70 +107,188 @@ impl fmt::Display for Secret {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Auto,
     Pretty,
     Json,
 }
 
-#[derive(Clone, Debug)]
+impl<'de> Deserialize<'de> for LogFormat {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let choices = [
+            ("auto", LogFormat::Auto),
+            ("pretty", LogFormat::Pretty),
+            ("json", LogFormat::Json),
+        ];
+        setting::one_of(d, &choices, "auto, pretty or json")
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MongoSettings {
+    /// Unset (`""`) only where search is off ([`Settings::complete`]).
     pub uri: MongoUri,
+    /// After loading, never empty: `""` is the URI's database, else `LibreChat`.
+    #[serde(deserialize_with = "setting::text")]
     pub database: String,
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub connect_timeout: Duration,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MeiliSettings {
+    /// Without a trailing `/`; empty only where search is off.
+    #[serde(deserialize_with = "meili_host")]
     pub host: String,
+    #[serde(deserialize_with = "master_key")]
     pub master_key: Secret,
+    #[serde(deserialize_with = "index_prefix")]
     pub index_prefix: String,
+    #[serde(deserialize_with = "filterable_attributes")]
     pub filterable_attributes: Vec<String>,
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub request_timeout: Duration,
 }
 
-#[derive(Clone, Debug)]
-pub struct LeaseSettings {
-    pub collection: String,
-    pub job: String,
-    pub ttl: Duration,
-    pub renew_every: Duration,
-    pub poll_every: Duration,
-    pub safety_margin: Duration,
-    pub reuse_completion_for: Duration,
-    /// Empty: derived from the host name, the pid and a random suffix.
-    pub owner: String,
-    pub failure_backoff: Duration,
-    pub failure_backoff_max: Duration,
-    pub unreachable_timeout: Duration,
-    pub librechat_clock_skew: Duration,
-    pub write_concern: crate::lease::LeaseWriteConcern,
+fn meili_host<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let allowed = "an http:// or https:// URL such as http://127.0.0.1:7700";
+    setting::parse(d, STRING, allowed, |host| {
+        let url = url::Url::parse(host).ok();
+        let valid = url.is_some_and(|u| {
+            matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+        });
+        (valid || host.is_empty()).then(|| host.trim_end_matches('/').to_string())
+    })
 }
 
-#[derive(Clone, Debug)]
+/// Sent as `Authorization: Bearer <key>`: a character no HTTP header may
+/// hold would fail every request (the SDK panics on it).
+fn master_key<'de, D: Deserializer<'de>>(d: D) -> Result<Secret, D::Error> {
+    let key = setting::text(d)?;
+    if let Some(c) = key.chars().find(|c| !(' '..='~').contains(c)) {
+        let what = if c.is_control() {
+            "a control character"
+        } else {
+            "a non-ASCII character"
+        };
+        return Err(D::Error::custom(format!(
+            "printable ASCII characters only (letters, digits, punctuation; it is sent in the HTTP header \
+             `Authorization: Bearer <key>`), but the key holds {what}: check MEILI_MASTER_KEY \
+             (or RECONCILER__MEILI__MASTER_KEY)"
+        )));
+    }
+    Ok(Secret(key))
+}
+
+fn index_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let allowed =
+        "empty, or up to 200 characters of A-Z a-z 0-9 _ - (it starts Meilisearch index uids)";
+    setting::parse(d, STRING, allowed, |prefix| {
+        let valid = prefix.len() <= 200
+            && (prefix.chars()).all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        valid.then(|| prefix.to_string())
+    })
+}
+
+fn filterable_attributes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let attributes = setting::list(d)?;
+    if !attributes.iter().any(|a| a == "user") {
+        return Err(D::Error::custom(
+            "a list of attribute names that includes \"user\" (LibreChat filters every search by user)",
+        ));
+    }
+    Ok(attributes)
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SyncSettings {
+    #[serde(deserialize_with = "setting::positive_count")]
     pub batch_docs: usize,
+    #[serde(deserialize_with = "setting::size")]
     pub batch_bytes: usize,
+    #[serde(deserialize_with = "setting::positive_count")]
     pub in_flight: usize,
+    /// At least `batch_bytes` ([`Settings::complete`]).
+    #[serde(deserialize_with = "setting::size")]
     pub max_bytes_in_flight: usize,
+    #[serde(deserialize_with = "setting::size")]
     pub compare_memory: usize,
+    #[serde(deserialize_with = "setting::whole::<1, MAX_ACK_WRITERS, _, _>")]
     pub ack_writers: usize,
+    #[serde(deserialize_with = "setting::count")]
     pub threshold: u64,
+    #[serde(deserialize_with = "setting::duration")]
     pub delay: Duration,
+    #[serde(deserialize_with = "setting::boolean")]
     pub enabled: bool,
+    #[serde(deserialize_with = "setting::boolean")]
     pub plan_only: bool,
-    /// LibreChat's configurable rules: exclusion paths, schema version.
-    pub rules: Rules,
+    /// `""`: none.
+    #[serde(deserialize_with = "exclusion_path")]
+    pub messages_exclusion_path: Option<String>,
+    #[serde(deserialize_with = "exclusion_path")]
+    pub conversations_exclusion_path: Option<String>,
+    #[serde(deserialize_with = "schema_version")]
+    pub schema_version: i32,
 }
 
-#[derive(Clone, Debug)]
+impl SyncSettings {
+    /// LibreChat's configurable rules: exclusion paths, schema version.
+    pub fn rules(&self) -> Rules {
+        Rules {
+            messages_exclusion_path: self.messages_exclusion_path.clone(),
+            conversations_exclusion_path: self.conversations_exclusion_path.clone(),
+            schema_version: self.schema_version,
+        }
+    }
+}
+
+/// A field whose presence keeps a document out of search; `""`: none.
+fn exclusion_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let path = setting::text(d)?;
+    if path.is_empty() {
+        return Ok(None);
+    }
+    librechat::check_exclusion_path(&path).map_err(|why| {
+        D::Error::custom(format!(
+            "a top-level field name such as subagentTask, or \"\" for none (it {why})"
+        ))
+    })?;
+    Ok(Some(path))
+}
+
+/// The projection's schema version LibreChat's markers carry.
+fn schema_version<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+    let allowed = format!(
+        "a whole number from 1 to {} (LibreChat's is 1; raising it re-sends every document)",
+        i32::MAX
+    );
+    setting::parse(d, setting::NUMBER, allowed, |t| {
+        t.parse().ok().filter(|n| *n >= 1)
+    })
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServeSettings {
+    #[serde(deserialize_with = "listen")]
     pub listen: SocketAddr,
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub interval: Duration,
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub grace: Duration,
     /// Follow change streams between reconciliations (`run` only).
+    #[serde(deserialize_with = "setting::boolean")]
     pub follow: bool,
+}
+
+fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let allowed = "an IP address and port such as 127.0.0.1:9464 or 0.0.0.0:9464";
+    setting::parse(d, STRING, allowed, |t| t.parse().ok())
 }
 
 /// `follow.pre_images`: whether change events carry the document as it was
@@ -190,39 +304,71 @@ pub enum PreImages {
     Off,
 }
 
-/// Follow mode (`[follow]`, docs/design.md §4.12).
-#[derive(Clone, Debug)]
-pub struct FollowSettings {
-    /// A micro-batch is applied once it holds this many documents...
-    pub max_docs: usize,
-    /// ...or once its first change is this old.
-    pub max_wait: Duration,
-    pub pre_images: PreImages,
-    /// Deletes without a pre-image: the id-set comparison runs at most this often.
-    pub orphan_check_every: Duration,
+impl<'de> Deserialize<'de> for PreImages {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let choices = [
+            ("auto", PreImages::Auto),
+            ("enable", PreImages::Enable),
+            ("off", PreImages::Off),
+        ];
+        let allowed = "auto (use them where the collections have them), enable (turn them on with collMod) or off";
+        setting::one_of(d, &choices, allowed)
+    }
 }
 
-#[derive(Clone, Debug)]
+/// The knobs of follow mode (`[follow]`, docs/design.md §4.12), and the two
+/// of other sections it keeps to.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FollowOptions {
+    /// A micro-batch is applied once it holds this many documents...
+    #[serde(deserialize_with = "setting::positive_count")]
+    pub max_docs: usize,
+    /// ...or once its first change is this old.
+    #[serde(deserialize_with = "setting::positive_duration")]
+    pub max_wait: Duration,
+    pub pre_images: PreImages,
+    /// The id-set comparison for deletes without a pre-image runs at most
+    /// this often.
+    #[serde(deserialize_with = "setting::duration")]
+    pub orphan_check_every: Duration,
+    /// `serve.interval` (set by [`Settings::complete`]): the periodic
+    /// reconciliation, and how fresh the last one must be to resume from a
+    /// saved token without reconciling.
+    #[serde(skip)]
+    pub interval: Duration,
+    /// `lease.poll_every` (set by [`Settings::complete`]): how often the
+    /// owner looks for a handover request.
+    #[serde(skip)]
+    pub poll_every: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LogSettings {
     pub format: LogFormat,
 }
 
 /// Every setting, validated.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Settings {
     pub mongo: MongoSettings,
     pub meili: MeiliSettings,
-    pub lease: LeaseSettings,
+    /// `[lease]`, with this replica's owner id.
+    pub lease: LeaseOptions,
     pub sync: SyncSettings,
     pub serve: ServeSettings,
-    pub follow: FollowSettings,
+    pub follow: FollowOptions,
     pub log: LogSettings,
     /// LibreChat's `MEILI_NO_SYNC` is `true` (as LibreChat reads it: the text
     /// `true`, any case): its in-process sync is off, the recommended set-up
     /// beside this service. Changes nothing here; the CLI logs it at start.
+    #[serde(skip)]
     pub librechat_sync_off: bool,
     /// Each of [`LIBRECHAT_TUNING_VARS`] that set a setting to another value
     /// than the one it replaced (the CLI logs each once, at start).
+    #[serde(skip)]
     pub librechat_overrides: Vec<LibreChatOverride>,
 }
 
@@ -350,13 +496,135 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
         .unwrap_or_default();
     builder = builder.add_source(own_env);
     let merged = builder.build().map_err(file_error)?;
-    let mut settings = Raw::from_config(merged)?.validate()?;
+    let settings: Settings =
+        (merged.clone().try_deserialize()).map_err(|error| refused(error, &merged, sources))?;
+    let mut settings = settings.complete(&merged)?;
     settings.librechat_sync_off = sources
         .env
         .get(LIBRECHAT_NO_SYNC)
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     settings.librechat_overrides = librechat_overrides(&sources.env, &files, &librechat, &own_keys);
     Ok(settings)
+}
+
+/// The settings of the compiled-in defaults alone, as deserialized (no
+/// server is set, and [`Settings::complete`] has not run): the defaults of
+/// options built without a configuration.
+pub fn built_in() -> Settings {
+    let defaults = setting::defaults().try_deserialize();
+    defaults.expect("the compiled-in defaults deserialize")
+}
+
+impl Settings {
+    /// The rules that tie settings together, checked once each has been
+    /// read, and the values taken from other settings.
+    fn complete(mut self, raw: &Config) -> Result<Self, ConfigError> {
+        // With search off (`SEARCH=false`) no server is reached: a replica
+        // whose `.env` names none must still start and say so.
+        if self.sync.enabled && !self.mongo.uri.is_set() {
+            return Err(ConfigError::Missing {
+                key: "mongo.uri".into(),
+                hint: "set MONGO_URI (or RECONCILER__MONGO__URI), e.g. mongodb://127.0.0.1:27017/LibreChat".into(),
+            });
+        }
+        if self.sync.enabled && self.meili.host.is_empty() {
+            return Err(ConfigError::Missing {
+                key: "meili.host".into(),
+                hint: "set MEILI_HOST (or RECONCILER__MEILI__HOST), e.g. http://127.0.0.1:7700"
+                    .into(),
+            });
+        }
+        let mongo = &mut self.mongo;
+        if mongo.database.is_empty() {
+            mongo.database = mongo.uri.database().unwrap_or_else(|| "LibreChat".into());
+        }
+        if mongo.database.contains(['/', '\\', '.', ' ', '"', '$']) || mongo.database.len() > 63 {
+            return Err(ConfigError::invalid(
+                "mongo.database",
+                mongo.database.clone(),
+                "a MongoDB database name: at most 63 characters, none of / \\ . \" $ or space",
+            ));
+        }
+        (self.lease.check_timings())
+            .map_err(|e| ConfigError::invalid(e.key(), shown(raw, e.key()), e.allowed()))?;
+        if self.sync.max_bytes_in_flight < self.sync.batch_bytes {
+            return Err(ConfigError::invalid(
+                "sync.max_bytes_in_flight",
+                shown(raw, "sync.max_bytes_in_flight"),
+                format!(
+                    "a size ≥ sync.batch_bytes ({}) such as \"256MiB\"",
+                    shown(raw, "sync.batch_bytes")
+                ),
+            ));
+        }
+        self.follow.interval = self.serve.interval;
+        self.follow.poll_every = self.lease.poll_every;
+        Ok(self)
+    }
+}
+
+/// The error of deserializing the merged layers, said as [`ConfigError`]:
+/// the key, the value as given ([`shown`]) and what is allowed (the
+/// message of `crate::setting`), or the unknown key and the variable that
+/// set it.
+fn refused(error: config::ConfigError, raw: &Config, sources: &Sources) -> ConfigError {
+    let (at, message) = match error {
+        config::ConfigError::At {
+            error,
+            key: Some(key),
+            ..
+        } => (key, error.to_string()),
+        // A section given one value (its serde message would show the
+        // value), or a key missing because a layer did so.
+        config::ConfigError::Type { key: Some(key), .. } => (key, String::new()),
+        config::ConfigError::NotFound(key) => (
+            key.split('.').next().unwrap_or_default().into(),
+            String::new(),
+        ),
+        other => (String::new(), other.to_string()),
+    };
+    let unknown = message.strip_prefix("unknown field `");
+    let unknown = unknown
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(field, _)| field);
+    if unknown.is_none() && at.contains('.') {
+        return ConfigError::invalid(&at, shown(raw, &at), message);
+    }
+    // An unknown key (the first it holds, when a table), or a section that
+    // is not a table of settings.
+    let key = match unknown {
+        None => at,
+        Some(field) => {
+            let key = [at.as_str(), field].join(".");
+            let key = key.trim_start_matches('.');
+            let first = raw.get_table(key).ok().and_then(|t| t.into_keys().min());
+            first.map_or(key.to_string(), |first| format!("{key}.{first}"))
+        }
+    };
+    let var = env_var_of(&key);
+    ConfigError::Unknown {
+        var: (sources.env.keys())
+            .find(|v| v.eq_ignore_ascii_case(&var))
+            .cloned(),
+        known: known_keys().join(", "),
+        key,
+    }
+}
+
+/// The value of `key` as given, for an error: a table or list as TOML
+/// writes it, the master key never, a URI without its credentials.
+fn shown(raw: &Config, key: &str) -> String {
+    let Ok(value) = raw.get::<Value>(key) else {
+        return String::new();
+    };
+    match (&value.kind, key) {
+        (_, "meili.master_key") => "***".into(),
+        (ValueKind::String(uri), "mongo.uri" | "meili.host") => redact_uri(uri),
+        (_, "mongo.uri") => "***".into(),
+        (ValueKind::String(text), _) => text.clone(),
+        (ValueKind::Table(_) | ValueKind::Array(_), _) => render(&value),
+        _ => value.to_string(),
+    }
 }
 
 /// Each of [`LIBRECHAT_TUNING_VARS`] that is what sets its setting (no
@@ -367,7 +635,7 @@ fn librechat_overrides(
     librechat: &Config,
     own_keys: &[String],
 ) -> Vec<LibreChatOverride> {
-    let defaults: HashMap<String, Value> = defaults().into_iter().collect();
+    let defaults = setting::defaults();
     LIBRECHAT_VARS
         .iter()
         .filter(|(var, _)| LIBRECHAT_TUNING_VARS.contains(var))
@@ -379,9 +647,8 @@ fn librechat_overrides(
             if same_setting(&set_to, &replaced) {
                 return None;
             }
-            let replaced_default = defaults
-                .get(*key)
-                .is_some_and(|d| same_setting(&d.to_string(), &replaced));
+            let replaced_default =
+                (defaults.get_string(key)).is_ok_and(|default| same_setting(&default, &replaced));
             Some(LibreChatOverride {
                 var,
                 value: value.to_string(),
@@ -436,512 +703,6 @@ fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError>
     })
 }
 
-/// The merged layers as flat `section.key` → value, before validation.
-struct Raw {
-    values: HashMap<String, Value>,
-}
-
-const SECRET_KEYS: &[&str] = &["meili.master_key", "mongo.uri"];
-
-impl Raw {
-    fn from_config(config: Config) -> Result<Self, ConfigError> {
-        let defaults: HashMap<String, Value> = defaults().into_iter().collect();
-        let known = || {
-            let mut keys: Vec<&str> = defaults.keys().map(String::as_str).collect();
-            keys.sort();
-            keys.join(", ")
-        };
-        let table = config.cache.into_table().map_err(|e| ConfigError::File {
-            path: "configuration".into(),
-            reason: e.to_string(),
-        })?;
-        let mut values = HashMap::new();
-        for (section, value) in table {
-            let entries = match value.kind {
-                ValueKind::Table(entries) => entries,
-                _ => {
-                    return Err(ConfigError::Unknown {
-                        key: section,
-                        known: known(),
-                    })
-                }
-            };
-            for (key, value) in entries {
-                let full = format!("{section}.{key}");
-                let Some(default) = defaults.get(&full) else {
-                    return Err(ConfigError::Unknown {
-                        key: full,
-                        known: known(),
-                    });
-                };
-                check_kind(&full, &value, default)?;
-                values.insert(full, value);
-            }
-        }
-        Ok(Raw { values })
-    }
-
-    /// The value as text (lists are joined by commas; [`check_kind`] let in
-    /// no table, and a list only where the default is one).
-    fn text(&self, key: &str) -> String {
-        match self.values.get(key).map(|v| &v.kind) {
-            None | Some(ValueKind::Nil) => String::new(),
-            Some(ValueKind::Array(items)) => items
-                .iter()
-                .map(|v| v.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-            Some(_) => self.values[key].to_string(),
-        }
-    }
-
-    fn shown(&self, key: &str) -> String {
-        if SECRET_KEYS.contains(&key) {
-            if key == "mongo.uri" {
-                redact_uri(&self.text(key))
-            } else {
-                "***".into()
-            }
-        } else {
-            self.text(key)
-        }
-    }
-
-    fn string(&self, key: &str) -> String {
-        self.text(key).trim().to_string()
-    }
-
-    fn duration(&self, key: &str) -> Result<Duration, ConfigError> {
-        let text = self.string(key);
-        humantime::parse_duration(&text).map_err(|_| {
-            ConfigError::invalid(
-                key,
-                self.shown(key),
-                "a duration such as \"250ms\", \"3s\", \"5m\" (a number with a unit)",
-            )
-        })
-    }
-
-    fn positive_duration(&self, key: &str) -> Result<Duration, ConfigError> {
-        let d = self.duration(key)?;
-        if d.is_zero() {
-            return Err(ConfigError::invalid(
-                key,
-                self.shown(key),
-                "a duration greater than zero",
-            ));
-        }
-        Ok(d)
-    }
-
-    fn count(&self, key: &str, min: u64) -> Result<u64, ConfigError> {
-        let text = self.string(key);
-        match text.parse::<u64>() {
-            Ok(n) if n >= min => Ok(n),
-            _ => Err(ConfigError::invalid(
-                key,
-                self.shown(key),
-                format!("a whole number ≥ {min}"),
-            )),
-        }
-    }
-
-    fn count_within(&self, key: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
-        let text = self.string(key);
-        match text.parse::<u64>() {
-            Ok(n) if (min..=max).contains(&n) => Ok(n),
-            _ => Err(ConfigError::invalid(
-                key,
-                self.shown(key),
-                format!("a whole number from {min} to {max}"),
-            )),
-        }
-    }
-
-    fn size(&self, key: &str) -> Result<usize, ConfigError> {
-        let text = self.string(key);
-        let allowed = "a size ≥ 1KiB such as \"8MiB\", \"512KiB\" or a number of bytes";
-        let bytes = text
-            .parse::<u64>()
-            .ok()
-            .or_else(|| text.parse::<bytesize::ByteSize>().ok().map(|b| b.as_u64()))
-            .ok_or_else(|| ConfigError::invalid(key, self.shown(key), allowed))?;
-        if bytes < 1024 {
-            return Err(ConfigError::invalid(key, self.shown(key), allowed));
-        }
-        usize::try_from(bytes).map_err(|_| ConfigError::invalid(key, self.shown(key), allowed))
-    }
-
-    fn boolean(&self, key: &str) -> Result<bool, ConfigError> {
-        match self.string(key).to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(ConfigError::invalid(
-                key,
-                self.shown(key),
-                "true or false (also 1/0, yes/no, on/off)",
-            )),
-        }
-    }
-
-    fn list(&self, key: &str) -> Vec<String> {
-        self.text(key)
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect()
-    }
-
-    fn validate(self) -> Result<Settings, ConfigError> {
-        let sync = self.sync()?;
-        // With search off (`SEARCH=false`) no server is reached: a replica
-        // whose `.env` names none must still start and say so.
-        let servers_needed = sync.enabled;
-        let mongo = self.mongo(servers_needed)?;
-        let meili = self.meili(servers_needed)?;
-        let lease = self.lease()?;
-        let serve = self.serve()?;
-        let follow = self.follow()?;
-        let format = match self.string("log.format").to_ascii_lowercase().as_str() {
-            "auto" => LogFormat::Auto,
-            "pretty" => LogFormat::Pretty,
-            "json" => LogFormat::Json,
-            _ => {
-                return Err(ConfigError::invalid(
-                    "log.format",
-                    self.shown("log.format"),
-                    "auto, pretty or json",
-                ))
-            }
-        };
-        Ok(Settings {
-            mongo,
-            meili,
-            lease,
-            sync,
-            serve,
-            follow,
-            log: LogSettings { format },
-            librechat_sync_off: false,
-            librechat_overrides: Vec::new(),
-        })
-    }
-
-    /// `required`: unset is an error; otherwise an unset URI stands for a
-    /// local server that nothing will reach.
-    fn mongo(&self, required: bool) -> Result<MongoSettings, ConfigError> {
-        let mut uri = self.string("mongo.uri");
-        if uri.is_empty() && !required {
-            uri = "mongodb://127.0.0.1:27017".into();
-        }
-        if uri.is_empty() {
-            return Err(ConfigError::Missing {
-                key: "mongo.uri".into(),
-                hint: "set MONGO_URI (or RECONCILER__MONGO__URI), e.g. mongodb://127.0.0.1:27017/LibreChat".into(),
-            });
-        }
-        let uri = parse_mongo_uri(&uri)?;
-        let configured = self.string("mongo.database");
-        let database = if configured.is_empty() {
-            uri.database().unwrap_or_else(|| "LibreChat".into())
-        } else {
-            configured
-        };
-        if database.contains(['/', '\\', '.', ' ', '"', '$']) || database.len() > 63 {
-            return Err(ConfigError::invalid(
-                "mongo.database",
-                database,
-                "a MongoDB database name: at most 63 characters, none of / \\ . \" $ or space",
-            ));
-        }
-        Ok(MongoSettings {
-            uri,
-            database,
-            connect_timeout: self.positive_duration("mongo.connect_timeout")?,
-        })
-    }
-
-    /// `required`: unset is an error; otherwise an unset host stands for a
-    /// local server that nothing will reach.
-    fn meili(&self, required: bool) -> Result<MeiliSettings, ConfigError> {
-        let mut host = self.string("meili.host");
-        if host.is_empty() && !required {
-            host = "http://127.0.0.1:7700".into();
-        }
-        if host.is_empty() {
-            return Err(ConfigError::Missing {
-                key: "meili.host".into(),
-                hint: "set MEILI_HOST (or RECONCILER__MEILI__HOST), e.g. http://127.0.0.1:7700"
-                    .into(),
-            });
-        }
-        let parsed = url::Url::parse(&host).ok().filter(|u| {
-            matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
-        });
-        if parsed.is_none() {
-            return Err(ConfigError::invalid(
-                "meili.host",
-                redact_uri(&host),
-                "an http:// or https:// URL such as http://127.0.0.1:7700",
-            ));
-        }
-        let index_prefix = self.string("meili.index_prefix");
-        if !index_prefix
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            || index_prefix.len() > 200
-        {
-            return Err(ConfigError::invalid(
-                "meili.index_prefix",
-                index_prefix,
-                "empty, or up to 200 characters of A-Z a-z 0-9 _ - (it starts Meilisearch index uids)",
-            ));
-        }
-        let filterable_attributes = self.list("meili.filterable_attributes");
-        if !filterable_attributes.iter().any(|a| a == "user") {
-            return Err(ConfigError::invalid(
-                "meili.filterable_attributes",
-                self.shown("meili.filterable_attributes"),
-                "a list of attribute names that includes \"user\" (LibreChat filters every search by user)",
-            ));
-        }
-        // Sent as `Authorization: Bearer <key>`: a character no HTTP header
-        // may hold would fail every request (the SDK panics on it).
-        let master_key = self.string("meili.master_key");
-        let unsendable = master_key.chars().find(|c| !(' '..='~').contains(c));
-        if let Some(c) = unsendable {
-            let what = if c.is_control() {
-                "a control character"
-            } else {
-                "a non-ASCII character"
-            };
-            return Err(ConfigError::invalid(
-                "meili.master_key",
-                "***",
-                format!(
-                    "printable ASCII characters only (letters, digits, punctuation; it is sent in the HTTP header \
-                     `Authorization: Bearer <key>`), but the key holds {what}: check MEILI_MASTER_KEY \
-                     (or RECONCILER__MEILI__MASTER_KEY)"
-                ),
-            ));
-        }
-        Ok(MeiliSettings {
-            host: host.trim_end_matches('/').to_string(),
-            master_key: Secret(master_key),
-            index_prefix,
-            filterable_attributes,
-            request_timeout: self.positive_duration("meili.request_timeout")?,
-        })
-    }
-
-    fn lease(&self) -> Result<LeaseSettings, ConfigError> {
-        let ttl = self.positive_duration("lease.ttl")?;
-        let renew_every = self.positive_duration("lease.renew_every")?;
-        let safety_margin = self.duration("lease.safety_margin")?;
-        crate::lease::check_timings(ttl, renew_every, safety_margin)
-            .map_err(|e| ConfigError::invalid(e.key(), self.shown(e.key()), e.allowed()))?;
-        let failure_backoff = self.positive_duration("lease.failure_backoff")?;
-        let failure_backoff_max = self.positive_duration("lease.failure_backoff_max")?;
-        if failure_backoff_max < failure_backoff {
-            return Err(ConfigError::invalid(
-                "lease.failure_backoff_max",
-                self.shown("lease.failure_backoff_max"),
-                format!(
-                    "a duration at least lease.failure_backoff ({})",
-                    humantime::format_duration(failure_backoff)
-                ),
-            ));
-        }
-        let collection = self.string("lease.collection");
-        let job = self.string("lease.job");
-        for (key, value) in [("lease.collection", &collection), ("lease.job", &job)] {
-            if value.is_empty() || value.contains('$') || value.contains('\0') {
-                return Err(ConfigError::invalid(
-                    key,
-                    value.clone(),
-                    "a non-empty name without '$'",
-                ));
-            }
-        }
-        Ok(LeaseSettings {
-            collection,
-            job,
-            ttl,
-            renew_every,
-            poll_every: self.positive_duration("lease.poll_every")?,
-            safety_margin,
-            reuse_completion_for: self.duration("lease.reuse_completion_for")?,
-            owner: self.string("lease.owner"),
-            failure_backoff,
-            failure_backoff_max,
-            unreachable_timeout: self.positive_duration("lease.unreachable_timeout")?,
-            librechat_clock_skew: self.duration("lease.librechat_clock_skew")?,
-            write_concern: self.write_concern("lease.write_concern")?,
-        })
-    }
-
-    fn write_concern(&self, key: &str) -> Result<crate::lease::LeaseWriteConcern, ConfigError> {
-        use crate::lease::LeaseWriteConcern;
-        let text = self.string(key);
-        if text.eq_ignore_ascii_case("majority") {
-            return Ok(LeaseWriteConcern::Majority);
-        }
-        match text.parse::<u32>() {
-            Ok(n) if n >= 1 => Ok(LeaseWriteConcern::Nodes(n)),
-            _ => Err(ConfigError::invalid(
-                key,
-                self.shown(key),
-                "\"majority\" (the default) or a number of nodes ≥ 1",
-            )),
-        }
-    }
-
-    fn sync(&self) -> Result<SyncSettings, ConfigError> {
-        let batch_bytes = self.size("sync.batch_bytes")?;
-        let max_bytes_in_flight = self.size("sync.max_bytes_in_flight")?;
-        if max_bytes_in_flight < batch_bytes {
-            return Err(ConfigError::invalid(
-                "sync.max_bytes_in_flight",
-                self.shown("sync.max_bytes_in_flight"),
-                format!(
-                    "a size ≥ sync.batch_bytes ({}) such as \"256MiB\"",
-                    self.shown("sync.batch_bytes")
-                ),
-            ));
-        }
-        Ok(SyncSettings {
-            batch_docs: self.count("sync.batch_docs", 1)? as usize,
-            batch_bytes,
-            in_flight: self.count("sync.in_flight", 1)? as usize,
-            max_bytes_in_flight,
-            compare_memory: self.size("sync.compare_memory")?,
-            ack_writers: self.count_within("sync.ack_writers", 1, MAX_ACK_WRITERS)? as usize,
-            threshold: self.count("sync.threshold", 0)?,
-            delay: self.duration("sync.delay")?,
-            enabled: self.boolean("sync.enabled")?,
-            plan_only: self.boolean("sync.plan_only")?,
-            rules: Rules {
-                messages_exclusion_path: self.exclusion_path("sync.messages_exclusion_path")?,
-                conversations_exclusion_path: self
-                    .exclusion_path("sync.conversations_exclusion_path")?,
-                schema_version: self.schema_version("sync.schema_version")?,
-            },
-        })
-    }
-
-    /// A field whose presence keeps a document out of search; `""`: none.
-    fn exclusion_path(&self, key: &str) -> Result<Option<String>, ConfigError> {
-        let path = self.string(key);
-        if path.is_empty() {
-            return Ok(None);
-        }
-        librechat::check_exclusion_path(&path).map_err(|why| {
-            ConfigError::invalid(
-                key,
-                self.shown(key),
-                format!("a top-level field name such as subagentTask, or \"\" for none (it {why})"),
-            )
-        })?;
-        Ok(Some(path))
-    }
-
-    /// The projection's schema version LibreChat's markers carry.
-    fn schema_version(&self, key: &str) -> Result<i32, ConfigError> {
-        let text = self.string(key);
-        match text.parse::<i32>() {
-            Ok(n) if n >= 1 => Ok(n),
-            _ => Err(ConfigError::invalid(
-                key,
-                self.shown(key),
-                format!(
-                    "a whole number from 1 to {} (LibreChat's is 1; raising it re-sends every document)",
-                    i32::MAX
-                ),
-            )),
-        }
-    }
-
-    fn serve(&self) -> Result<ServeSettings, ConfigError> {
-        let listen = self.string("serve.listen");
-        let listen = listen.parse::<SocketAddr>().map_err(|_| {
-            ConfigError::invalid(
-                "serve.listen",
-                listen,
-                "an IP address and port such as 127.0.0.1:9464 or 0.0.0.0:9464",
-            )
-        })?;
-        Ok(ServeSettings {
-            listen,
-            interval: self.positive_duration("serve.interval")?,
-            grace: self.positive_duration("serve.grace")?,
-            follow: self.boolean("serve.follow")?,
-        })
-    }
-
-    fn follow(&self) -> Result<FollowSettings, ConfigError> {
-        let pre_images = match self.string("follow.pre_images").to_ascii_lowercase().as_str() {
-            "auto" => PreImages::Auto,
-            "enable" => PreImages::Enable,
-            "off" => PreImages::Off,
-            _ => {
-                return Err(ConfigError::invalid(
-                    "follow.pre_images",
-                    self.shown("follow.pre_images"),
-                    "auto (use them where the collections have them), enable (turn them on with collMod) or off",
-                ))
-            }
-        };
-        Ok(FollowSettings {
-            max_docs: self.count("follow.max_docs", 1)? as usize,
-            max_wait: self.positive_duration("follow.max_wait")?,
-            pre_images,
-            orphan_check_every: self.duration("follow.orphan_check_every")?,
-        })
-    }
-}
-
-/// Refuses a value of a kind its key cannot take: a table anywhere, a list
-/// where the default is a single value, a list holding tables or lists.
-///
-/// A number or a boolean given for a string setting (`job = 5`) is taken as
-/// its text, as the same value arrives from an environment variable; and a
-/// number setting takes a string (`threshold = "1000"`) the same way.
-fn check_kind(key: &str, value: &Value, default: &Value) -> Result<(), ConfigError> {
-    let list_expected = matches!(default.kind, ValueKind::Array(_));
-    let expected = match default.kind {
-        ValueKind::Array(_) => "a list of strings (or one comma-separated string)",
-        ValueKind::Boolean(_) => "a single value (true or false)",
-        ValueKind::I64(_) | ValueKind::I128(_) | ValueKind::U64(_) | ValueKind::U128(_) => {
-            "a single value (a whole number)"
-        }
-        _ => "a single value (a string)",
-    };
-    let given = match &value.kind {
-        ValueKind::Table(_) => Some("a table"),
-        ValueKind::Array(_) if !list_expected => Some("a list"),
-        ValueKind::Array(items)
-            if items
-                .iter()
-                .any(|i| matches!(i.kind, ValueKind::Table(_) | ValueKind::Array(_))) =>
-        {
-            Some("a list holding a table or a list")
-        }
-        _ => None,
-    };
-    match given {
-        None => Ok(()),
-        Some(given) => Err(ConfigError::invalid(
-            key,
-            if SECRET_KEYS.contains(&key) {
-                "***".to_string()
-            } else {
-                render(value)
-            },
-            format!("{expected} is expected, not {given}"),
-        )),
-    }
-}
-
 /// A value as TOML would write it: `{ a = 1 }`, `["a", "b"]`, `"text"`.
 fn render(value: &Value) -> String {
     match &value.kind {
@@ -962,29 +723,16 @@ fn render(value: &Value) -> String {
     }
 }
 
-/// Every `section.key` of the built-in defaults, with its default value.
-fn defaults() -> Vec<(String, Value)> {
-    let defaults = Config::builder()
-        .add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml))
-        .build()
-        .expect("the built-in defaults parse");
-    defaults
-        .cache
-        .into_table()
-        .expect("the built-in defaults are a table")
-        .into_iter()
-        .flat_map(|(section, value)| {
-            let entries = value.into_table().unwrap_or_default();
-            entries
-                .into_iter()
-                .map(move |(key, value)| (format!("{section}.{key}"), value))
-        })
-        .collect()
-}
-
 /// Every `section.key` of the built-in defaults: the only keys accepted.
 pub fn known_keys() -> Vec<String> {
-    let mut keys: Vec<String> = defaults().into_iter().map(|(key, _)| key).collect();
+    let defaults = setting::defaults().cache.into_table();
+    let sections = defaults.expect("the built-in defaults are a table");
+    let mut keys: Vec<String> = (sections.into_iter())
+        .flat_map(|(section, value)| {
+            let keys = value.into_table().unwrap_or_default().into_keys();
+            keys.map(move |key| format!("{section}.{key}"))
+        })
+        .collect();
     keys.sort();
     keys
 }

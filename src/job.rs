@@ -18,9 +18,10 @@ use crate::metrics;
 use crate::progress::Progress;
 use crate::reconcile::{self, ReconcileError, RunSummary, SyncOptions};
 
-/// The lease options of this replica, from the settings. Warns (once per
-/// call: the CLI makes one) when the lease is written without `majority`.
-pub fn lease_options(settings: &Settings, owner: &str) -> LeaseOptions {
+/// The lease options of this replica: `[lease]`, with its owner id. Warns
+/// (once per call: the CLI makes one) when the lease is written without
+/// `majority`.
+pub fn lease_options(settings: &Settings) -> LeaseOptions {
     if let lease::LeaseWriteConcern::Nodes(n) = settings.lease.write_concern {
         tracing::warn!(
             write_concern = n,
@@ -29,23 +30,10 @@ pub fn lease_options(settings: &Settings, owner: &str) -> LeaseOptions {
              e.g. two data nodes and an arbiter)"
         );
     }
-    let mut opts = LeaseOptions::new(owner);
-    opts.collection = settings.lease.collection.clone();
-    opts.job = settings.lease.job.clone();
-    opts.ttl = settings.lease.ttl;
-    opts.renew_every = settings.lease.renew_every;
-    opts.poll_every = settings.lease.poll_every;
-    opts.safety_margin = settings.lease.safety_margin;
-    opts.reuse_completion_for = settings.lease.reuse_completion_for;
-    opts.failure_backoff = settings.lease.failure_backoff;
-    opts.failure_backoff_max = settings.lease.failure_backoff_max;
-    opts.unreachable_timeout = settings.lease.unreachable_timeout;
-    opts.librechat_clock_skew = settings.lease.librechat_clock_skew;
-    opts.write_concern = settings.lease.write_concern;
-    opts
+    settings.lease.clone()
 }
 
-/// The engine's options, from the settings. Warns when `sync.in_flight`
+/// The engine's options ([`SyncOptions::new`]). Warns when `sync.in_flight`
 /// keeps fewer tasks enqueued than `sync.max_bytes_in_flight` allows (a
 /// configuration written for the old task-count bound, e.g. `in_flight = 2`).
 pub fn sync_options(settings: &Settings) -> SyncOptions {
@@ -61,23 +49,7 @@ pub fn sync_options(settings: &Settings) -> SyncOptions {
              into one indexing batch; remove sync.in_flight to let the byte budget decide"
         );
     }
-    SyncOptions {
-        index_prefix: settings.meili.index_prefix.clone(),
-        batch_docs: settings.sync.batch_docs,
-        batch_bytes: settings.sync.batch_bytes,
-        in_flight: settings.sync.in_flight,
-        max_bytes_in_flight: settings.sync.max_bytes_in_flight,
-        compare_memory: settings.sync.compare_memory,
-        ack_writers: settings.sync.ack_writers,
-        threshold: settings.sync.threshold,
-        delay: settings.sync.delay,
-        filterable_attributes: settings.meili.filterable_attributes.clone(),
-        force: false,
-        deep: false,
-        state_collection: settings.lease.collection.clone(),
-        state_job: settings.lease.job.clone(),
-        rules: settings.sync.rules.clone(),
-    }
+    SyncOptions::new(settings)
 }
 
 /// The process exit codes (docs/design.md §1), the one place they are

@@ -26,6 +26,7 @@ pub mod report;
 pub mod retry;
 pub mod serve;
 pub mod servers;
+pub mod setting;
 pub mod shutdown;
 pub mod telemetry;
 pub mod views;

@@ -191,7 +191,9 @@ fn main() -> ExitCode {
             LogFormatArg::Json => LogFormat::Json,
         };
     }
-    let replica = replica_id(&settings);
+    // Unique per process even when every replica is given the same
+    // `lease.owner`: this replica's id in the lease and in every log line.
+    let replica = settings.lease.owner.clone();
     telemetry::init(&settings.log.format, &replica);
     if !cli.command.is_interactive() {
         // Which build wrote the log: one line, before anything else.
@@ -241,16 +243,6 @@ fn main() -> ExitCode {
     exit.into()
 }
 
-/// This replica's owner id in the lease and in every log line: unique per
-/// process even when every replica is given the same `lease.owner`.
-fn replica_id(settings: &Settings) -> String {
-    if settings.lease.owner.is_empty() {
-        lease::default_owner_id()
-    } else {
-        lease::labelled_owner_id(&settings.lease.owner)
-    }
-}
-
 async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit {
     let interactive = command.is_interactive();
     let patience = if interactive {
@@ -262,7 +254,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         Ok(connected) => connected,
         Err(error) => return unreachable(error, interactive),
     };
-    let lease_opts = job::lease_options(&settings, &replica);
+    let lease_opts = job::lease_options(&settings);
     if let Command::Status { json } = command {
         return status(&db, &lease_opts, &settings, json).await;
     }
@@ -536,9 +528,10 @@ async fn status(
             .await
             .map_err(|e| e.to_string())?;
         let mode = ModeView::of_server(db, settings.serve.follow, settings.sync.plan_only).await;
-        let collections = views::collections(db, &settings.sync.rules, settings.follow.pre_images)
-            .await
-            .map_err(|e| format!("counting the chat collections: {e}"))?;
+        let collections =
+            views::collections(db, &settings.sync.rules(), settings.follow.pre_images)
+                .await
+                .map_err(|e| format!("counting the chat collections: {e}"))?;
         Ok::<_, String>((status, mode, collections))
     };
     match read.await {

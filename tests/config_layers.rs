@@ -77,14 +77,17 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.sync.ack_writers, 2);
     assert_eq!(s.sync.threshold, 1000);
     // LibreChat's own values (its data layer, 0.0.71).
-    assert_eq!(s.sync.rules, meili_reconciler::librechat::Rules::default());
+    assert_eq!(
+        s.sync.rules(),
+        meili_reconciler::librechat::Rules::default()
+    );
     assert_eq!(
         s.sync
-            .rules
+            .rules()
             .exclusion_path(meili_reconciler::mongo::Collection::Messages),
         Some("subagentTask")
     );
-    assert_eq!(s.sync.rules.schema_version, 1);
+    assert_eq!(s.sync.schema_version, 1);
     assert_eq!(s.sync.delay, Duration::ZERO);
     assert!(s.sync.enabled);
     assert!(!s.sync.plan_only);
@@ -284,7 +287,8 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.lease.poll_every, Duration::from_millis(100));
     assert_eq!(s.lease.safety_margin, Duration::from_millis(500));
     assert_eq!(s.lease.reuse_completion_for, Duration::ZERO);
-    assert_eq!(s.lease.owner, "me");
+    // The label starts this replica's id, unique per process.
+    assert!(s.lease.owner.starts_with("me:"), "{}", s.lease.owner);
     assert_eq!(s.lease.failure_backoff, Duration::from_secs(7));
     assert_eq!(s.lease.failure_backoff_max, Duration::from_secs(70));
     assert_eq!(s.lease.unreachable_timeout, Duration::from_secs(9));
@@ -303,7 +307,7 @@ fn every_key_has_an_environment_form() {
     assert_eq!(s.sync.delay, Duration::from_millis(5));
     assert!(s.sync.plan_only);
     assert_eq!(
-        s.sync.rules,
+        s.sync.rules(),
         meili_reconciler::librechat::Rules {
             messages_exclusion_path: Some("subagentRun".into()),
             conversations_exclusion_path: None,
@@ -584,12 +588,22 @@ fn each_bad_value_names_key_value_and_what_is_allowed() {
 fn unknown_keys_are_rejected_with_the_known_ones() {
     let err = error_of(&[("RECONCILER__LEASE__TLL", "3s")]);
     assert!(
-        err.contains("lease.tll") && err.contains("lease.ttl"),
+        err.contains("`lease.tll`") && err.contains("lease.ttl"),
+        "{err}"
+    );
+    assert!(
+        err.contains("RECONCILER__LEASE__TLL"),
+        "the variable: {err}"
+    );
+    let err = error_of(&[("RECONCILER__TUNING__TTL", "3s")]);
+    assert!(
+        err.contains("`tuning.ttl`") && err.contains("RECONCILER__TUNING__TTL"),
         "{err}"
     );
     let files = Files::new("", "[sync]\nbatch_size = 5\n");
     let err = config::load(&files.sources(&[])).unwrap_err().to_string();
-    assert!(err.contains("sync.batch_size"), "{err}");
+    assert!(err.contains("`sync.batch_size`"), "{err}");
+    assert!(!err.contains("RECONCILER__"), "set by no variable: {err}");
 }
 
 #[test]
@@ -819,7 +833,7 @@ fn settings_refuse_tables_and_lists_where_one_value_is_expected() {
     );
     let s = config::load(&files.sources(&[])).unwrap();
     assert_eq!(s.lease.job, "5");
-    assert_eq!(s.lease.owner, "true");
+    assert!(s.lease.owner.starts_with("true:"), "{}", s.lease.owner);
     assert_eq!(
         s.meili.filterable_attributes,
         vec!["user", "conversationId"]

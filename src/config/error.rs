@@ -14,8 +14,16 @@ pub enum ConfigError {
     },
     #[error("`{key}` is required: {hint}")]
     Missing { key: String, hint: String },
-    #[error("unknown setting `{key}`; known settings: {known}")]
-    Unknown { key: String, known: String },
+    /// `var`: the environment variable that set it, if one did.
+    #[error(
+        "unknown setting `{key}`{}; known settings: {known}",
+        var.as_ref().map(|var| format!(" (set by {var})")).unwrap_or_default()
+    )]
+    Unknown {
+        key: String,
+        var: Option<String>,
+        known: String,
+    },
     #[error("cannot read configuration file {path}: {reason}")]
     File { path: String, reason: String },
 }

@@ -9,8 +9,9 @@
 use std::fmt;
 
 use percent_encoding::percent_decode_str;
+use serde::{de::Error, Deserialize, Deserializer};
 
-use super::error::ConfigError;
+use crate::setting;
 
 /// A MongoDB connection string, validated by the driver's own parser, whose
 /// `Debug`/`Display` hide its credentials and secret-bearing options.
@@ -36,6 +37,12 @@ impl MongoUri {
         redact(&self.uri, UserinfoEnds::BeforeOptions)
     }
 
+    /// Whether one was given: `mongo.uri` may be empty only where no server
+    /// is reached (search off), which `config` checks after loading.
+    pub fn is_set(&self) -> bool {
+        !self.uri.is_empty()
+    }
+
     /// The database named in the URI's path, if any.
     pub fn database(&self) -> Option<String> {
         self.database.clone()
@@ -46,6 +53,19 @@ impl MongoUri {
     /// scrubbing its messages.
     pub fn secrets(&self) -> Vec<String> {
         uri_secrets(&self.uri)
+    }
+}
+
+impl<'de> Deserialize<'de> for MongoUri {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let uri = setting::text(d)?;
+        if uri.is_empty() {
+            return Ok(MongoUri {
+                uri,
+                database: None,
+            });
+        }
+        parse_mongo_uri(&uri).map_err(D::Error::custom)
     }
 }
 
@@ -187,18 +207,16 @@ fn uri_option_secrets(uri: &str) -> Vec<String> {
 /// the driver would refuse is bad configuration (exit 2) rather than an
 /// unreachable server. Only a `mongodb+srv://` URI's DNS lookup (and what the
 /// records it finds say) is left to connecting: a lookup that fails there is
-/// an unreachable server. The error shows the URI redacted ([`redact_uri`])
-/// and the driver's reason without any secret.
-pub(super) fn parse_mongo_uri(uri: &str) -> Result<MongoUri, ConfigError> {
+/// an unreachable server. The error is what is allowed, with the driver's
+/// reason without any secret (`config` shows the URI redacted,
+/// [`redact_uri`]).
+fn parse_mongo_uri(uri: &str) -> Result<MongoUri, String> {
     let allowed = "a MongoDB connection string (MONGO_URI or RECONCILER__MONGO__URI): \
                    mongodb://[user:password@]host[:port][,host…]/[database][?options] or mongodb+srv://…; \
                    percent-encode : / ? # [ ] @ % in the user name and password";
-    let refuse = |reason: Option<String>| {
-        let allowed = match reason {
-            Some(reason) => format!("{reason}; expected {allowed}"),
-            None => format!("expected {allowed}"),
-        };
-        ConfigError::invalid("mongo.uri", redact_uri(uri), allowed)
+    let refuse = |reason: Option<String>| match reason {
+        Some(reason) => format!("{reason}; expected {allowed}"),
+        None => format!("expected {allowed}"),
     };
     let valid_scheme = uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://");
     let hosts = uri

@@ -52,42 +52,11 @@ mod stream;
 
 use std::time::Duration;
 
-pub use crate::config::PreImages;
+pub use crate::config::{FollowOptions, PreImages};
 use crate::job::RunOutcome;
 use crate::progress::Progress;
 pub use mode::{Mode, ModeView};
 pub use status::{FollowState, FollowStatus};
-
-/// The knobs of follow mode, from the settings.
-#[derive(Clone, Debug)]
-pub struct FollowOptions {
-    /// A micro-batch is applied once it holds this many documents...
-    pub max_docs: usize,
-    /// ...or once its first change is this old.
-    pub max_wait: Duration,
-    pub pre_images: PreImages,
-    /// The id-set comparison for deletes without a pre-image runs at most
-    /// this often.
-    pub orphan_check_every: Duration,
-    /// `serve.interval`: the periodic reconciliation, and how fresh the last
-    /// one must be to resume from a saved token without reconciling.
-    pub interval: Duration,
-    /// `lease.poll_every`: how often the owner looks for a handover request.
-    pub poll_every: Duration,
-}
-
-impl FollowOptions {
-    pub fn from_settings(settings: &crate::config::Settings) -> Self {
-        FollowOptions {
-            max_docs: settings.follow.max_docs,
-            max_wait: settings.follow.max_wait,
-            pre_images: settings.follow.pre_images,
-            orphan_check_every: settings.follow.orphan_check_every,
-            interval: settings.serve.interval,
-            poll_every: settings.lease.poll_every,
-        }
-    }
-}
 
 /// What follow mode tells the `run` replica it runs on, for its `/status`
 /// (the replica's own state lives in `serve`, which implements this).

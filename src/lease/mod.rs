@@ -35,10 +35,7 @@ pub mod store;
 
 pub use guard::{Guard, LeaseHandle, LeaseLost, LeaseWriteError};
 pub use job::{JobEnd, LeasedJob};
-pub use options::{
-    check_timings, default_owner_id, labelled_owner_id, LeaseOptions, LeaseWriteConcern,
-    TimingError,
-};
+pub use options::{LeaseOptions, LeaseWriteConcern, TimingError};
 pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
 pub use status::{read_status, read_status_with, JobFields, LeaseState, LeaseStatus};

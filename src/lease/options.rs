@@ -1,58 +1,83 @@
-//! The knobs of one single-flight lease ([`LeaseOptions`]) and the failure
-//! backoff they imply.
+//! The knobs of one single-flight lease ([`LeaseOptions`], the `[lease]`
+//! settings as deserialized) and the rules their timings must keep.
 //!
-//! Defaults are config/default.toml's. Configuration (`src/config.rs`)
-//! validates user input with friendly errors; [`LeaseOptions::assert_sane`]
-//! only guards the invariants the protocol's safety rests on.
+//! Their defaults are config/default.toml's, read through `crate::setting`;
+//! [`LeaseOptions::check_timings`] is the one statement of the timing rules,
+//! reported by `config` as bad configuration and refused by
+//! [`LeaseOptions::assert_sane`].
 
 use std::time::Duration;
 
-/// How one replica takes part in one job's lease.
-#[derive(Clone, Debug, PartialEq, Eq)]
+use serde::{Deserialize, Deserializer};
+
+use crate::setting;
+
+/// How one replica takes part in one job's lease: the `[lease]` settings,
+/// and what the command asks of this run (`#[serde(skip)]`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LeaseOptions {
     /// The collection holding one document per job (`distributedJobs`).
+    #[serde(deserialize_with = "name")]
     pub collection: String,
     /// The job document's `_id` (`meili-index-sync`).
+    #[serde(deserialize_with = "name")]
     pub job: String,
-    /// This replica's id, written as `owner` (see [`default_owner_id`]).
+    /// This replica's id, written as `owner`: read from the operator's
+    /// `lease.owner` label ([`labelled_owner_id`]), or [`default_owner_id`]
+    /// without one.
+    #[serde(deserialize_with = "owner_id")]
     pub owner: String,
     /// How long a claim or renewal holds the lease (server time).
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub ttl: Duration,
     /// Renewal period while the job runs (a timer, not per batch).
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub renew_every: Duration,
     /// A follower's poll period (each sleep is jittered within `[½, 1] ×`).
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub poll_every: Duration,
     /// The owner stops itself once its last good renewal is older than
     /// `ttl - safety_margin` by its local monotonic clock.
+    #[serde(deserialize_with = "setting::duration")]
     pub safety_margin: Duration,
     /// A completion younger than this satisfies a replica that starts
     /// afterwards, unless `force`.
+    #[serde(deserialize_with = "setting::duration")]
     pub reuse_completion_for: Duration,
     /// A follower gives up after waiting this long (`once --wait-timeout`);
     /// `None` waits for as long as it takes.
+    #[serde(skip)]
     pub wait_timeout: Option<Duration>,
     /// Run even if a fresh completion exists or a failed run's `retryAt` has
     /// not come yet. Never steals a live lease.
+    #[serde(skip)]
     pub force: bool,
     /// Only a run of our own satisfies us: another replica's completion, even
     /// of a run claimed after we started waiting, is waited out and then the
     /// lease claimed (`reindex`: an ordinary reconciliation is not a reindex).
+    #[serde(skip)]
     pub own_run_only: bool,
     /// When an owner keeps the lease after completing its run (`following`),
     /// ask it to hand the lease over (`once`, `reindex`: they need it to run).
+    #[serde(skip)]
     pub request_handover: bool,
     /// `retryAt` after the first failure; doubled per further consecutive
     /// failure.
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub failure_backoff: Duration,
     /// Cap on the failure backoff.
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub failure_backoff_max: Duration,
     /// How long MongoDB may stay unreachable while we are not the owner
     /// before giving up with [`LeaseError::MongoUnavailable`](super::LeaseError).
+    #[serde(deserialize_with = "setting::positive_duration")]
     pub unreachable_timeout: Duration,
     /// How far a LibreChat app server's clock may be off MongoDB's. LibreChat
     /// claims the same document judging `expiresAt` by its own clock, so we
     /// write `expiresAt` this much later than our lease's end, and treat its
     /// lease as live until its `expiresAt` plus this.
+    #[serde(deserialize_with = "setting::duration")]
     pub librechat_clock_skew: Duration,
     /// The write concern of every lease write (reads follow it: `majority`
     /// reads with `majority` writes, `local` with a node count).
@@ -60,8 +85,31 @@ pub struct LeaseOptions {
     /// On shutdown, how long the owner waits for its job to stop (a write it
     /// already sent to land) before giving up on releasing the lease: a job
     /// still running may still have a write under way, so the lease is then
-    /// left to expire instead of handed to a follower at once.
+    /// left to expire instead of handed to a follower at once. Not a
+    /// setting: a test may shorten it.
+    #[serde(skip, default = "drain_patience")]
     pub drain_patience: Duration,
+}
+
+fn drain_patience() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `lease.collection`, `lease.job`: names MongoDB takes as they are.
+fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    setting::parse(d, setting::STRING, "a non-empty name without '$'", |t| {
+        (!t.is_empty() && !t.contains(['$', '\0'])).then(|| t.to_string())
+    })
+}
+
+/// `lease.owner`, the operator's label, read into this replica's id.
+fn owner_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let label = setting::text(d)?;
+    Ok(if label.is_empty() {
+        default_owner_id()
+    } else {
+        labelled_owner_id(&label)
+    })
 }
 
 /// `lease.write_concern`.
@@ -76,7 +124,23 @@ pub enum LeaseWriteConcern {
     Nodes(u32),
 }
 
-/// A lease timing that cannot keep an owner safe ([`check_timings`]).
+impl<'de> Deserialize<'de> for LeaseWriteConcern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let allowed = "\"majority\" (the default) or a number of nodes ≥ 1";
+        setting::parse(d, setting::STRING, allowed, |t| {
+            if t.eq_ignore_ascii_case("majority") {
+                return Some(LeaseWriteConcern::Majority);
+            }
+            t.parse()
+                .ok()
+                .filter(|n| *n >= 1)
+                .map(LeaseWriteConcern::Nodes)
+        })
+    }
+}
+
+/// A lease timing that cannot keep an owner safe, or a backoff that cannot
+/// be kept ([`LeaseOptions::check_timings`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TimingError {
     /// `safety_margin ≥ ttl`: the owner would stop before it starts.
@@ -84,6 +148,8 @@ pub enum TimingError {
     /// `renew_every ≥ ttl - safety_margin`: the first renewal would come
     /// after the owner's own deadline.
     RenewalTooLate { holds_for: Duration },
+    /// `failure_backoff_max < failure_backoff`: the cap below the first step.
+    BackoffCapBelowBackoff { failure_backoff: Duration },
 }
 
 impl TimingError {
@@ -92,6 +158,7 @@ impl TimingError {
         match self {
             TimingError::MarginNotBelowTtl { .. } => "lease.safety_margin",
             TimingError::RenewalTooLate { .. } => "lease.renew_every",
+            TimingError::BackoffCapBelowBackoff { .. } => "lease.failure_backoff_max",
         }
     }
 
@@ -106,63 +173,53 @@ impl TimingError {
                 "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
                 humantime::format_duration(*holds_for)
             ),
+            TimingError::BackoffCapBelowBackoff { failure_backoff } => format!(
+                "a duration at least lease.failure_backoff ({})",
+                humantime::format_duration(*failure_backoff)
+            ),
         }
     }
-}
-
-/// The renewal rule the protocol's safety rests on (§5): the owner stops
-/// itself once its last good renewal is `ttl - safety_margin` old, so
-/// `safety_margin < ttl`, and a renewal is due before then,
-/// `renew_every < ttl - safety_margin`, leaving room for a failed one to be
-/// retried. Configuration reports a violation as bad configuration;
-/// [`LeaseOptions::assert_sane`] refuses to run with one.
-pub fn check_timings(
-    ttl: Duration,
-    renew_every: Duration,
-    safety_margin: Duration,
-) -> Result<(), TimingError> {
-    if safety_margin >= ttl {
-        return Err(TimingError::MarginNotBelowTtl { ttl });
-    }
-    let holds_for = ttl - safety_margin;
-    if renew_every >= holds_for {
-        return Err(TimingError::RenewalTooLate { holds_for });
-    }
-    Ok(())
 }
 
 impl LeaseOptions {
-    /// The defaults (config/default.toml) for `owner`.
+    /// The compiled-in defaults (config/default.toml) for `owner`.
     pub fn new(owner: impl Into<String>) -> Self {
+        let defaults = setting::defaults().get::<LeaseOptions>("lease");
+        let opts = defaults.expect("the compiled-in [lease] defaults deserialize");
         LeaseOptions {
-            collection: "distributedJobs".into(),
-            job: "meili-index-sync".into(),
             owner: owner.into(),
-            ttl: Duration::from_secs(180),
-            renew_every: Duration::from_secs(60),
-            poll_every: Duration::from_secs(2),
-            safety_margin: Duration::from_secs(15),
-            reuse_completion_for: Duration::from_secs(60),
-            wait_timeout: None,
-            force: false,
-            own_run_only: false,
-            request_handover: false,
-            failure_backoff: Duration::from_secs(30),
-            failure_backoff_max: Duration::from_secs(30 * 60),
-            unreachable_timeout: Duration::from_secs(60),
-            librechat_clock_skew: Duration::from_secs(5 * 60),
-            write_concern: LeaseWriteConcern::Majority,
-            drain_patience: Duration::from_secs(10),
+            ..opts
         }
     }
 
-    /// Panics unless a renewal can land before the owner's own safety
-    /// deadline ([`check_timings`], and `renew_every > 0`), and
-    /// `poll_every > 0`.
+    /// The renewal rule the protocol's safety rests on (§5): the owner stops
+    /// itself once its last good renewal is `ttl - safety_margin` old, so
+    /// `safety_margin < ttl`, and a renewal is due before then,
+    /// `renew_every < ttl - safety_margin`, leaving room for a failed one to
+    /// be retried. And the failure backoff's cap is not below its first step.
+    /// Configuration reports a violation as bad configuration;
+    /// [`LeaseOptions::assert_sane`] refuses to run with one.
+    pub fn check_timings(&self) -> Result<(), TimingError> {
+        if self.safety_margin >= self.ttl {
+            return Err(TimingError::MarginNotBelowTtl { ttl: self.ttl });
+        }
+        if self.renew_every >= self.holds_for() {
+            let holds_for = self.holds_for();
+            return Err(TimingError::RenewalTooLate { holds_for });
+        }
+        if self.failure_backoff_max < self.failure_backoff {
+            let failure_backoff = self.failure_backoff;
+            return Err(TimingError::BackoffCapBelowBackoff { failure_backoff });
+        }
+        Ok(())
+    }
+
+    /// Panics unless the timings keep their rules ([`Self::check_timings`]),
+    /// and `renew_every > 0`, `poll_every > 0`.
     pub fn assert_sane(&self) {
         assert!(!self.job.is_empty(), "lease job name is empty");
         assert!(!self.owner.is_empty(), "lease owner id is empty");
-        if let Err(error) = check_timings(self.ttl, self.renew_every, self.safety_margin) {
+        if let Err(error) = self.check_timings() {
             panic!("{} must be {}", error.key(), error.allowed());
         }
         assert!(
@@ -192,7 +249,7 @@ impl LeaseOptions {
 
 /// A replica id that is unique per process and readable in `status`:
 /// `host:pid:random`.
-pub fn default_owner_id() -> String {
+fn default_owner_id() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
@@ -212,7 +269,7 @@ pub fn default_owner_id() -> String {
 /// must not be: a replica that finds the lease running under its own id
 /// adopts it as a claim of its own whose reply was lost (§5.11), and would
 /// work beside the twin that really holds it.
-pub fn labelled_owner_id(label: &str) -> String {
+fn labelled_owner_id(label: &str) -> String {
     format!("{label}:{}", random_suffix())
 }
 
@@ -252,16 +309,29 @@ mod tests {
     #[test]
     fn timings_name_the_setting_to_change() {
         let s = Duration::from_secs;
-        assert_eq!(check_timings(s(180), s(60), s(15)), Ok(()));
-        let margin = check_timings(s(180), s(60), s(180)).unwrap_err();
+        let timings = |ttl, renew_every, safety_margin| LeaseOptions {
+            ttl: s(ttl),
+            renew_every: s(renew_every),
+            safety_margin: s(safety_margin),
+            ..LeaseOptions::new("me")
+        };
+        assert_eq!(timings(180, 60, 15).check_timings(), Ok(()));
+        let margin = timings(180, 60, 180).check_timings().unwrap_err();
         assert_eq!(margin.key(), "lease.safety_margin");
         assert_eq!(margin.allowed(), "a duration shorter than lease.ttl (3m)");
-        let renewal = check_timings(s(180), s(165), s(15)).unwrap_err();
+        let renewal = timings(180, 165, 15).check_timings().unwrap_err();
         assert_eq!(renewal.key(), "lease.renew_every");
         assert!(
             renewal.allowed().contains("(2m 45s)"),
             "{}",
             renewal.allowed()
         );
+        let backoff = LeaseOptions {
+            failure_backoff_max: s(10),
+            ..timings(180, 60, 15)
+        };
+        let capped = backoff.check_timings().unwrap_err();
+        assert_eq!(capped.key(), "lease.failure_backoff_max");
+        assert!(capped.allowed().contains("(30s)"), "{}", capped.allowed());
     }
 }

@@ -60,9 +60,7 @@ pub mod verify;
 pub(crate) use ctx::Ctx;
 pub use error::ReconcileError;
 pub(crate) use options::build_uid;
-pub use options::{
-    SyncOptions, DEFAULT_COMPARE_MEMORY, DEFAULT_IN_FLIGHT, DEFAULT_MAX_BYTES_IN_FLIGHT,
-};
+pub use options::SyncOptions;
 pub use plan::{plan, IndexPlan, Plan, RebuildReason};
 pub use reindex::{reindex, ReindexOptions};
 pub use rejects::Rejected;

@@ -1,11 +1,12 @@
 //! What a reconciliation may do and how hard it pushes ([`SyncOptions`],
-//! from the `[sync]` settings), and the uids of the indexes it works on: a
+//! from the settings), and the uids of the indexes it works on: a
 //! live index's ([`SyncOptions::index_uid`]) and the index a zero-downtime
 //! reindex builds beside it ([`build_uid`]). Below every step of the engine,
 //! which all read them.
 
 use std::time::Duration;
 
+use crate::config::{self, Settings};
 use crate::librechat::Rules;
 use crate::mongo::Collection;
 
@@ -51,38 +52,38 @@ pub struct SyncOptions {
     pub rules: Rules,
 }
 
-/// Default of `sync.in_flight`.
-pub const DEFAULT_IN_FLIGHT: usize = 64;
-/// Default of `sync.max_bytes_in_flight`.
-pub const DEFAULT_MAX_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
-/// Default of `sync.compare_memory`.
-pub const DEFAULT_COMPARE_MEMORY: usize = 64 * 1024 * 1024;
-/// Default of `sync.ack_writers`.
-pub const DEFAULT_ACK_WRITERS: usize = 2;
-
 impl Default for SyncOptions {
+    /// The compiled-in defaults (config/default.toml).
     fn default() -> Self {
-        SyncOptions {
-            index_prefix: String::new(),
-            batch_docs: 10_000,
-            batch_bytes: 8 * 1024 * 1024,
-            in_flight: DEFAULT_IN_FLIGHT,
-            max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
-            compare_memory: DEFAULT_COMPARE_MEMORY,
-            ack_writers: DEFAULT_ACK_WRITERS,
-            threshold: 1000,
-            delay: Duration::ZERO,
-            filterable_attributes: vec!["user".into()],
-            force: false,
-            deep: false,
-            state_collection: "distributedJobs".into(),
-            state_job: "meili-index-sync".into(),
-            rules: Rules::default(),
-        }
+        SyncOptions::new(&config::built_in())
     }
 }
 
 impl SyncOptions {
+    /// The engine's options from the settings: `[sync]`, the index prefix
+    /// and filterable attributes of `[meili]`, the lease's collection and
+    /// job (where the state document lives).
+    pub fn new(settings: &Settings) -> Self {
+        let sync = &settings.sync;
+        SyncOptions {
+            index_prefix: settings.meili.index_prefix.clone(),
+            batch_docs: sync.batch_docs,
+            batch_bytes: sync.batch_bytes,
+            in_flight: sync.in_flight,
+            max_bytes_in_flight: sync.max_bytes_in_flight,
+            compare_memory: sync.compare_memory,
+            ack_writers: sync.ack_writers,
+            threshold: sync.threshold,
+            delay: sync.delay,
+            filterable_attributes: settings.meili.filterable_attributes.clone(),
+            force: false,
+            deep: false,
+            state_collection: settings.lease.collection.clone(),
+            state_job: settings.lease.job.clone(),
+            rules: sync.rules(),
+        }
+    }
+
     /// The Meilisearch index uid that `collection` feeds.
     pub fn index_uid(&self, collection: Collection) -> String {
         format!("{}{}", self.index_prefix, collection.index_name())

@@ -123,7 +123,7 @@ async fn schedule(
     let follow = mode.mode == Mode::Follow;
     state.enter_mode(mode, interval);
     if follow {
-        let options = crate::follow::FollowOptions::from_settings(settings);
+        let options = settings.follow.clone();
         let report: Arc<dyn ReplicaReport> = Arc::new(state.clone());
         match crate::follow::replica::run(reconciler, &options, lease, &report, shutdown).await {
             crate::follow::replica::FollowEnd::Stopped => return,
