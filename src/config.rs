@@ -738,13 +738,8 @@ pub fn known_keys() -> Vec<String> {
 }
 
 impl Settings {
-    /// Uid of the messages index, with the configured prefix.
-    pub fn messages_index(&self) -> String {
-        format!("{}messages", self.meili.index_prefix)
-    }
-
-    /// Uid of the conversations index, with the configured prefix.
-    pub fn convos_index(&self) -> String {
-        format!("{}convos", self.meili.index_prefix)
+    /// Uid of the index `collection` feeds, with the configured prefix.
+    pub fn index_uid(&self, collection: librechat::Collection) -> String {
+        format!("{}{}", self.meili.index_prefix, collection.index_name())
     }
 }

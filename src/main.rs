@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
@@ -66,19 +67,14 @@ enum LogFormatArg {
     Json,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum IndexArg {
-    Messages,
-    Convos,
-}
-
-impl IndexArg {
-    fn collection(self) -> Collection {
-        match self {
-            IndexArg::Messages => Collection::Messages,
-            IndexArg::Convos => Collection::Conversations,
-        }
-    }
+/// `--index NAME`: one of the table's index names (`messages`, `convos`).
+fn index_arg() -> impl TypedValueParser<Value = Collection> {
+    PossibleValuesParser::new(Collection::ALL.map(Collection::index_name)).map(|name| {
+        Collection::ALL
+            .into_iter()
+            .find(|c| c.index_name() == name)
+            .unwrap()
+    })
 }
 
 #[derive(Subcommand, Debug)]
@@ -104,8 +100,8 @@ enum Command {
     /// in atomically, then drops the old index (search keeps answering throughout).
     Reindex {
         /// Only this index (default: both).
-        #[arg(long, value_enum)]
-        index: Option<IndexArg>,
+        #[arg(long, value_parser = index_arg())]
+        index: Option<Collection>,
         /// Reset flags and re-index into the live index instead of building a new one.
         #[arg(long)]
         in_place: bool,
@@ -124,8 +120,8 @@ enum Command {
     /// with --repair, fix exactly those as the lease owner.
     Verify {
         /// Only this index (default: both).
-        #[arg(long, value_enum)]
-        index: Option<IndexArg>,
+        #[arg(long, value_parser = index_arg())]
+        index: Option<Collection>,
         /// Fix the differences (send, flag, delete) under the lease.
         #[arg(long)]
         repair: bool,
@@ -280,30 +276,22 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             wait_timeout,
         } => once(reconciler, lease_opts, force, deep, wait_timeout).await,
         Command::Reindex {
-            index,
+            index: only,
             in_place,
             wait_timeout,
         } => {
-            let options = ReindexOptions {
-                only: index.map(IndexArg::collection),
-                in_place,
-            };
+            let options = ReindexOptions { only, in_place };
             reindex(reconciler, own_run(lease_opts, wait_timeout), &options).await
         }
         Command::Verify {
-            index,
+            index: only,
             repair,
             json,
             wait_timeout,
-        } => {
-            let only = index.map(IndexArg::collection);
-            match repair {
-                false => verify(&reconciler, only, json).await,
-                true => {
-                    verify_repair(reconciler, own_run(lease_opts, wait_timeout), only, json).await
-                }
-            }
-        }
+        } => match repair {
+            false => verify(&reconciler, only, json).await,
+            true => verify_repair(reconciler, own_run(lease_opts, wait_timeout), only, json).await,
+        },
         Command::Run => run(&settings, reconciler, lease_opts, replica).await,
         Command::Status { .. } => unreachable!("handled above"),
     }

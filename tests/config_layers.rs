@@ -102,8 +102,14 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.meili.index_prefix, "");
     assert_eq!(s.meili.filterable_attributes, vec!["user".to_string()]);
     assert_eq!(s.mongo.database, "LibreChat");
-    assert_eq!(s.messages_index(), "messages");
-    assert_eq!(s.convos_index(), "convos");
+    assert_eq!(
+        s.index_uid(meili_reconciler::mongo::Collection::Messages),
+        "messages"
+    );
+    assert_eq!(
+        s.index_uid(meili_reconciler::mongo::Collection::Conversations),
+        "convos"
+    );
 }
 
 #[test]

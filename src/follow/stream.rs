@@ -26,7 +26,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::PreImages;
 use crate::lease::Guard;
-use crate::librechat::{markers, projection, Rules};
+use crate::librechat::{markers, Rules};
 use crate::mongo::{self, Collection, MongoError};
 
 /// What a stream error means for following.
@@ -400,7 +400,7 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
         .ns
         .as_ref()
         .and_then(|ns| ns.coll.as_deref())
-        .and_then(|name| Collection::ALL.into_iter().find(|c| c.name() == name));
+        .and_then(Collection::named);
     let id = event
         .document_key
         .as_ref()
@@ -467,9 +467,7 @@ fn edited_around_hooks(collection: Collection, updated: &Document, removed: &[St
                     .is_some_and(|rest| rest.starts_with('.'))
         })
     };
-    projection::source_fields(collection).any(touched)
-        && !touched(markers::FLAG)
-        && !touched(markers::VERSION_TOKEN)
+    collection.fields().any(touched) && !touched(markers::FLAG) && !touched(markers::VERSION_TOKEN)
 }
 
 /// What kind of server answered that it serves no change streams.

@@ -1,6 +1,7 @@
 //! LibreChat's rules for search, as its own data layer applies them
 //! (`@librechat/data-schemas` 0.0.71, `librechat-data-provider` 0.8.524):
-//! which chat collections feed which index, what a document's Meilisearch
+//! which chat collections feed which index (one table, [`Collection::spec`],
+//! so adding an index adds a row here), what a document's Meilisearch
 //! form is ([`projection`]), which documents are searchable ([`searchable`])
 //! and how a document is marked once it is indexed or removed
 //! ([`markers`]). Pure rules, no I/O: `mongo` turns them into queries and
@@ -18,58 +19,123 @@ pub mod projection;
 pub mod searchable;
 pub mod text;
 
-use serde::Serialize;
+use mongodb::bson::Bson;
+use serde::{Serialize, Serializer};
 
-/// One of the two chat collections and the Meilisearch index it feeds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+use projection::Path;
+
+/// One of the chat collections and the Meilisearch index it feeds: a key
+/// into the table ([`Collection::spec`]). Adding one means a variant, its
+/// row, its place in [`Collection::ALL`] (the compiler asks for all three)
+/// and its exclusion-path setting in [`Rules`]; everything else iterates the
+/// table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Collection {
     Messages,
     Conversations,
 }
 
+/// What LibreChat decides for one chat collection: a row of the table.
+pub struct Spec {
+    /// The MongoDB collection.
+    pub name: &'static str,
+    /// The Meilisearch index (before `meili.index_prefix`); also what
+    /// `--index` accepts.
+    pub index: &'static str,
+    /// The Meilisearch primary key, one of `paths`.
+    pub primary_key: &'static str,
+    /// The schema paths LibreChat marks `meiliIndex`, in schema order: what
+    /// a document's Meilisearch form is built from ([`projection`]; a
+    /// message's `content` is sent only when it is `null`, otherwise it
+    /// becomes `text`).
+    pub paths: &'static [Path],
+    /// Whether `unfinished: true` (a reply still streaming) keeps a
+    /// document out of search ([`searchable`]).
+    pub hides_unfinished: bool,
+    /// The configured field whose presence keeps a document out of search
+    /// (its setting in [`Rules`]).
+    pub exclusion_path: fn(&Rules) -> Option<&str>,
+}
+
+/// `messages` (`message.ts`) → index `messages`.
+const MESSAGES: Spec = Spec {
+    name: "messages",
+    index: "messages",
+    primary_key: "messageId",
+    paths: &[
+        Path::text("messageId"),
+        Path::text("conversationId"),
+        Path::text("user").or(|| Bson::Null),
+        Path::text("sender"),
+        Path::text("text"),
+        Path::parts("content"),
+    ],
+    hides_unfinished: true,
+    exclusion_path: |rules| rules.messages_exclusion_path.as_deref(),
+};
+
+/// `conversations` (`convo.ts`) → index `convos`.
+const CONVERSATIONS: Spec = Spec {
+    name: "conversations",
+    index: "convos",
+    primary_key: "conversationId",
+    paths: &[
+        Path::text("conversationId"),
+        Path::text("title").or(|| Bson::String("New Chat".into())),
+        Path::text("user"),
+        Path::text_list("tags").or(|| Bson::Array(Vec::new())),
+    ],
+    hides_unfinished: false,
+    exclusion_path: |rules| rules.conversations_exclusion_path.as_deref(),
+};
+
 impl Collection {
-    pub const ALL: [Collection; 2] = [Collection::Messages, Collection::Conversations];
+    /// Every collection, in the order commands take them.
+    pub const ALL: [Collection; 2] = {
+        // Irrefutable only while it names every variant: a new one fails
+        // to compile here until it is listed below too.
+        let (Collection::Messages | Collection::Conversations) = Collection::Messages;
+        [Collection::Messages, Collection::Conversations]
+    };
+
+    /// This collection's row of the table.
+    pub fn spec(self) -> &'static Spec {
+        match self {
+            Collection::Messages => &MESSAGES,
+            Collection::Conversations => &CONVERSATIONS,
+        }
+    }
+
+    /// The collection of this MongoDB name.
+    pub fn named(name: &str) -> Option<Collection> {
+        Collection::ALL.into_iter().find(|c| c.name() == name)
+    }
 
     /// The MongoDB collection name.
     pub fn name(self) -> &'static str {
-        match self {
-            Collection::Messages => "messages",
-            Collection::Conversations => "conversations",
-        }
+        self.spec().name
     }
 
     /// The Meilisearch index name (before the configured prefix).
     pub fn index_name(self) -> &'static str {
-        match self {
-            Collection::Messages => "messages",
-            Collection::Conversations => "convos",
-        }
+        self.spec().index
     }
 
     /// The Meilisearch primary key.
     pub fn primary_key(self) -> &'static str {
-        match self {
-            Collection::Messages => "messageId",
-            Collection::Conversations => "conversationId",
-        }
+        self.spec().primary_key
     }
 
-    /// The fields a Meilisearch document of this collection may carry: the
-    /// schema paths LibreChat marks `meiliIndex` (a message's `content` is
-    /// sent only when it is `null`; otherwise it becomes `text`).
-    pub fn fields(self) -> &'static [&'static str] {
-        match self {
-            Collection::Messages => &[
-                "messageId",
-                "conversationId",
-                "user",
-                "sender",
-                "text",
-                "content",
-            ],
-            Collection::Conversations => &["conversationId", "title", "user", "tags"],
-        }
+    /// The fields a Meilisearch document of this collection may carry.
+    pub fn fields(self) -> impl Iterator<Item = &'static str> {
+        self.spec().paths.iter().map(|path| path.name)
+    }
+}
+
+/// As its MongoDB name.
+impl Serialize for Collection {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
     }
 }
 
@@ -109,10 +175,7 @@ impl Default for Rules {
 impl Rules {
     /// The field whose presence keeps a document of `collection` out of search.
     pub fn exclusion_path(&self, collection: Collection) -> Option<&str> {
-        match collection {
-            Collection::Messages => self.messages_exclusion_path.as_deref(),
-            Collection::Conversations => self.conversations_exclusion_path.as_deref(),
-        }
+        (collection.spec().exclusion_path)(self)
     }
 }
 

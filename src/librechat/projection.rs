@@ -39,90 +39,58 @@ enum PathType {
     Parts,
 }
 
-/// One schema path marked `meiliIndex`: its name, type and default.
-struct Path {
-    name: &'static str,
+/// One schema path marked `meiliIndex`: its name, type and default, as
+/// the table lists them ([`super::Spec::paths`]).
+#[derive(Clone, Copy)]
+pub struct Path {
+    pub name: &'static str,
     kind: PathType,
-    default: fn() -> Option<Bson>,
+    default: Option<fn() -> Bson>,
 }
 
-const NO_DEFAULT: fn() -> Option<Bson> = || None;
+impl Path {
+    /// A `String` path.
+    pub(super) const fn text(name: &'static str) -> Path {
+        Path {
+            name,
+            kind: PathType::Text,
+            default: None,
+        }
+    }
 
-/// Messages' paths marked `meiliIndex` (`message.ts`), in schema order.
-const MESSAGE_PATHS: &[Path] = &[
-    Path {
-        name: "messageId",
-        kind: PathType::Text,
-        default: NO_DEFAULT,
-    },
-    Path {
-        name: "conversationId",
-        kind: PathType::Text,
-        default: NO_DEFAULT,
-    },
-    Path {
-        name: "user",
-        kind: PathType::Text,
-        default: || Some(Bson::Null),
-    },
-    Path {
-        name: "sender",
-        kind: PathType::Text,
-        default: NO_DEFAULT,
-    },
-    Path {
-        name: "text",
-        kind: PathType::Text,
-        default: NO_DEFAULT,
-    },
-    Path {
-        name: "content",
-        kind: PathType::Parts,
-        default: NO_DEFAULT,
-    },
-];
+    /// A `[String]` path.
+    pub(super) const fn text_list(name: &'static str) -> Path {
+        Path {
+            kind: PathType::TextList,
+            ..Path::text(name)
+        }
+    }
 
-/// Conversations' paths marked `meiliIndex` (`convo.ts`), in schema order.
-const CONVERSATION_PATHS: &[Path] = &[
-    Path {
-        name: "conversationId",
-        kind: PathType::Text,
-        default: NO_DEFAULT,
-    },
-    Path {
-        name: "title",
-        kind: PathType::Text,
-        default: || Some(Bson::String("New Chat".into())),
-    },
-    Path {
-        name: "user",
-        kind: PathType::Text,
-        default: NO_DEFAULT,
-    },
-    Path {
-        name: "tags",
-        kind: PathType::TextList,
-        default: || Some(Bson::Array(Vec::new())),
-    },
-];
+    /// A `[Mixed]` path of message parts (`content`).
+    pub(super) const fn parts(name: &'static str) -> Path {
+        Path {
+            kind: PathType::Parts,
+            ..Path::text(name)
+        }
+    }
 
-fn paths(collection: Collection) -> &'static [Path] {
-    match collection {
-        Collection::Messages => MESSAGE_PATHS,
-        Collection::Conversations => CONVERSATION_PATHS,
+    /// The path with a schema default.
+    pub(super) const fn or(self, default: fn() -> Bson) -> Path {
+        Path {
+            default: Some(default),
+            ..self
+        }
     }
 }
 
-/// The names of the paths a document's Meilisearch form is built from.
-pub fn source_fields(collection: Collection) -> impl Iterator<Item = &'static str> {
-    paths(collection).iter().map(|path| path.name)
-}
+/// The path LibreChat sends with every `|` as `--`.
+const CONVERSATION_ID: &str = "conversationId";
 
 /// What to read of a document to build its Meilisearch form: the paths,
 /// with only the parts' fields the text needs (not images or tool calls).
 pub fn read_projection(collection: Collection) -> Document {
     let mut projection = Document::new();
-    for path in paths(collection) {
+    for path in collection.spec().paths {
         match path.kind {
             PathType::Parts => {
                 for field in ["type", "text", "think", "steer"] {
@@ -141,7 +109,7 @@ pub fn read_projection(collection: Collection) -> Document {
 /// cast to its type, its default when missing, `None` when it is left out.
 fn loaded(doc: &Document, path: &Path) -> Option<Bson> {
     match doc.get(path.name) {
-        None | Some(Bson::Undefined) => (path.default)(),
+        None | Some(Bson::Undefined) => path.default.map(|default| default()),
         Some(value) => match path.kind {
             PathType::Text => js::cast_to_string_path(value),
             PathType::TextList => js::cast_to_string_array_path(value),
@@ -157,7 +125,7 @@ fn loaded(doc: &Document, path: &Path) -> Option<Bson> {
 pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
     let mut out = Map::new();
     let mut parts = None;
-    for path in paths(collection) {
+    for path in collection.spec().paths {
         let Some(value) = loaded(doc, path) else {
             continue;
         };
@@ -168,7 +136,7 @@ pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
             }
         }
     }
-    if let Some(Value::String(id)) = out.get_mut("conversationId") {
+    if let Some(Value::String(id)) = out.get_mut(CONVERSATION_ID) {
         if let Cow::Owned(sent) = conversation_id_in_meili(id) {
             *id = sent;
         }
@@ -180,17 +148,19 @@ pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
 }
 
 /// The Meilisearch primary-key value of a document, as sent: its cast
-/// `messageId` / `conversationId` (`|` as `--`), when it has one.
+/// primary key (a `conversationId` with `|` as `--`), when it has one.
 pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
-    let path = paths(collection)
+    let path = collection
+        .spec()
+        .paths
         .iter()
         .find(|path| path.name == collection.primary_key())
         .expect("the primary key is a path of the collection");
     match loaded(doc, path)? {
-        Bson::String(id) => Some(match collection {
-            Collection::Conversations => conversation_id_in_meili(&id).into_owned(),
-            Collection::Messages => id,
-        }),
+        Bson::String(id) if path.name == CONVERSATION_ID => {
+            Some(conversation_id_in_meili(&id).into_owned())
+        }
+        Bson::String(id) => Some(id),
         _ => None,
     }
 }
@@ -207,12 +177,12 @@ pub fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
 }
 
 /// The primary-key values a document of `collection` may store when its
-/// Meilisearch id is `meili_id`: the id itself and, for a conversation whose
-/// id has `--`, the spelling with `|` ([`conversation_id_in_meili`] cannot be
+/// Meilisearch id is `meili_id`: the id itself and, for a `conversationId`
+/// with `--`, the spelling with `|` ([`conversation_id_in_meili`] cannot be
 /// undone: a stored `--` and a stored `|` are sent alike).
 pub fn stored_ids(collection: Collection, meili_id: &str) -> Vec<String> {
     let mut ids = vec![meili_id.to_string()];
-    if collection == Collection::Conversations && meili_id.contains("--") {
+    if collection.primary_key() == CONVERSATION_ID && meili_id.contains("--") {
         ids.push(meili_id.replace("--", "|"));
     }
     ids

@@ -97,7 +97,7 @@ impl Retention {
 /// The conditions besides retention: they do not depend on time.
 fn timeless_conditions(rules: &Rules, collection: Collection) -> Document {
     let mut conditions = doc! { "user": { "$nin": [Bson::Null, ""] } };
-    if collection == Collection::Messages {
+    if collection.spec().hides_unfinished {
         conditions.insert("unfinished", doc! { "$ne": true });
     }
     if let Some(path) = rules.exclusion_path(collection) {
@@ -152,7 +152,7 @@ pub fn searchable_branch(
         None => true,
         Some(value) => matches_or_contains(value, no_user),
     };
-    let unfinished = collection == Collection::Messages
+    let unfinished = collection.spec().hides_unfinished
         && equals(doc, "unfinished", |v| matches!(v, Bson::Boolean(true)));
     if user_missing || unfinished || is_excluded(rules, collection, doc) {
         return None;

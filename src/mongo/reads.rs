@@ -365,10 +365,7 @@ pub async fn collections_with_pre_images(db: &Database) -> Result<Vec<Collection
                 .and_then(|p| p.get_bool("enabled"))
                 .unwrap_or(false)
         })
-        .filter_map(|info| {
-            let name = info.get_str("name").ok()?;
-            Collection::ALL.into_iter().find(|c| c.name() == name)
-        })
+        .filter_map(|info| Collection::named(info.get_str("name").ok()?))
         .collect())
 }
 

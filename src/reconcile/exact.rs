@@ -382,14 +382,14 @@ async fn read_meili_digests(
     total: u64,
 ) -> Result<Digests, ReconcileError> {
     let pk = ctx.collection.primary_key();
-    let fields = ctx.collection.fields();
+    let fields: Vec<&str> = ctx.collection.fields().collect();
     ctx.phase("compare: read meilisearch", total);
     let mut entries = Vec::with_capacity((total / part.partitions.0) as usize);
     let mut offset = 0;
     loop {
         let page = ctx
             .meili
-            .documents_with_fields(&ctx.uid, fields, offset, MEILI_PAGE)
+            .documents_with_fields(&ctx.uid, &fields, offset, MEILI_PAGE)
             .await?;
         if page.is_empty() {
             break;
@@ -602,8 +602,7 @@ impl Digests {
 fn meili_shape(collection: mongo::Collection, doc: &Value) -> Map<String, Value> {
     collection
         .fields()
-        .iter()
-        .filter_map(|f| doc.get(*f).map(|v| (f.to_string(), v.clone())))
+        .filter_map(|f| doc.get(f).map(|v| (f.to_string(), v.clone())))
         .collect()
 }
 

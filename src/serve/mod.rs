@@ -72,7 +72,7 @@ pub async fn run(
         meili: reconciler.meili.clone(),
         lease: lease.clone(),
         metrics: crate::metrics::install(&crate::metrics::KnownLabels {
-            indexes: vec![settings.messages_index(), settings.convos_index()],
+            indexes: Collection::ALL.map(|c| settings.index_uid(c)).to_vec(),
             collections: Collection::ALL
                 .iter()
                 .map(|c| c.name().to_string())
