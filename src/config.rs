@@ -740,6 +740,6 @@ pub fn known_keys() -> Vec<String> {
 impl Settings {
     /// Uid of the index `collection` feeds, with the configured prefix.
     pub fn index_uid(&self, collection: librechat::Collection) -> String {
-        format!("{}{}", self.meili.index_prefix, collection.index_name())
+        collection.index_uid(&self.meili.index_prefix)
     }
 }

@@ -121,6 +121,12 @@ impl Collection {
         self.spec().index
     }
 
+    /// The uid of the index this collection feeds, under `prefix`
+    /// (`meili.index_prefix`).
+    pub fn index_uid(self, prefix: &str) -> String {
+        format!("{prefix}{}", self.index_name())
+    }
+
     /// The Meilisearch primary key.
     pub fn primary_key(self) -> &'static str {
         self.spec().primary_key

@@ -86,7 +86,7 @@ impl SyncOptions {
 
     /// The Meilisearch index uid that `collection` feeds.
     pub fn index_uid(&self, collection: Collection) -> String {
-        format!("{}{}", self.index_prefix, collection.index_name())
+        collection.index_uid(&self.index_prefix)
     }
 }
 
