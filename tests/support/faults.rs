@@ -16,25 +16,42 @@ use mongodb::options::ClientOptions;
 use mongodb::Client;
 
 /// `failCommand` for the clients named `app`. The fail point is one per
-/// server, so one test at a time holds it (tests of the same binary run in
-/// parallel); the next holder turns it off before using it.
+/// server, so one test at a time holds it, whichever process it runs in
+/// (scripts/test runs tests as processes of their own, side by side): the
+/// holder keeps a lock on a file named after the server; the next holder
+/// turns the fail point off before using it.
 pub struct FailCommand {
     admin: Client,
     pub app: String,
-    _turn: tokio::sync::OwnedMutexGuard<()>,
+    _turn: std::fs::File,
 }
 
-fn turn() -> Arc<tokio::sync::Mutex<()>> {
-    static TURN: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
-    TURN.get_or_init(Arc::default).clone()
+/// Waits for this server's fail point: an exclusive lock on a file in the
+/// temporary directory named after the server's URI, released when the
+/// holder is dropped (or its process ends).
+async fn turn() -> std::fs::File {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    super::mongo_uri().hash(&mut hasher);
+    let path = std::env::temp_dir().join(format!(
+        "meili-reconciler-failpoint-{:016x}.lock",
+        hasher.finish()
+    ));
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::create(&path).expect("create the fail point's lock file");
+        file.lock().expect("lock the fail point's lock file");
+        file
+    })
+    .await
+    .expect("wait for the fail point")
 }
 
 impl FailCommand {
     /// `None` when the server refuses test commands, having said the test
     /// is skipped ([`super::skip::skip`]).
-    /// Waits while another test of this process holds the fail point.
+    /// Waits while another test holds the fail point.
     pub async fn new(app: &str) -> Option<Self> {
-        let turn = turn().lock_owned().await;
+        let turn = turn().await;
         let admin = Client::with_uri_str(super::mongo_uri()).await.unwrap();
         let fp = FailCommand {
             admin,
