@@ -17,33 +17,11 @@ use mongodb::Client;
 
 /// `failCommand` for the clients named `app`. The fail point is one per
 /// server, so one test at a time holds it, whichever process it runs in
-/// (scripts/test runs tests as processes of their own, side by side): the
-/// holder keeps a lock on a file named after the server; the next holder
-/// turns the fail point off before using it.
+/// ([`super::turn`]); the next holder turns it off before using it.
 pub struct FailCommand {
     admin: Client,
     pub app: String,
-    _turn: std::fs::File,
-}
-
-/// Waits for this server's fail point: an exclusive lock on a file in the
-/// temporary directory named after the server's URI, released when the
-/// holder is dropped (or its process ends).
-async fn turn() -> std::fs::File {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    super::mongo_uri().hash(&mut hasher);
-    let path = std::env::temp_dir().join(format!(
-        "meili-reconciler-failpoint-{:016x}.lock",
-        hasher.finish()
-    ));
-    tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::create(&path).expect("create the fail point's lock file");
-        file.lock().expect("lock the fail point's lock file");
-        file
-    })
-    .await
-    .expect("wait for the fail point")
+    _turn: super::turn::Turn,
 }
 
 impl FailCommand {
@@ -51,7 +29,7 @@ impl FailCommand {
     /// is skipped ([`super::skip::skip`]).
     /// Waits while another test holds the fail point.
     pub async fn new(app: &str) -> Option<Self> {
-        let turn = turn().await;
+        let turn = super::turn::take("failpoint", super::mongo_uri()).await;
         let admin = Client::with_uri_str(super::mongo_uri()).await.unwrap();
         let fp = FailCommand {
             admin,
