@@ -31,8 +31,11 @@ use std::time::Duration;
 use serde_json::Value;
 use support::cli::{eventually, terminate, wait_exit, Target};
 
-/// The tests share LibreChat's fixed index names: one at a time.
-static INDEXES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The tests share LibreChat's fixed index names: one at a time on a
+/// Meilisearch, whichever process they run in.
+async fn indexes_turn() -> support::turn::Turn {
+    support::turn::take("librechat-indexes", &support::meili().host).await
+}
 
 /// How long a reconciliation of the small history may take, generously.
 const RUN_LIMIT: Duration = Duration::from_secs(240);
@@ -243,7 +246,7 @@ fn write_history(target: &Target) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_leaves_the_index_librechat_would_build_and_its_progress_complete() {
-    let _one_at_a_time = INDEXES.lock().await;
+    let _one_at_a_time = indexes_turn().await;
     let target = librechat_target("lc_once").await;
     write_history(&target);
 
@@ -344,7 +347,7 @@ async fn once_leaves_the_index_librechat_would_build_and_its_progress_complete()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reindex_builds_the_index_librechat_would_build() {
-    let _one_at_a_time = INDEXES.lock().await;
+    let _one_at_a_time = indexes_turn().await;
     let target = librechat_target("lc_reindex").await;
     write_history(&target);
 
@@ -363,7 +366,7 @@ async fn following_while_librechat_writes_ends_as_librechat_would_index() {
     if support::server::skip_without_change_streams().await {
         return;
     }
-    let _one_at_a_time = INDEXES.lock().await;
+    let _one_at_a_time = indexes_turn().await;
     let target = librechat_target("lc_follow").await;
     harness(&target, &["history", "--phase", "off", "--seed", "1"]);
 
@@ -439,7 +442,7 @@ async fn librechat_sync_flags_a_rejected_batch_indexed_and_once_repairs_it_and_o
     /// Two of LibreChat's sync pages of conversations: the one holding the
     /// `|` id has 100 documents, whichever order the server returns.
     const CONVERSATIONS: u64 = 200;
-    let _one_at_a_time = INDEXES.lock().await;
+    let _one_at_a_time = indexes_turn().await;
     let target = librechat_target("lc_sync").await;
     let seeded = harness(
         &target,

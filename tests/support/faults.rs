@@ -16,25 +16,20 @@ use mongodb::options::ClientOptions;
 use mongodb::Client;
 
 /// `failCommand` for the clients named `app`. The fail point is one per
-/// server, so one test at a time holds it (tests of the same binary run in
-/// parallel); the next holder turns it off before using it.
+/// server, so one test at a time holds it, whichever process it runs in
+/// ([`super::turn`]); the next holder turns it off before using it.
 pub struct FailCommand {
     admin: Client,
     pub app: String,
-    _turn: tokio::sync::OwnedMutexGuard<()>,
-}
-
-fn turn() -> Arc<tokio::sync::Mutex<()>> {
-    static TURN: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
-    TURN.get_or_init(Arc::default).clone()
+    _turn: super::turn::Turn,
 }
 
 impl FailCommand {
     /// `None` when the server refuses test commands, having said the test
     /// is skipped ([`super::skip::skip`]).
-    /// Waits while another test of this process holds the fail point.
+    /// Waits while another test holds the fail point.
     pub async fn new(app: &str) -> Option<Self> {
-        let turn = turn().lock_owned().await;
+        let turn = super::turn::take("failpoint", super::mongo_uri()).await;
         let admin = Client::with_uri_str(super::mongo_uri()).await.unwrap();
         let fp = FailCommand {
             admin,

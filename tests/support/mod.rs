@@ -176,3 +176,4 @@ pub mod server;
 pub mod skip;
 pub mod standin;
 pub mod timing;
+pub mod turn;

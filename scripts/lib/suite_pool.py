@@ -1,0 +1,133 @@
+"""Runs the `suite` test binary's tests on a pool of workers, one test at a time each.
+
+    python3 suite_pool.py BINARY LOG ENV_FILE... [-- FILTER...]
+
+Each ENV_FILE (`export NAME='value'` lines, as scripts/test-servers writes
+them) is one worker: the servers its tests use. A worker runs one test at a
+time, as its own process (`BINARY --exact NAME --test-threads=1`), so tests
+on different workers never share a stand-in MongoDB, which answers one
+request at a time, and a test's wait for a lease to expire or a change to
+arrive costs no other test anything. Workers take the next test from one
+queue, in the binary's order. FILTERs pick tests as libtest's name filters
+do (`verify_command::`).
+
+Prints one line per test as it ends (its output too when it failed), then
+returns. LOG receives each test's own output under a `Running tests/suite.rs`
+line, the form scripts/lib/test_summary.py reads. Exit status: 0 when every
+test passed, 1 otherwise.
+"""
+import os
+import queue
+import shlex
+import subprocess
+import sys
+import threading
+import time
+
+
+def read_env_file(path):
+    """The variables of an env file scripts/test-servers wrote."""
+    env = {}
+    with open(path) as lines:
+        for line in lines:
+            line = line.strip()
+            if not line.startswith("export "):
+                continue
+            name, _, value = line[len("export ") :].partition("=")
+            words = shlex.split(value)
+            env[name] = words[0] if words else ""
+    return env
+
+
+def list_tests(binary, filters):
+    listed = subprocess.run(
+        [binary, "--list", "--format", "terse", *filters],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [line[: -len(": test")] for line in listed.splitlines() if line.endswith(": test")]
+
+
+class Pool:
+    def __init__(self, binary, log_path, worker_envs, tests):
+        self.binary = binary
+        self.log = open(log_path, "a")
+        self.worker_envs = worker_envs
+        self.todo = queue.Queue()
+        for test in tests:
+            self.todo.put(test)
+        self.total = len(tests)
+        self.done = 0
+        self.failed = 0
+        self.lock = threading.Lock()
+
+    def run(self):
+        workers = [
+            threading.Thread(target=self.work, args=(n, env), daemon=True)
+            for n, env in enumerate(self.worker_envs, start=1)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        self.log.close()
+        return 0 if self.failed == 0 else 1
+
+    def work(self, number, servers):
+        env = {**os.environ, **servers}
+        while True:
+            try:
+                test = self.todo.get_nowait()
+            except queue.Empty:
+                return
+            started = time.monotonic()
+            ran = subprocess.run(
+                [self.binary, "--exact", test, "--test-threads=1"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+            )
+            self.report(number, test, ran, time.monotonic() - started)
+
+    def report(self, worker, test, ran, seconds):
+        with self.lock:
+            self.done += 1
+            passed = ran.returncode == 0
+            if not passed:
+                self.failed += 1
+            verdict = "ok" if passed else f"FAILED (exit {ran.returncode})"
+            print(
+                f"[{self.done}/{self.total}] test {test} ... {verdict} "
+                f"({seconds:.1f} s, worker {worker})",
+                flush=True,
+            )
+            if not passed:
+                print(ran.stdout, flush=True)
+            self.log.write("     Running tests/suite.rs\n")
+            self.log.write(ran.stdout)
+            if not ran.stdout.endswith("\n"):
+                self.log.write("\n")
+            self.log.flush()
+
+
+def main():
+    args = sys.argv[1:]
+    filters = []
+    if "--" in args:
+        at = args.index("--")
+        args, filters = args[:at], args[at + 1 :]
+    binary, log_path, *env_files = args
+    if not env_files:
+        sys.exit("suite_pool.py: no ENV_FILE, no worker")
+    tests = list_tests(binary, filters)
+    workers = [read_env_file(path) for path in env_files]
+    print(f"suite: {len(tests)} tests on {len(workers)} workers", flush=True)
+    sys.exit(Pool(binary, log_path, workers, tests).run())
+
+
+if __name__ == "__main__":
+    main()
