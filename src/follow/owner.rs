@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
-use mongodb::bson::{DateTime, Document};
+use mongodb::bson::Document;
 use tracing::{debug, info, warn};
 
 use super::apply::{self, Target};
@@ -45,13 +45,16 @@ use super::batch::MicroBatch;
 use super::expiry::{self, ExpiryClock};
 use super::latency::BatchTimes;
 use super::mode::{ModeView, NoChangeStreams};
+use super::pending::{OrphanChecks, Pending, Tokens};
 use super::pipeline::{InFlight, Pipeline};
 use super::saved;
 use super::status::{FollowState, FollowStatus};
 use super::stream::{self, Reader, StreamConfig, StreamError, StreamItem};
 use super::{FollowOptions, ReplicaReport};
 use crate::job::{self, Reconciler};
-use crate::lease::{clock, Guard, JobEnd, LeaseHandle, LeaseLost, LeaseWriteError, LeasedJob};
+use crate::lease::{
+    clock, unless_lost, Guard, JobEnd, LeaseHandle, LeaseLost, LeaseWriteError, LeasedJob,
+};
 use crate::meili::Meili;
 use crate::mongo::Collection;
 use crate::progress::Progress;
@@ -71,10 +74,6 @@ const BUSY_TOKEN_SAVE_EVERY: Duration = Duration::from_secs(1);
 /// late; each poll is a cheap read for Meilisearch.
 const TASK_POLL_MIN: Duration = Duration::from_millis(10);
 const TASK_POLL_MAX: Duration = Duration::from_millis(50);
-
-/// While micro-batches are in flight, the next one is enqueued at least
-/// this long after the last (`Pending::due`).
-const ENQUEUE_SPACING: Duration = Duration::from_millis(50);
 
 /// Everything the owner's job needs; cloned per run of the job.
 #[derive(Clone)]
@@ -191,18 +190,6 @@ impl Owner {
         }
     }
 
-    /// What a micro-batch, a sweep or a comparison is applied with.
-    fn target<'a>(&'a self, guard: &'a Guard, progress: &'a Progress) -> Target<'a> {
-        let r = &self.reconciler;
-        Target {
-            db: &r.db,
-            meili: &r.meili,
-            sync: &r.sync,
-            guard,
-            progress,
-        }
-    }
-
     fn stream_config(&self, pre_images: bool) -> StreamConfig {
         StreamConfig {
             pre_images,
@@ -291,12 +278,9 @@ impl Owner {
         &self,
         lease: &LeaseHandle,
     ) -> Result<Option<Document>, ReconcileError> {
-        let unreachable = |e: LeaseWriteError| match e {
-            LeaseWriteError::Unconfirmed(e) => ReconcileError::MongoUnreachable(e),
-            LeaseWriteError::Lost(lost) => ReconcileError::LeaseLost(lost),
-        };
-        let record = lease.read().await.map_err(unreachable)?;
-        let now = lease.server_now().await.map_err(unreachable)?;
+        let record = unless_lost(lease.read().await)?.map_err(ReconcileError::MongoUnreachable)?;
+        let now =
+            unless_lost(lease.server_now().await)?.map_err(ReconcileError::MongoUnreachable)?;
         let Some(record) = record else {
             return Ok(None);
         };
@@ -359,7 +343,7 @@ impl Owner {
         let mut pending = self
             .start_following(guard, progress, lease, &meili, saved)
             .await?;
-        let target = self.follow_target(&meili, guard, progress);
+        let target = self.target(&meili, guard, progress);
         let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
         let mut next_handover_check = Instant::now() + opts.poll_every;
         loop {
@@ -478,12 +462,11 @@ impl Owner {
         lease: &LeaseHandle,
         pending: &mut Pending,
     ) -> Result<(), ReconcileError> {
-        let owed = match saved::orphan_checks_owed(lease).await {
+        let owed = match unless_lost(saved::orphan_checks_owed(lease).await)? {
             Ok(names) => Collection::ALL
                 .into_iter()
                 .filter(|c| names.iter().any(|n| n == c.name()))
                 .collect(),
-            Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
             Err(error) => {
                 warn!(%error, "could not read which id-set comparisons are owed: comparing both collections");
                 Collection::ALL.to_vec()
@@ -581,7 +564,7 @@ impl Owner {
         lease: &LeaseHandle,
         pending: &mut Pending,
     ) -> Result<Option<String>, ReconcileError> {
-        match lease.handover_requested_by().await {
+        match unless_lost(lease.handover_requested_by().await)? {
             Ok(Some(to)) => {
                 self.status().set_state(FollowState::HandingOver);
                 info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
@@ -589,7 +572,6 @@ impl Owner {
                 Ok(Some(to))
             }
             Ok(None) => Ok(None),
-            Err(LeaseWriteError::Lost(lost)) => Err(lost.into()),
             Err(error) => {
                 warn!(%error, "could not look for a handover request");
                 Ok(None)
@@ -611,12 +593,8 @@ impl Owner {
         self.status().set_state(FollowState::Reconciling);
         info!("periodic reconciliation: changes wait on the server meanwhile");
         let summary = summary_json(&self.reconcile(guard, progress).await?);
-        match lease.record_completion(guard, &summary).await {
-            Ok(()) => {}
-            Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-            Err(error) => {
-                warn!(%error, "could not record the periodic reconciliation in the lease")
-            }
+        if let Err(error) = unless_lost(lease.record_completion(guard, &summary).await)? {
+            warn!(%error, "could not record the periodic reconciliation in the lease")
         }
         pending.expiry.plan(&self.reconciler.db).await?;
         self.status().next_expiry(pending.expiry.next());
@@ -667,7 +645,7 @@ impl Owner {
         progress: &Progress,
         clock: &mut ExpiryClock,
     ) -> Result<(), ReconcileError> {
-        let removed = expiry::sweep(&self.target(guard, progress)).await?;
+        let removed = expiry::sweep(&self.target(&self.reconciler.meili, guard, progress)).await?;
         if removed > 0 {
             let mut by_op = std::collections::BTreeMap::new();
             by_op.insert("expired", removed);
@@ -678,9 +656,10 @@ impl Owner {
         Ok(())
     }
 
-    /// What the pipeline applies micro-batches with: the engine's servers
-    /// and options, with `meili` polling tasks as follow mode does.
-    fn follow_target<'a>(
+    /// What a micro-batch, a sweep or a comparison is applied with: the
+    /// engine's servers and options, with `meili` (the pipeline's polls
+    /// tasks as follow mode does).
+    fn target<'a>(
         &'a self,
         meili: &'a Meili,
         guard: &'a Guard,
@@ -839,14 +818,11 @@ impl Owner {
         lease: &LeaseHandle,
         pending: &mut Pending,
     ) -> Result<(), ReconcileError> {
-        let target = self.target(guard, progress);
+        let target = self.target(&self.reconciler.meili, guard, progress);
         for collection in pending.orphans.take() {
             let ctx = target.ctx(collection);
-            let started = match lease.server_now().await {
-                Ok(now) => now,
-                Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                Err(error) => return Err(ReconcileError::MongoUnreachable(error.to_string())),
-            };
+            let started =
+                unless_lost(lease.server_now().await)?.map_err(ReconcileError::MongoUnreachable)?;
             let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx).await?;
             info!(index = %ctx.uid, deleted, flags_cleared,
                 "deletes without a pre-image: compared the index's ids with the collection's");
@@ -854,239 +830,13 @@ impl Owner {
             // Recorded debts first: a clear must not overtake the record of
             // a delete applied after this comparison began.
             pending.record_owed(guard, lease).await?;
-            match saved::orphan_check_done(lease, guard, collection.name(), started).await {
-                Ok(()) => {}
-                Err(LeaseWriteError::Lost(lost)) => return Err(lost.into()),
-                Err(error) => warn!(%error, collection = collection.name(),
-                    "could not clear the owed id-set comparison in the lease (the next owner compares once more)"),
+            let cleared = saved::orphan_check_done(lease, guard, collection.name(), started);
+            if let Err(error) = unless_lost(cleared.await)? {
+                warn!(%error, collection = collection.name(),
+                    "could not clear the owed id-set comparison in the lease (the next owner compares once more)")
             }
         }
         progress.phase("follow", 0);
         Ok(())
-    }
-}
-
-impl Pending {
-    /// When the follow loop must look again, at `then` at the latest: a
-    /// micro-batch, a comparison or a sweep due. A due micro-batch waits
-    /// while the pipeline is full: settling the oldest one makes room.
-    fn wake(&self, max_wait: Duration, reader_busy: bool, then: Instant) -> Instant {
-        let room = self.pipeline.has_room();
-        [
-            self.due(max_wait, reader_busy).filter(|_| room),
-            self.orphans.due(),
-            self.expiry.due(),
-        ]
-        .into_iter()
-        .flatten()
-        .fold(then, Instant::min)
-    }
-
-    /// When the gathered changes are to be enqueued (`None`: nothing
-    /// gathered); `reader_busy`: the reader has more changes queued.
-    ///
-    /// - When the reader has nothing more and nothing is in flight,
-    ///   at once: Meilisearch is idle, every moment waited is latency.
-    /// - When the reader has nothing more and micro-batches are in flight,
-    ///   [`ENQUEUE_SPACING`] after the last one was enqueued: Meilisearch
-    ///   merges the tasks it finds waiting, so what is enqueued while it
-    ///   indexes is indexed together with the next batch it starts, and a
-    ///   short spacing saves the fixed MongoDB round trips of many tiny
-    ///   micro-batches (a change waits at most the spacing for it, and
-    ///   misses the next indexing batch only when that one starts within
-    ///   the spacing).
-    /// - `follow.max_wait` after its first change, in any case (a
-    ///   continuous stream); at once once it was held for room.
-    fn due(&self, max_wait: Duration, reader_busy: bool) -> Option<Instant> {
-        if self.batch.is_empty() {
-            return None;
-        }
-        let ready = (!reader_busy).then(|| match self.pipeline.last_enqueued() {
-            Some(last) if !self.pipeline.is_empty() => last + ENQUEUE_SPACING,
-            _ => Instant::now(),
-        });
-        [self.batch.due(max_wait), ready]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-
-    /// Records the owed comparisons not yet in the lease. `false`: some
-    /// could not be (not confirmed); they are tried again with the next save.
-    async fn record_owed(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<bool, LeaseLost> {
-        while let Some(&(collection, since)) = self.unrecorded.first() {
-            match saved::owe_orphan_check(lease, guard, collection.name(), since).await {
-                Ok(()) => {
-                    self.unrecorded.remove(0);
-                }
-                Err(LeaseWriteError::Lost(lost)) => return Err(lost),
-                Err(error) => {
-                    warn!(%error, collection = collection.name(),
-                        "could not record an owed id-set comparison in the lease; the resume token waits until it is");
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    /// Saves the safe resume token — only once every comparison owed for
-    /// the deletes behind it is recorded in the lease, so that an owner
-    /// resuming from the token, or taking over, still makes it.
-    async fn save_token(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<(), LeaseLost> {
-        if self.record_owed(guard, lease).await? {
-            self.tokens.save(guard, lease).await?;
-        }
-        Ok(())
-    }
-}
-
-/// The resume tokens: the furthest one up to which everything is applied,
-/// and the one saved in the lease.
-/// What the follow loop has read but not yet applied or saved: the
-/// micro-batch being gathered, the resume tokens, and the id-set
-/// comparisons that deletes without a Meilisearch id asked for.
-struct Pending {
-    batch: MicroBatch,
-    /// The micro-batches enqueued and not yet settled.
-    pipeline: Pipeline,
-    tokens: Tokens,
-    orphans: OrphanChecks,
-    /// Id-set comparisons owed (a delete without a pre-image applied at
-    /// that MongoDB time) and not yet recorded in the lease: the resume
-    /// token is not saved past them until they are.
-    unrecorded: Vec<(Collection, DateTime)>,
-    /// When the next document expires (a sweep is due then).
-    expiry: ExpiryClock,
-}
-
-struct Tokens {
-    safe: Option<Document>,
-    saved: Option<Document>,
-    saved_at: Instant,
-}
-
-impl Tokens {
-    fn new(saved: Option<Document>) -> Self {
-        Tokens {
-            safe: saved.clone(),
-            saved,
-            saved_at: Instant::now(),
-        }
-    }
-
-    /// Everything up to `token` is applied.
-    fn applied(&mut self, token: Document) {
-        self.safe = Some(token);
-    }
-
-    /// Saves the safe token if it moved. A save that is not confirmed is
-    /// only logged: the next owner then resumes from an earlier token and
-    /// applies a few changes again, which is harmless.
-    async fn save(&mut self, guard: &Guard, lease: &LeaseHandle) -> Result<(), LeaseLost> {
-        self.saved_at = Instant::now();
-        let Some(safe) = &self.safe else {
-            return Ok(());
-        };
-        if self.saved.as_ref() == Some(safe) {
-            return Ok(());
-        }
-        match saved::save_token(lease, guard, safe).await {
-            Ok(()) => self.saved = Some(safe.clone()),
-            Err(LeaseWriteError::Lost(lost)) => return Err(lost),
-            Err(error) => {
-                warn!(%error, "could not save the resume token (the next owner resumes from an earlier one)")
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Deletes without a known Meilisearch id wait for the id-set comparison,
-/// which runs at most once per `follow.orphan_check_every`.
-struct OrphanChecks {
-    every: Duration,
-    pending: Vec<Collection>,
-    last: Option<Instant>,
-    due: Option<Instant>,
-}
-
-impl OrphanChecks {
-    fn new(every: Duration) -> Self {
-        OrphanChecks {
-            every,
-            pending: Vec::new(),
-            last: None,
-            due: None,
-        }
-    }
-
-    fn note(&mut self, collections: &[Collection]) {
-        for collection in collections {
-            if !self.pending.contains(collection) {
-                info!(
-                    collection = collection.name(),
-                    "a delete without a pre-image: its Meilisearch document goes with the next id-set comparison (follow.orphan_check_every)"
-                );
-                self.pending.push(*collection);
-            }
-        }
-        if !self.pending.is_empty() && self.due.is_none() {
-            let now = Instant::now();
-            self.due = Some(self.last.map_or(now, |last| (last + self.every).max(now)));
-        }
-    }
-
-    /// Comparisons owed from before this stream began (the lease says so):
-    /// due at once.
-    fn owed(&mut self, collections: &[Collection]) {
-        for collection in collections {
-            if !self.pending.contains(collection) {
-                self.pending.push(*collection);
-            }
-        }
-        self.due = Some(Instant::now());
-    }
-
-    /// When the comparison is due (`None`: nothing waits for it).
-    fn due(&self) -> Option<Instant> {
-        self.due
-    }
-
-    fn take(&mut self) -> Vec<Collection> {
-        self.last = Some(Instant::now());
-        self.due = None;
-        std::mem::take(&mut self.pending)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn orphan_checks_run_at_once_then_at_most_once_per_period() {
-        let mut checks = OrphanChecks::new(Duration::from_secs(60));
-        assert!(checks.due().is_none());
-        checks.note(&[Collection::Messages]);
-        checks.note(&[Collection::Messages]);
-        assert!(
-            checks.due().unwrap() <= Instant::now(),
-            "the first runs at once"
-        );
-        assert_eq!(checks.take(), vec![Collection::Messages]);
-        assert!(checks.due().is_none());
-        checks.note(&[Collection::Conversations]);
-        assert!(
-            checks.due().unwrap() >= Instant::now() + Duration::from_secs(59),
-            "debounced"
-        );
-        // Owed by an earlier owner: at once, whatever the period.
-        checks.owed(&[Collection::Messages]);
-        assert!(checks.due().unwrap() <= Instant::now());
-        assert_eq!(
-            checks.take(),
-            vec![Collection::Conversations, Collection::Messages]
-        );
     }
 }

@@ -159,6 +159,18 @@ pub enum LeaseWriteError {
     Unconfirmed(String),
 }
 
+/// Splits a lease write's result: a lost lease ends the job (the outer
+/// `Err`); a write MongoDB did not confirm is the caller's to weigh (the
+/// inner `Err`), most often only logged, since every such write is retried
+/// or repeated later.
+pub fn unless_lost<T>(result: Result<T, LeaseWriteError>) -> Result<Result<T, String>, LeaseLost> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(LeaseWriteError::Lost(lost)) => Err(lost),
+        Err(LeaseWriteError::Unconfirmed(error)) => Ok(Err(error)),
+    }
+}
+
 /// The owner's view of its own lease.
 #[derive(Clone, Debug)]
 pub struct LeaseHandle {

@@ -33,7 +33,7 @@ mod runner;
 pub mod status;
 pub mod store;
 
-pub use guard::{Guard, LeaseHandle, LeaseLost, LeaseWriteError};
+pub use guard::{unless_lost, Guard, LeaseHandle, LeaseLost, LeaseWriteError};
 pub use job::{JobEnd, LeasedJob};
 pub use options::{LeaseOptions, LeaseWriteConcern, TimingError};
 pub use outcome::{LeaseError, Outcome};
