@@ -157,6 +157,9 @@ async fn deletes_at(stage: &str, round: usize, target: &Target, env: &Env) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_deleted_around_any_stage_of_a_run_stays_searchable() {
+    if support::skip::skip_without_fault_injection() {
+        return;
+    }
     let target = Target::new("deletes_run").set("RECONCILER__SYNC__BATCH_DOCS", &BATCH.to_string());
     let env = Env::for_target(&target).await;
     seed(&env, 300, 40).await;

@@ -279,6 +279,9 @@ async fn the_token_waits_for_the_micro_batch_in_flight_and_a_killed_owner_s_succ
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_is_enqueued_while_a_refused_batch_is_isolated() {
+    if support::skip::skip_without_fault_injection() {
+        return;
+    }
     if support::server::skip_without_change_streams().await {
         return;
     }

@@ -27,6 +27,9 @@ fn events<'a>(stderr: &'a str, message: &'a str, index: &'a str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_backlog_is_sent_while_the_plan_counts() {
+    if support::skip::skip_without_fault_injection() {
+        return;
+    }
     let target = Target::new("head_start")
         .set("RUST_LOG", "info,meili_reconciler::reconcile=debug")
         .set("RECONCILER__LEASE__REUSE_COMPLETION_FOR", "0s");

@@ -30,6 +30,9 @@ fn handed_batches(stderr: &str, index: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_back_reader_holds_no_finished_batch() {
+    if support::skip::skip_without_fault_injection() {
+        return;
+    }
     let target = Target::new("reader_room")
         .set("RECONCILER__SYNC__BATCH_DOCS", &BATCH_DOCS.to_string())
         .set("RECONCILER__SYNC__IN_FLIGHT", "1")

@@ -17,6 +17,9 @@ use support::cli::{output_of, wait_exit, Target};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_saved_and_indexed_during_the_id_comparison_is_not_deleted_as_an_orphan() {
+    if support::skip::skip_without_fault_injection() {
+        return;
+    }
     let target = Target::new("drift_race");
     let env = Env::for_target(&target).await;
     seed(&env, 300, 30).await;

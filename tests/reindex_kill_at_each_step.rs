@@ -32,6 +32,9 @@ fn text(out: &std::process::Output) -> String {
 }
 
 async fn killed_after(step: &str) {
+    if support::skip::skip_without_fault_injection() {
+        return;
+    }
     let Some(standin) = support::standin::private_standin() else {
         return;
     };

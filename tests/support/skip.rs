@@ -55,3 +55,15 @@ pub fn skip(reason: impl Display) {
         }
     }
 }
+
+/// Skips the calling test (saying why) when the service was built without
+/// its `fault-injection` feature: the test hook that stops a run at a
+/// given step (`RECONCILER_TEST_PAUSE_AFTER`, src/reconcile/test_hook.rs)
+/// is then compiled out. `true` when it skipped, so the test returns.
+pub fn skip_without_fault_injection() -> bool {
+    if cfg!(feature = "fault-injection") {
+        return false;
+    }
+    skip("built without the fault-injection feature (scripts/test enables it)");
+    true
+}
