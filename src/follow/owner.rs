@@ -79,9 +79,9 @@ const ENQUEUE_SPACING: Duration = Duration::from_millis(50);
 /// Everything the owner's job needs; cloned per run of the job.
 #[derive(Clone)]
 pub(crate) struct Owner {
-    pub reconciler: Reconciler,
-    pub options: FollowOptions,
-    pub replica: Arc<dyn ReplicaReport>,
+    pub(crate) reconciler: Reconciler,
+    pub(crate) options: FollowOptions,
+    pub(crate) replica: Arc<dyn ReplicaReport>,
 }
 
 /// The owner's job completes only when this server turned out not to serve
@@ -97,8 +97,8 @@ pub(crate) struct ReconciledWithoutStream(pub RunSummary);
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub(crate) struct OwnerFailed {
-    pub error: ReconcileError,
-    pub no_change_streams: bool,
+    pub(crate) error: ReconcileError,
+    pub(crate) no_change_streams: bool,
 }
 
 enum Begun {

@@ -24,18 +24,20 @@
 
 pub mod clock;
 mod follower;
-pub mod guard;
+pub(crate) mod guard;
 mod job;
 mod options;
 mod outcome;
 mod renewer;
 mod runner;
-pub mod status;
+pub(crate) mod status;
 pub mod store;
 
-pub use guard::{Guard, LeaseHandle, LeaseLost, LeaseWriteError};
+pub use guard::{Guard, LeaseLost};
+pub(crate) use guard::{LeaseHandle, LeaseWriteError};
 pub use job::{JobEnd, LeasedJob};
-pub use options::{LeaseOptions, LeaseWriteConcern, TimingError};
+pub use options::{LeaseOptions, LeaseWriteConcern};
 pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
-pub use status::{read_status, read_status_with, JobFields, LeaseState, LeaseStatus};
+pub use status::{read_status, read_status_with, LeaseState};
+pub(crate) use status::{JobFields, LeaseStatus};
