@@ -229,9 +229,9 @@ pub struct SyncSettings {
     pub plan_only: bool,
     /// `""`: none.
     #[serde(deserialize_with = "exclusion_path")]
-    pub(crate) messages_exclusion_path: Option<String>,
+    messages_exclusion_path: Option<String>,
     #[serde(deserialize_with = "exclusion_path")]
-    pub(crate) conversations_exclusion_path: Option<String>,
+    conversations_exclusion_path: Option<String>,
     #[serde(deserialize_with = "schema_version")]
     pub schema_version: i32,
 }
@@ -387,12 +387,12 @@ pub struct LibreChatOverride {
     /// The value it replaced.
     pub replaced: String,
     /// Whether that was the built-in default (else a configuration file's).
-    pub(crate) replaced_default: bool,
+    replaced_default: bool,
 }
 
 impl LibreChatOverride {
     /// The setting's own variable, which wins over the LibreChat one.
-    pub(crate) fn own_var(&self) -> String {
+    fn own_var(&self) -> String {
         env_var_of(self.key)
     }
 }

@@ -32,10 +32,10 @@ use serde_json::{json, Value};
 use crate::lease::{Guard, LeaseLost};
 
 /// How long transient failures are retried, by default, before a call gives up.
-pub(crate) const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(300);
+const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(300);
 
 /// How long one HTTP answer may take, by default.
-pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a Meilisearch call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -74,7 +74,7 @@ pub enum MeiliError {
 /// An index as Meilisearch describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexInfo {
-    pub(crate) uid: String,
+    uid: String,
     pub primary_key: Option<String>,
 }
 
@@ -228,7 +228,7 @@ impl Meili {
 
     /// The host as errors and logs may show it (credentials hidden).
     #[cfg(test)]
-    pub(crate) fn shown_host(&self) -> &str {
+    fn shown_host(&self) -> &str {
         &self.shown_host
     }
 

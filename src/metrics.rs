@@ -17,21 +17,21 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-pub(crate) const RUNS: &str = "reconciler_runs_total";
-pub(crate) const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
-pub(crate) const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
-pub(crate) const DOCUMENTS_REJECTED: &str = "reconciler_documents_rejected_total";
-pub(crate) const BATCH_SECONDS: &str = "reconciler_batch_seconds";
-pub(crate) const LEASE_CLAIMS: &str = "reconciler_lease_claims_total";
-pub(crate) const LEASE_TAKEOVERS: &str = "reconciler_lease_takeovers_total";
-pub(crate) const LEASE_LOSSES: &str = "reconciler_lease_losses_total";
-pub(crate) const SECONDS_SINCE_SUCCESS: &str = "reconciler_seconds_since_last_success";
-pub(crate) const UNINDEXED: &str = "reconciler_unindexed_documents";
-pub(crate) const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
+const RUNS: &str = "reconciler_runs_total";
+const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
+const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
+const DOCUMENTS_REJECTED: &str = "reconciler_documents_rejected_total";
+const BATCH_SECONDS: &str = "reconciler_batch_seconds";
+const LEASE_CLAIMS: &str = "reconciler_lease_claims_total";
+const LEASE_TAKEOVERS: &str = "reconciler_lease_takeovers_total";
+const LEASE_LOSSES: &str = "reconciler_lease_losses_total";
+const SECONDS_SINCE_SUCCESS: &str = "reconciler_seconds_since_last_success";
+const UNINDEXED: &str = "reconciler_unindexed_documents";
+const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
 /// Milliseconds, not seconds: the `metrics` facade's counters are integers.
-pub(crate) const SYNC_PHASE_MILLISECONDS: &str = "reconciler_sync_phase_milliseconds_total";
-pub(crate) const FOLLOW_EVENTS: &str = "reconciler_follow_events_total";
-pub(crate) const FOLLOW_LAG: &str = "reconciler_follow_lag_seconds";
+const SYNC_PHASE_MILLISECONDS: &str = "reconciler_sync_phase_milliseconds_total";
+const FOLLOW_EVENTS: &str = "reconciler_follow_events_total";
+const FOLLOW_LAG: &str = "reconciler_follow_lag_seconds";
 
 /// Every value of the `op` label of [`FOLLOW_EVENTS`]: the kind of a
 /// document's last change in its micro-batch, or `skipped` (already indexed).

@@ -22,7 +22,7 @@ pub const DEFAULTS_TOML: &str = include_str!("../config/default.toml");
 /// What a single-valued setting takes, said when it is given a table or a list.
 pub(crate) const STRING: &str = "a single value (a string)";
 pub(crate) const NUMBER: &str = "a single value (a whole number)";
-pub(crate) const BOOLEAN: &str = "a single value (true or false)";
+const BOOLEAN: &str = "a single value (true or false)";
 const LIST: &str = "a list of strings (or one comma-separated string)";
 
 /// The compiled-in defaults, as the lowest layer of the configuration.

@@ -14,7 +14,7 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    pub(crate) fn new() -> Self {
+    fn new() -> Self {
         Self::default()
     }
 
@@ -34,7 +34,7 @@ impl Shutdown {
     }
 
     /// Asks everything to stop.
-    pub(crate) fn request(&self) {
+    fn request(&self) {
         self.token.cancel();
     }
 

@@ -83,7 +83,7 @@ impl fmt::Display for MongoUri {
 
 /// Options of a MongoDB connection string (lowercase) whose values are
 /// secrets: never shown, always scrubbed from the driver's messages.
-pub(crate) const SECRET_URI_OPTIONS: &[&str] = &[
+const SECRET_URI_OPTIONS: &[&str] = &[
     "authmechanismproperties",
     "proxypassword",
     "tlscertificatekeyfilepassword",

@@ -67,7 +67,7 @@ pub(crate) struct Histogram {
 }
 
 impl Histogram {
-    pub(crate) fn add(&mut self, d: Duration) {
+    fn add(&mut self, d: Duration) {
         let bucket = ((d.as_millis() as u64) / BUCKET_MS).min(BUCKETS as u64) as usize;
         *self.counts.entry(bucket).or_default() += 1;
         self.count += 1;
@@ -94,12 +94,12 @@ impl Histogram {
 /// bound in ms to its count (empty buckets left out).
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct HistogramView {
-    pub(crate) count: u64,
-    pub(crate) sum_secs: f64,
-    pub(crate) max_secs: f64,
-    pub(crate) bucket_ms: u64,
-    pub(crate) buckets: BTreeMap<String, u64>,
+struct HistogramView {
+    count: u64,
+    sum_secs: f64,
+    max_secs: f64,
+    bucket_ms: u64,
+    buckets: BTreeMap<String, u64>,
 }
 
 /// Every stage's histogram since this replica started.
@@ -117,14 +117,14 @@ pub(crate) struct Latency {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct LatencyView {
     /// Per document written to Meilisearch, by stage (see the module).
-    pub(crate) stages: BTreeMap<&'static str, HistogramView>,
+    stages: BTreeMap<&'static str, HistogramView>,
     /// Per micro-batch applied: `settle`, `tokenSave`.
-    pub(crate) batch_stages: BTreeMap<&'static str, HistogramView>,
+    batch_stages: BTreeMap<&'static str, HistogramView>,
     /// Micro-batches applied.
-    pub(crate) micro_batches: u64,
+    micro_batches: u64,
     /// How many micro-batches were in flight (this one included) when each
     /// was enqueued, and how often.
-    pub(crate) depth: BTreeMap<String, u64>,
+    depth: BTreeMap<String, u64>,
 }
 
 impl Latency {
@@ -148,7 +148,7 @@ impl Latency {
             .sum()
     }
 
-    pub(crate) fn micro_batch(&mut self, depth: usize) {
+    fn micro_batch(&mut self, depth: usize) {
         self.micro_batches += 1;
         *self.depth.entry(depth).or_default() += 1;
     }
@@ -200,8 +200,8 @@ pub(crate) struct BatchTimes {
 /// `enqueuedAt`, the last one's `startedAt` and `finishedAt`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TaskTimes {
-    pub(crate) queued: Duration,
-    pub(crate) processing: Duration,
+    queued: Duration,
+    processing: Duration,
 }
 
 impl TaskTimes {

@@ -47,7 +47,7 @@ mod owner;
 mod pipeline;
 pub(crate) mod replica;
 pub mod saved;
-pub(crate) mod status;
+mod status;
 mod stream;
 
 use std::time::Duration;

@@ -23,7 +23,7 @@ pub(crate) use super::stream::Refusal;
 use super::stream::{self, StreamError};
 
 /// Where the operator reads how to get follow mode.
-pub(crate) const FOLLOW_MODE_DOCS: &str = "docs/install.md#follow-mode";
+const FOLLOW_MODE_DOCS: &str = "docs/install.md#follow-mode";
 
 /// The two ways `run` keeps the index in step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -100,7 +100,7 @@ impl ModeView {
     }
 
     /// Interval mode by `sync.plan_only`.
-    pub(crate) fn plan_only() -> Self {
+    fn plan_only() -> Self {
         ModeView {
             mode: Mode::Interval,
             mode_reason:

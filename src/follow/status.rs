@@ -55,25 +55,25 @@ impl FollowState {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct FollowView {
-    pub(crate) state: FollowState,
+    state: FollowState,
     /// Seconds (MongoDB's clock) this owner is behind the stream; `null`
     /// when this replica does not own it.
-    pub(crate) lag_secs: Option<f64>,
+    lag_secs: Option<f64>,
     /// When MongoDB applied the last change this replica applied (RFC 3339).
-    pub(crate) last_event_at: Option<String>,
+    last_event_at: Option<String>,
     /// Documents this replica applied since it started, by the kind of their
     /// last change (`skipped`: already indexed by LibreChat's save hook).
-    pub(crate) applied: BTreeMap<&'static str, u64>,
+    applied: BTreeMap<&'static str, u64>,
     /// Per collection, how its deletes reach Meilisearch (by pre-image, or
     /// by the id-set comparison), as the owner found the collections when it
     /// began following; empty on replicas that do not own the stream.
-    pub(crate) deletes: BTreeMap<&'static str, DeleteRegime>,
+    deletes: BTreeMap<&'static str, DeleteRegime>,
     /// When (MongoDB's clock, RFC 3339) the next document that may be in
     /// Meilisearch expires: the owner sweeps it out then.
-    pub(crate) next_expiry_at: Option<String>,
+    next_expiry_at: Option<String>,
     /// Where the delay from a change to Meilisearch went, stage by stage,
     /// since this replica started (`follow::latency`).
-    pub(crate) latency: LatencyView,
+    latency: LatencyView,
 }
 
 #[derive(Debug)]
@@ -195,7 +195,7 @@ impl FollowStatus {
     }
 
     /// The lag, when this replica owns the stream.
-    pub(crate) fn lag_secs(&self) -> Option<f64> {
+    fn lag_secs(&self) -> Option<f64> {
         self.with(|inner| {
             if !inner.state.owns_the_stream() {
                 return None;

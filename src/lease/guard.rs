@@ -54,7 +54,7 @@ pub struct Guard {
 
 impl Guard {
     /// A guard that holds until `deadline` unless extended or cancelled.
-    pub(crate) fn with_deadline(deadline: Instant) -> Self {
+    fn with_deadline(deadline: Instant) -> Self {
         Guard {
             token: CancellationToken::new(),
             state: Arc::new(Mutex::new(State {
@@ -139,7 +139,7 @@ impl Guard {
 
     /// The token behind the guard, for APIs that take one.
     #[cfg(test)]
-    pub(crate) fn token(&self) -> &CancellationToken {
+    fn token(&self) -> &CancellationToken {
         &self.token
     }
 

@@ -24,13 +24,13 @@
 
 pub mod clock;
 mod follower;
-pub(crate) mod guard;
+mod guard;
 mod job;
 mod options;
 mod outcome;
 mod renewer;
 mod runner;
-pub(crate) mod status;
+mod status;
 pub mod store;
 
 pub use guard::{Guard, LeaseLost};

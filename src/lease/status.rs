@@ -51,11 +51,11 @@ pub struct LeaseStatus {
     pub epoch: Option<i64>,
     /// The server's clock when this was read (RFC 3339).
     pub(crate) server_time: String,
-    pub(crate) claimed_at: Option<String>,
-    pub(crate) renewed_at: Option<String>,
+    claimed_at: Option<String>,
+    renewed_at: Option<String>,
     /// When the holder's lease ends: our `leaseExpiresAt`, or LibreChat's
     /// `expiresAt` plus `lease.librechat_clock_skew`.
-    pub(crate) expires_at: Option<String>,
+    expires_at: Option<String>,
     /// Seconds until then by the server's clock (negative: expired).
     pub expires_in_secs: Option<f64>,
     pub progress: Option<ProgressSnapshot>,
@@ -68,7 +68,7 @@ pub struct LeaseStatus {
     pub(crate) retry_at: Option<String>,
     /// Seconds until a retry may start (negative: it may now).
     pub(crate) retry_in_secs: Option<f64>,
-    pub(crate) released_at: Option<String>,
+    released_at: Option<String>,
     /// A handover was asked for by this replica, from the owner that keeps
     /// the lease.
     pub(crate) handover_requested_by: Option<String>,

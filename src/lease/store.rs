@@ -119,9 +119,9 @@ pub struct JobRecord {
     /// Our lease's end (server clock).
     pub lease_expires_at: Option<DateTime>,
     /// The field LibreChat's protocol reads and writes.
-    pub(crate) expires_at: Option<DateTime>,
+    expires_at: Option<DateTime>,
     /// The `expiresAt` of our last write.
-    pub(crate) written_expires_at: Option<DateTime>,
+    written_expires_at: Option<DateTime>,
     pub(crate) completed_at: Option<DateTime>,
     pub failed_at: Option<DateTime>,
     pub(crate) released_at: Option<DateTime>,
@@ -139,7 +139,7 @@ pub struct JobRecord {
     /// A replica that needs the lease (`once`, `reindex`) asked the owner
     /// that keeps it to hand it over.
     pub(crate) handover_requested_by: Option<String>,
-    pub(crate) handover_requested_at: Option<DateTime>,
+    handover_requested_at: Option<DateTime>,
     /// The whole document as read: the job's own fields are the job's to
     /// read (the lease reads only its [`LEASE_FIELDS`]).
     pub document: Document,

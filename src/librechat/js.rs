@@ -63,7 +63,7 @@ pub(crate) fn is_truthy(value: &Bson) -> bool {
 /// the shortest digits that read back as the same double, laid out as
 /// JavaScript does — `1e21` and `1e-7` in exponent form, `100`, `0.000001`
 /// and `1.5` plainly.
-pub(crate) fn number_to_string(x: f64) -> String {
+fn number_to_string(x: f64) -> String {
     if x.is_nan() {
         return "NaN".into();
     }

@@ -26,15 +26,15 @@ use super::{Collection, Rules};
 /// The flag: true = Meilisearch holds this document.
 pub const FLAG: &str = "_meiliIndex";
 /// Set by LibreChat's hooks with every save: indexing was asked for.
-pub(crate) const ATTEMPTED: &str = "_meiliIndexAttempted";
+const ATTEMPTED: &str = "_meiliIndexAttempted";
 /// LibreChat's per-save version token (a fresh ObjectId's hex).
 pub(crate) const VERSION_TOKEN: &str = "_meiliIndexVersion";
 /// The projection's version the document was indexed with.
 pub const SCHEMA_VERSION: &str = "_meiliIndexSchemaVersion";
 /// Written once a document that is not searchable was removed.
-pub(crate) const CLEANUP_VERSION: &str = "_meiliCleanupVersion";
+const CLEANUP_VERSION: &str = "_meiliCleanupVersion";
 /// LibreChat's cleanup version.
-pub(crate) const CLEANUP_VERSION_VALUE: i32 = 1;
+const CLEANUP_VERSION_VALUE: i32 = 1;
 
 /// The update that marks a document indexed at the current schema version.
 pub(crate) fn indexed(rules: &Rules) -> Document {

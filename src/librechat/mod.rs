@@ -13,11 +13,11 @@
 //! LibreChat's own progress check (`getSyncProgress()`) agrees with ours.
 //! How to follow a newer LibreChat: docs/design.md §3.6.
 
-pub(crate) mod js;
+mod js;
 pub mod markers;
 pub(crate) mod projection;
 pub mod searchable;
-pub(crate) mod text;
+mod text;
 
 use mongodb::bson::Bson;
 use serde::{Serialize, Serializer};
@@ -36,25 +36,25 @@ pub enum Collection {
 }
 
 /// What LibreChat decides for one chat collection: a row of the table.
-pub(crate) struct Spec {
+struct Spec {
     /// The MongoDB collection.
-    pub(crate) name: &'static str,
+    name: &'static str,
     /// The Meilisearch index (before `meili.index_prefix`); also what
     /// `--index` accepts.
-    pub(crate) index: &'static str,
+    index: &'static str,
     /// The Meilisearch primary key, one of `paths`.
-    pub(crate) primary_key: &'static str,
+    primary_key: &'static str,
     /// The schema paths LibreChat marks `meiliIndex`, in schema order: what
     /// a document's Meilisearch form is built from ([`projection`]; a
     /// message's `content` is sent only when it is `null`, otherwise it
     /// becomes `text`).
-    pub(crate) paths: &'static [Path],
+    paths: &'static [Path],
     /// Whether `unfinished: true` (a reply still streaming) keeps a
     /// document out of search ([`searchable`]).
-    pub(crate) hides_unfinished: bool,
+    hides_unfinished: bool,
     /// The configured field whose presence keeps a document out of search
     /// (its setting in [`Rules`]).
-    pub(crate) exclusion_path: fn(&Rules) -> Option<&str>,
+    exclusion_path: fn(&Rules) -> Option<&str>,
 }
 
 /// `messages` (`message.ts`) → index `messages`.
@@ -99,7 +99,7 @@ impl Collection {
     };
 
     /// This collection's row of the table.
-    pub(crate) fn spec(self) -> &'static Spec {
+    fn spec(self) -> &'static Spec {
         match self {
             Collection::Messages => &MESSAGES,
             Collection::Conversations => &CONVERSATIONS,
@@ -162,11 +162,11 @@ pub struct Rules {
 }
 
 /// LibreChat's exclusion path of messages.
-pub(crate) const DEFAULT_MESSAGES_EXCLUSION_PATH: &str = "subagentTask";
+const DEFAULT_MESSAGES_EXCLUSION_PATH: &str = "subagentTask";
 /// LibreChat's exclusion path of conversations.
-pub(crate) const DEFAULT_CONVERSATIONS_EXCLUSION_PATH: &str = "subagentThread";
+const DEFAULT_CONVERSATIONS_EXCLUSION_PATH: &str = "subagentThread";
 /// LibreChat's schema version of the projection.
-pub(crate) const DEFAULT_SCHEMA_VERSION: i32 = 1;
+const DEFAULT_SCHEMA_VERSION: i32 = 1;
 
 impl Default for Rules {
     fn default() -> Self {

@@ -168,7 +168,7 @@ pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
 /// A `conversationId` as LibreChat sends it to Meilisearch: every `|` as
 /// `--` (`|` is not allowed in a Meilisearch document id, and a
 /// conversation's id is its primary key there).
-pub(crate) fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
+fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
     if id.contains('|') {
         Cow::Owned(id.replace('|', "--"))
     } else {

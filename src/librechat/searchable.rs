@@ -24,7 +24,7 @@ use mongodb::bson::{doc, Bson, DateTime, Document};
 use super::{Collection, Rules};
 
 /// The fields [`is_searchable`] reads besides the exclusion path.
-pub(crate) const FIELDS: [&str; 4] = ["user", "isTemporary", "expiredAt", "unfinished"];
+const FIELDS: [&str; 4] = ["user", "isTemporary", "expiredAt", "unfinished"];
 
 /// LibreChat's retention expiry (a date; its models put a TTL index on it,
 /// so MongoDB deletes the document some time after it passes).
@@ -73,7 +73,7 @@ impl Retention {
     }
 
     /// The first branch `doc` is in at `now`, if any.
-    pub(crate) fn of(doc: &Document, now: DateTime) -> Option<Retention> {
+    fn of(doc: &Document, now: DateTime) -> Option<Retention> {
         let temporary_false = equals(doc, "isTemporary", |v| matches!(v, Bson::Boolean(false)));
         let temporary_null = is_null(doc, "isTemporary");
         let no_expiry = is_null(doc, "expiredAt");

@@ -29,11 +29,11 @@ use crate::librechat::{projection, Rules};
 
 pub use crate::librechat::projection::{meili_id, to_meili};
 
-pub(crate) mod counts;
-pub(crate) mod error;
-pub(crate) mod read_back;
-pub(crate) mod reads;
-pub(crate) mod writes;
+mod counts;
+mod error;
+mod read_back;
+mod reads;
+mod writes;
 
 pub(crate) use counts::{
     count_pending_cleanup, estimated_count, librechat_progress, LibreChatProgress,
@@ -60,7 +60,7 @@ pub use crate::librechat::markers::FLAG;
 
 /// The field whose exact value identifies a document's version: LibreChat
 /// (mongoose timestamps) rewrites it with every save.
-pub(crate) const VERSION_FIELD: &str = "updatedAt";
+const VERSION_FIELD: &str = "updatedAt";
 
 /// `maxTimeMS` of every read: long enough for any read of ours at millions
 /// of documents, so that a server's own default limit does not end one —
@@ -123,7 +123,7 @@ pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
 
 /// What to read of a document besides its projection to judge it: the
 /// fields its searchability depends on, its flag and schema version.
-pub(crate) fn judging_fields(rules: &Rules, collection: Collection) -> Document {
+fn judging_fields(rules: &Rules, collection: Collection) -> Document {
     let mut projection = doc! { FLAG: 1, SCHEMA_VERSION: 1 };
     for field in searchable::read_fields(rules, collection) {
         projection.insert(field, 1);
@@ -142,7 +142,7 @@ pub fn sync_projection(rules: &Rules, collection: Collection) -> Document {
 /// What is read of a document to judge it again and act on it without
 /// its Meilisearch form: its `_id`, version, primary key and
 /// [`judging_fields`] (a read-back, the expiry sweep).
-pub(crate) fn state_projection(rules: &Rules, collection: Collection) -> Document {
+fn state_projection(rules: &Rules, collection: Collection) -> Document {
     let mut projection =
         doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1, collection.primary_key(): 1 };
     projection.extend(judging_fields(rules, collection));

@@ -86,7 +86,7 @@ pub struct Updated {
     /// Statements whose filter matched a document.
     pub matched: u64,
     /// Documents actually changed.
-    pub(crate) modified: u64,
+    modified: u64,
 }
 
 /// Marks indexed (LibreChat's markers at the current schema version,

@@ -196,7 +196,7 @@ impl Batch {
         self.docs.is_empty()
     }
 
-    pub(crate) fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
         self.payload.len()
     }
 

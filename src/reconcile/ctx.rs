@@ -25,7 +25,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) meili: &'a Meili,
     pub(crate) opts: &'a SyncOptions,
     pub(crate) guard: &'a Guard,
-    pub(crate) progress: &'a Progress,
+    progress: &'a Progress,
     pub(crate) collection: Collection,
     pub(crate) uid: String,
     /// Where the run's indexing time goes; shared by every context of a run.
@@ -36,7 +36,7 @@ pub(crate) struct Ctx<'a> {
     /// When set, no acknowledgement is written until it reads `true`: a
     /// head start's documents are sent while the plan counts, and the
     /// counts must see MongoDB as it was before the run wrote a flag.
-    pub(crate) ack_gate: Option<watch::Receiver<bool>>,
+    ack_gate: Option<watch::Receiver<bool>>,
 }
 
 impl<'a> Ctx<'a> {

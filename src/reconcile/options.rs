@@ -91,7 +91,7 @@ impl SyncOptions {
 }
 
 /// Suffix of the index a zero-downtime reindex builds.
-pub(crate) const BUILD_SUFFIX: &str = "_reindex";
+const BUILD_SUFFIX: &str = "_reindex";
 
 /// The index a zero-downtime reindex of `live_uid` builds (and, after the
 /// swap, the old index until it is dropped).

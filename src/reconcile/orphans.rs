@@ -76,11 +76,7 @@ pub(crate) struct Partitions(pub u64);
 impl Partitions {
     /// As many partitions as `expected_ids` need at `budget_bytes` each, when
     /// one id takes `bytes_per_id`.
-    pub(crate) fn for_ids(
-        expected_ids: u64,
-        budget_bytes: usize,
-        bytes_per_id: usize,
-    ) -> Partitions {
+    fn for_ids(expected_ids: u64, budget_bytes: usize, bytes_per_id: usize) -> Partitions {
         let per_partition = (budget_bytes / bytes_per_id.max(1)).max(1) as u64;
         Partitions(expected_ids.div_ceil(per_partition).max(1))
     }

@@ -55,7 +55,7 @@ pub(crate) enum Phase {
 
 impl Phase {
     /// Every phase, in the order they are shown.
-    pub(crate) const ALL: [Phase; 8] = [
+    const ALL: [Phase; 8] = [
         Phase::Read,
         Phase::Build,
         Phase::Send,
@@ -67,7 +67,7 @@ impl Phase {
     ];
 
     /// The `phase` label of the metric (one of `metrics::SYNC_PHASES`).
-    pub(crate) fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Phase::Read => "read",
             Phase::Build => "build",
@@ -126,19 +126,19 @@ impl PhaseClock {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Phases {
-    pub(crate) read_secs: f64,
-    pub(crate) build_secs: f64,
-    pub(crate) send_secs: f64,
-    pub(crate) meili_wait_secs: f64,
-    pub(crate) ack_secs: f64,
-    pub(crate) ack_waited_secs: f64,
-    pub(crate) reader_waited_secs: f64,
-    pub(crate) pipeline_waited_secs: f64,
+    read_secs: f64,
+    build_secs: f64,
+    send_secs: f64,
+    meili_wait_secs: f64,
+    ack_secs: f64,
+    ack_waited_secs: f64,
+    reader_waited_secs: f64,
+    pipeline_waited_secs: f64,
 }
 
 impl Phases {
     /// Seconds of `phase`.
-    pub(crate) fn get(&self, phase: Phase) -> f64 {
+    fn get(&self, phase: Phase) -> f64 {
         match phase {
             Phase::Read => self.read_secs,
             Phase::Build => self.build_secs,

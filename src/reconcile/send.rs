@@ -63,9 +63,9 @@ const ACK_QUEUE_BATCHES: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Demand {
     /// Batches taken off the queue so far.
-    pub(crate) taken: u64,
+    taken: u64,
     /// Room in Meilisearch (the budget and `in_flight`) for one more.
-    pub(crate) room: bool,
+    room: bool,
 }
 
 impl Demand {
@@ -269,8 +269,8 @@ async fn reread(ctx: &Ctx<'_>, refused: &[BatchDoc]) -> Result<Batch, ReconcileE
 /// A batch whose task is enqueued: its documents, packed (the NDJSON went
 /// with the request), the bytes it held, its task and when it was sent.
 pub(crate) struct Enqueued {
-    pub(crate) docs: Packed,
-    pub(crate) bytes: usize,
+    docs: Packed,
+    bytes: usize,
     pub(crate) task: u64,
     pub(crate) sent: Instant,
 }
@@ -298,7 +298,7 @@ pub(crate) async fn enqueue(ctx: &Ctx<'_>, batch: Batch) -> Result<Enqueued, Rec
 /// A settled task: the bytes it held in flight, the documents Meilisearch
 /// accepted (in `_id` order, packed) and those it rejected.
 pub(crate) struct Done {
-    pub(crate) bytes: usize,
+    bytes: usize,
     pub(crate) accepted: Packed,
     pub(crate) rejected: Vec<Rejected>,
 }

@@ -77,7 +77,7 @@ impl Feed {
 #[derive(Debug, Default)]
 pub(crate) struct PassOutcome {
     /// Documents sent.
-    pub(crate) sent: u64,
+    sent: u64,
     /// What the sender did with them.
     pub(crate) settled: Settled,
 }

@@ -16,9 +16,9 @@
 use std::time::Duration;
 
 /// The environment variable naming the step to pause after.
-pub(crate) const PAUSE_AFTER: &str = "RECONCILER_TEST_PAUSE_AFTER";
+const PAUSE_AFTER: &str = "RECONCILER_TEST_PAUSE_AFTER";
 /// The environment variable naming the file whose creation ends the pause.
-pub(crate) const RESUME_FILE: &str = "RECONCILER_TEST_RESUME_FILE";
+const RESUME_FILE: &str = "RECONCILER_TEST_RESUME_FILE";
 
 /// Pauses if the environment asks to pause after `step`.
 pub(crate) async fn pause_after(step: &str) {

@@ -11,7 +11,7 @@
 //!   log line of every reconciliation);
 //! - [`verify`]: `verify` — what the exact comparison found.
 
-pub(crate) mod plan;
-pub(crate) mod status;
-pub(crate) mod summary;
-pub(crate) mod verify;
+mod plan;
+mod status;
+mod summary;
+mod verify;

@@ -29,9 +29,9 @@ pub(crate) enum Role {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct LastRun {
     /// RFC 3339, this replica's clock (informational only).
-    pub(crate) finished_at: String,
+    finished_at: String,
     #[serde(flatten)]
-    pub(crate) outcome: RunOutcome,
+    outcome: RunOutcome,
 }
 
 #[derive(Debug)]
@@ -76,7 +76,7 @@ impl ReplicaState {
         self.inner.read().expect("state poisoned").role
     }
 
-    pub(crate) fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
+    fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
         let mut inner = self.inner.write().expect("state poisoned");
         inner.last_run = Some(LastRun {
             finished_at: time::OffsetDateTime::now_utc()
@@ -101,7 +101,7 @@ impl ReplicaState {
     /// Takes `mode` and logs its line, once: the mode this replica already
     /// has is not logged again. Interval mode imposed by the server also
     /// shows as follow state `unsupported`.
-    pub(crate) fn enter_mode(&self, mode: ModeView, interval: Duration) {
+    fn enter_mode(&self, mode: ModeView, interval: Duration) {
         let mut inner = self.inner.write().expect("state poisoned");
         if inner.mode.as_ref() == Some(&mode) {
             return;
