@@ -3,7 +3,7 @@
 //! exchange), which both describe I/O errors this way.
 
 /// An I/O error as an operator says it: "connection refused", not "os error 111".
-pub fn io_cause(error: &std::io::Error) -> String {
+pub(crate) fn io_cause(error: &std::io::Error) -> String {
     use std::io::ErrorKind as Io;
     match error.kind() {
         Io::ConnectionRefused => "connection refused".into(),

@@ -37,7 +37,7 @@ mod mongo_uri;
 
 pub use crate::setting::DEFAULTS_TOML;
 pub use error::ConfigError;
-pub use mongo_uri::{redact_uri, MongoUri, SECRET_URI_OPTIONS};
+pub(crate) use mongo_uri::{redact_uri, MongoUri};
 
 /// Most `sync.ack_writers`: each holds a connection of the driver's pool.
 const MAX_ACK_WRITERS: u64 = 16;
@@ -229,9 +229,9 @@ pub struct SyncSettings {
     pub plan_only: bool,
     /// `""`: none.
     #[serde(deserialize_with = "exclusion_path")]
-    pub messages_exclusion_path: Option<String>,
+    messages_exclusion_path: Option<String>,
     #[serde(deserialize_with = "exclusion_path")]
-    pub conversations_exclusion_path: Option<String>,
+    conversations_exclusion_path: Option<String>,
     #[serde(deserialize_with = "schema_version")]
     pub schema_version: i32,
 }
@@ -336,11 +336,11 @@ pub struct FollowOptions {
     /// reconciliation, and how fresh the last one must be to resume from a
     /// saved token without reconciling.
     #[serde(skip)]
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// `lease.poll_every` (set by [`Settings::complete`]): how often the
     /// owner looks for a handover request.
     #[serde(skip)]
-    pub poll_every: Duration,
+    pub(crate) poll_every: Duration,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -387,12 +387,12 @@ pub struct LibreChatOverride {
     /// The value it replaced.
     pub replaced: String,
     /// Whether that was the built-in default (else a configuration file's).
-    pub replaced_default: bool,
+    replaced_default: bool,
 }
 
 impl LibreChatOverride {
     /// The setting's own variable, which wins over the LibreChat one.
-    pub fn own_var(&self) -> String {
+    fn own_var(&self) -> String {
         env_var_of(self.key)
     }
 }
@@ -510,7 +510,7 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
 /// The settings of the compiled-in defaults alone, as deserialized (no
 /// server is set, and [`Settings::complete`] has not run): the defaults of
 /// options built without a configuration.
-pub fn built_in() -> Settings {
+pub(crate) fn built_in() -> Settings {
     let defaults = setting::defaults().try_deserialize();
     defaults.expect("the compiled-in defaults deserialize")
 }

@@ -27,7 +27,8 @@ use crate::lease::{Guard, LeaseLost};
 /// `reconciler_flag_write_retries_total` metric).
 static RETRIES: AtomicU64 = AtomicU64::new(0);
 
-/// Flag writes sent again in this process so far.
+/// For tests: flag writes sent again in this process so far (the tests
+/// assert on retries without scraping the metric).
 pub fn retries() -> u64 {
     RETRIES.load(Ordering::Relaxed)
 }
@@ -67,7 +68,7 @@ pub fn is_transient(error: &Error) -> bool {
 
 /// One attempt's failure (`E`: the caller's error, `mongo`'s `MongoError`):
 /// worth another attempt, or not.
-pub enum Attempt<E> {
+pub(crate) enum Attempt<E> {
     Transient(E),
     Final(E),
 }
@@ -75,7 +76,11 @@ pub enum Attempt<E> {
 /// Runs `write` until it succeeds, fails for good, the lease is lost, or
 /// [`crate::retry::FLAG_WRITES_FOR`] has passed (then the last error is returned). Each attempt
 /// starts with `guard.check()`.
-pub async fn with_retries<T, E, F, Fut>(what: &str, guard: &Guard, mut write: F) -> Result<T, E>
+pub(crate) async fn with_retries<T, E, F, Fut>(
+    what: &str,
+    guard: &Guard,
+    mut write: F,
+) -> Result<T, E>
 where
     E: From<LeaseLost> + std::fmt::Display,
     F: FnMut() -> Fut,

@@ -114,7 +114,9 @@ impl RunOutcome {
     /// `verify --repair`, each scheduled run, a follow-mode owner): the
     /// runner's answer, with the engine's own error when the job failed.
     /// Counts a lost lease in the metrics.
-    pub fn of_lease(result: Result<Outcome<RunSummary>, LeaseError<ReconcileError>>) -> Self {
+    pub(crate) fn of_lease(
+        result: Result<Outcome<RunSummary>, LeaseError<ReconcileError>>,
+    ) -> Self {
         match result {
             Ok(Outcome::Ran { summary, .. }) => RunOutcome::completed(&summary),
             Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
@@ -174,7 +176,7 @@ impl RunOutcome {
     }
 
     /// The `outcome` label of the runs metric.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             RunOutcome::Completed { rejects: 0, .. } => "completed",
             RunOutcome::Completed { .. } => "completed_with_rejects",
@@ -186,7 +188,7 @@ impl RunOutcome {
         }
     }
 
-    pub fn is_success(&self) -> bool {
+    pub(crate) fn is_success(&self) -> bool {
         self.exit() == Exit::Done
     }
 }
@@ -228,7 +230,7 @@ where
 
 /// A reconciliation that finished inside a longer leased job (a follow-mode
 /// owner's first or periodic run): recorded in the metrics as a run of its own.
-pub fn record_completed(summary: &RunSummary) -> RunOutcome {
+pub(crate) fn record_completed(summary: &RunSummary) -> RunOutcome {
     record_documents(summary);
     let outcome = RunOutcome::completed(summary);
     metrics::run_finished(outcome.metric_label(), true);

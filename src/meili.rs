@@ -32,10 +32,10 @@ use serde_json::{json, Value};
 use crate::lease::{Guard, LeaseLost};
 
 /// How long transient failures are retried, by default, before a call gives up.
-pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(300);
+const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(300);
 
 /// How long one HTTP answer may take, by default.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a Meilisearch call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -74,30 +74,30 @@ pub enum MeiliError {
 /// An index as Meilisearch describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexInfo {
-    pub uid: String,
+    uid: String,
     pub primary_key: Option<String>,
 }
 
 /// The error of a failed task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct TaskError {
-    pub code: String,
-    pub message: String,
+pub(crate) struct TaskError {
+    pub(crate) code: String,
+    pub(crate) message: String,
 }
 
 /// How an asynchronous task ended.
 #[derive(Clone, Debug)]
-pub struct TaskOutcome {
-    pub uid: u64,
+pub(crate) struct TaskOutcome {
+    pub(crate) uid: u64,
     /// `None` when it succeeded.
-    pub error: Option<TaskError>,
+    pub(crate) error: Option<TaskError>,
     /// The task object as Meilisearch returned it.
-    pub raw: Value,
+    pub(crate) raw: Value,
 }
 
 impl TaskOutcome {
     /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
-    pub fn into_result(self, what: &str) -> Result<TaskOutcome, MeiliError> {
+    pub(crate) fn into_result(self, what: &str) -> Result<TaskOutcome, MeiliError> {
         match &self.error {
             None => Ok(self),
             Some(error) => Err(MeiliError::TaskFailed {
@@ -174,8 +174,8 @@ impl Meili {
         })
     }
 
-    /// Calls sent again after a transient failure (an outage, a timeout) by
-    /// this client and its clones so far.
+    /// For tests: calls sent again after a transient failure (an outage, a
+    /// timeout) by this client and its clones so far.
     pub fn retries(&self) -> u64 {
         self.retries.load(Ordering::Relaxed)
     }
@@ -193,7 +193,7 @@ impl Meili {
     }
 
     /// The longest wait for one HTTP answer before it is retried.
-    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Meili {
+    pub(crate) fn with_request_timeout(mut self, request_timeout: Duration) -> Meili {
         self.request_timeout = request_timeout;
         self
     }
@@ -203,7 +203,7 @@ impl Meili {
     /// for small tasks one after another and each poll is a cheap read, so
     /// it uses a shorter `max`: the delay between a task ending and its end
     /// being seen is at most `max`.
-    pub fn with_task_polling(mut self, min: Duration, max: Duration) -> Meili {
+    pub(crate) fn with_task_polling(mut self, min: Duration, max: Duration) -> Meili {
         self.poll_min = min.max(Duration::from_millis(1));
         self.poll_max = max.max(self.poll_min);
         self
@@ -227,12 +227,13 @@ impl Meili {
     }
 
     /// The host as errors and logs may show it (credentials hidden).
-    pub fn shown_host(&self) -> &str {
+    #[cfg(test)]
+    fn shown_host(&self) -> &str {
         &self.shown_host
     }
 
     /// One attempt at `GET /health`: `Ok(status)` (normally `available`).
-    pub async fn health(&self) -> Result<String, MeiliError> {
+    pub(crate) async fn health(&self) -> Result<String, MeiliError> {
         let url = format!("{}/health", self.host);
         let answer: Value = self
             .timed("health", async {
@@ -431,7 +432,7 @@ impl Meili {
 
     /// One page of documents with only `fields` (a field a document lacks
     /// stays absent), in Meilisearch's listing order.
-    pub async fn documents_with_fields(
+    pub(crate) async fn documents_with_fields(
         &self,
         uid: &str,
         fields: &[&str],
@@ -448,7 +449,7 @@ impl Meili {
         Ok(v["results"].as_array().cloned().unwrap_or_default())
     }
 
-    /// Full documents, for tests and diagnostics.
+    /// For tests: full documents, a page of them.
     pub async fn documents_page(
         &self,
         uid: &str,
@@ -478,7 +479,12 @@ impl Meili {
     }
 
     /// Enqueues an atomic swap of two indexes; returns the task uid.
-    pub async fn swap_indexes(&self, a: &str, b: &str, guard: &Guard) -> Result<u64, MeiliError> {
+    pub(crate) async fn swap_indexes(
+        &self,
+        a: &str,
+        b: &str,
+        guard: &Guard,
+    ) -> Result<u64, MeiliError> {
         let body = json!([{ "indexes": [a, b] }]);
         let v = self
             .call(
@@ -509,7 +515,11 @@ impl Meili {
     /// Polls task `uid` until it ends (interval growing from 10 ms to 250 ms,
     /// or as [`Meili::with_task_polling`] set),
     /// stopping at once if the guard is cancelled.
-    pub async fn wait_for_task(&self, uid: u64, guard: &Guard) -> Result<TaskOutcome, MeiliError> {
+    pub(crate) async fn wait_for_task(
+        &self,
+        uid: u64,
+        guard: &Guard,
+    ) -> Result<TaskOutcome, MeiliError> {
         let path = format!("/tasks/{uid}");
         let mut intervals = crate::retry::task_polling(self.poll_min, self.poll_max).build();
         loop {
@@ -734,7 +744,7 @@ fn http_cause(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A document id as a string (Meilisearch accepts integer ids too).
-pub fn id_string(v: &Value) -> Option<String> {
+pub(crate) fn id_string(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// holds its pages and batches (seconds each), and rare enough that the
 /// work (a walk of the free lists, under each arena's lock) costs nothing
 /// measurable.
-pub const GIVE_BACK_EVERY: Duration = Duration::from_secs(1);
+const GIVE_BACK_EVERY: Duration = Duration::from_secs(1);
 
 /// glibc's malloc tuned for this process's allocations.
 ///

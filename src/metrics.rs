@@ -17,31 +17,31 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-pub const RUNS: &str = "reconciler_runs_total";
-pub const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
-pub const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
-pub const DOCUMENTS_REJECTED: &str = "reconciler_documents_rejected_total";
-pub const BATCH_SECONDS: &str = "reconciler_batch_seconds";
-pub const LEASE_CLAIMS: &str = "reconciler_lease_claims_total";
-pub const LEASE_TAKEOVERS: &str = "reconciler_lease_takeovers_total";
-pub const LEASE_LOSSES: &str = "reconciler_lease_losses_total";
-pub const SECONDS_SINCE_SUCCESS: &str = "reconciler_seconds_since_last_success";
-pub const UNINDEXED: &str = "reconciler_unindexed_documents";
-pub const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
+const RUNS: &str = "reconciler_runs_total";
+const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
+const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
+const DOCUMENTS_REJECTED: &str = "reconciler_documents_rejected_total";
+const BATCH_SECONDS: &str = "reconciler_batch_seconds";
+const LEASE_CLAIMS: &str = "reconciler_lease_claims_total";
+const LEASE_TAKEOVERS: &str = "reconciler_lease_takeovers_total";
+const LEASE_LOSSES: &str = "reconciler_lease_losses_total";
+const SECONDS_SINCE_SUCCESS: &str = "reconciler_seconds_since_last_success";
+const UNINDEXED: &str = "reconciler_unindexed_documents";
+const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
 /// Milliseconds, not seconds: the `metrics` facade's counters are integers.
-pub const SYNC_PHASE_MILLISECONDS: &str = "reconciler_sync_phase_milliseconds_total";
-pub const FOLLOW_EVENTS: &str = "reconciler_follow_events_total";
-pub const FOLLOW_LAG: &str = "reconciler_follow_lag_seconds";
+const SYNC_PHASE_MILLISECONDS: &str = "reconciler_sync_phase_milliseconds_total";
+const FOLLOW_EVENTS: &str = "reconciler_follow_events_total";
+const FOLLOW_LAG: &str = "reconciler_follow_lag_seconds";
 
 /// Every value of the `op` label of [`FOLLOW_EVENTS`]: the kind of a
 /// document's last change in its micro-batch, or `skipped` (already indexed).
-pub const FOLLOW_OPS: &[&str] = &[
+pub(crate) const FOLLOW_OPS: &[&str] = &[
     "insert", "update", "replace", "delete", "skipped", "expired",
 ];
 
 /// Every value of the `phase` label of [`SYNC_PHASE_MILLISECONDS`]
 /// (`reconcile::phases::Phase::label`, in `Phase::ALL`'s order).
-pub const SYNC_PHASES: &[&str] = &[
+pub(crate) const SYNC_PHASES: &[&str] = &[
     "read",
     "build",
     "send",
@@ -53,7 +53,7 @@ pub const SYNC_PHASES: &[&str] = &[
 ];
 
 /// Every value of the `outcome` label of [`RUNS`] (`RunOutcome::metric_label`).
-pub const RUN_OUTCOMES: &[&str] = &[
+pub(crate) const RUN_OUTCOMES: &[&str] = &[
     "completed",
     "completed_with_rejects",
     "done_by_other",
@@ -89,14 +89,14 @@ fn clock() -> &'static Mutex<SuccessClock> {
 /// The label values known before the first run: the index uids (label
 /// `index`) and the collection names (label `collection`).
 #[derive(Clone, Debug, Default)]
-pub struct KnownLabels {
-    pub indexes: Vec<String>,
-    pub collections: Vec<String>,
+pub(crate) struct KnownLabels {
+    pub(crate) indexes: Vec<String>,
+    pub(crate) collections: Vec<String>,
 }
 
 /// Installs the process-wide recorder (once), describes every family and
 /// registers its series at zero for `known`; returns the handle.
-pub fn install(known: &KnownLabels) -> PrometheusHandle {
+pub(crate) fn install(known: &KnownLabels) -> PrometheusHandle {
     let handle = HANDLE
         .get_or_init(|| {
             let handle = PrometheusBuilder::new()
@@ -201,7 +201,7 @@ fn register_at_zero(known: &KnownLabels) {
 }
 
 /// The text for `/metrics`, with the time-since-success gauge brought up to date.
-pub fn render(handle: &PrometheusHandle) -> String {
+pub(crate) fn render(handle: &PrometheusHandle) -> String {
     let since = {
         let clock = clock().lock().expect("poisoned");
         clock.last_success.unwrap_or(clock.started).elapsed()
@@ -211,7 +211,7 @@ pub fn render(handle: &PrometheusHandle) -> String {
 }
 
 /// A run ended; `outcome` is one of [`RUN_OUTCOMES`].
-pub fn run_finished(outcome: &'static str, successful: bool) {
+pub(crate) fn run_finished(outcome: &'static str, successful: bool) {
     debug_assert!(
         RUN_OUTCOMES.contains(&outcome),
         "unlisted outcome {outcome}"
@@ -223,7 +223,7 @@ pub fn run_finished(outcome: &'static str, successful: bool) {
     }
 }
 
-pub fn documents(index: &str, indexed: u64, deleted: u64, rejected: u64) {
+pub(crate) fn documents(index: &str, indexed: u64, deleted: u64, rejected: u64) {
     let index = index.to_string();
     counter!(DOCUMENTS_INDEXED, "index" => index.clone()).increment(indexed);
     counter!(DOCUMENTS_DELETED, "index" => index.clone()).increment(deleted);
@@ -232,7 +232,7 @@ pub fn documents(index: &str, indexed: u64, deleted: u64, rejected: u64) {
 
 /// Adds a completed run's phase breakdown, as (phase, seconds) with each
 /// phase one of [`SYNC_PHASES`], to the phase counters.
-pub fn sync_phases(phases: impl IntoIterator<Item = (&'static str, f64)>) {
+pub(crate) fn sync_phases(phases: impl IntoIterator<Item = (&'static str, f64)>) {
     for (phase, secs) in phases {
         debug_assert!(SYNC_PHASES.contains(&phase), "unlisted phase {phase}");
         let ms = (secs * 1000.0).round() as u64;
@@ -240,35 +240,35 @@ pub fn sync_phases(phases: impl IntoIterator<Item = (&'static str, f64)>) {
     }
 }
 
-pub fn batch_latency(elapsed: Duration) {
+pub(crate) fn batch_latency(elapsed: Duration) {
     histogram!(BATCH_SECONDS).record(elapsed.as_secs_f64());
 }
 
-pub fn lease_claimed(takeover: bool) {
+pub(crate) fn lease_claimed(takeover: bool) {
     counter!(LEASE_CLAIMS).increment(1);
     if takeover {
         counter!(LEASE_TAKEOVERS).increment(1);
     }
 }
 
-pub fn lease_lost() {
+pub(crate) fn lease_lost() {
     counter!(LEASE_LOSSES).increment(1);
 }
 
-pub fn flag_write_retried() {
+pub(crate) fn flag_write_retried() {
     counter!(FLAG_WRITE_RETRIES).increment(1);
 }
 
 /// `n` documents applied from the change stream; `op` is one of [`FOLLOW_OPS`].
-pub fn follow_events(op: &'static str, n: u64) {
+pub(crate) fn follow_events(op: &'static str, n: u64) {
     debug_assert!(FOLLOW_OPS.contains(&op), "unlisted op {op}");
     counter!(FOLLOW_EVENTS, "op" => op).increment(n);
 }
 
-pub fn follow_lag(secs: f64) {
+pub(crate) fn follow_lag(secs: f64) {
     gauge!(FOLLOW_LAG).set(secs);
 }
 
-pub fn unindexed_backlog(collection: &str, count: u64) {
+pub(crate) fn unindexed_backlog(collection: &str, count: u64) {
     gauge!(UNINDEXED, "collection" => collection.to_string()).set(count as f64);
 }

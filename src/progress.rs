@@ -20,11 +20,11 @@ pub struct ProgressSnapshot {
     /// Documents done in this phase.
     pub done: u64,
     /// Documents this phase expects to handle (0 when unknown).
-    pub total: u64,
+    pub(crate) total: u64,
     /// Throughput since the phase began.
-    pub docs_per_sec: f64,
+    pub(crate) docs_per_sec: f64,
     /// Estimated seconds left in this phase, when it can be estimated.
-    pub eta_secs: Option<u64>,
+    pub(crate) eta_secs: Option<u64>,
 }
 
 /// One line of work's current phase.
@@ -76,7 +76,7 @@ impl Default for Progress {
 
 /// The progress of one concurrent line of work; closed when dropped.
 #[derive(Debug)]
-pub struct Lane(Progress);
+pub(crate) struct Lane(Progress);
 
 impl std::ops::Deref for Lane {
     type Target = Progress;
@@ -99,7 +99,7 @@ impl Progress {
     }
 
     /// Opens a lane for work running beside others.
-    pub fn lane(&self) -> Lane {
+    pub(crate) fn lane(&self) -> Lane {
         let mut inner = self.inner.lock().expect("progress poisoned");
         inner.tracks.push(Some(Track::new("starting")));
         Lane(Progress {
@@ -131,7 +131,7 @@ impl Progress {
     /// Whether `every` has passed since the last time this returned true
     /// (for any clone or lane): one progress log line per period for the
     /// whole job.
-    pub fn due_for_log(&self, every: Duration) -> bool {
+    pub(crate) fn due_for_log(&self, every: Duration) -> bool {
         let mut inner = self.inner.lock().expect("progress poisoned");
         let due = inner.last_logged.elapsed() >= every;
         if due {

@@ -30,7 +30,7 @@ use backon::ExponentialBuilder;
 /// retries only until its local safety deadline (`lease::renewer`,
 /// `lease::runner`), a follower only until `lease.unreachable_timeout`
 /// (`lease::follower`).
-pub fn lease_store(period: Duration) -> ExponentialBuilder {
+pub(crate) fn lease_store(period: Duration) -> ExponentialBuilder {
     let first = (period / 8).clamp(Duration::from_millis(10), Duration::from_secs(1));
     ExponentialBuilder::new()
         .with_min_delay(first)
@@ -44,7 +44,7 @@ pub fn lease_store(period: Duration) -> ExponentialBuilder {
 /// enough to ride out a replica-set election (seconds) and a primary's
 /// restart, short enough that a run stuck on a server that stays down fails
 /// and says so.
-pub const FLAG_WRITES_FOR: Duration = Duration::from_secs(120);
+pub(crate) const FLAG_WRITES_FOR: Duration = Duration::from_secs(120);
 
 /// A flag write on a chat collection that failed transiently (failover,
 /// step-down, lost connection, write-concern error): jittered delays from
@@ -52,7 +52,7 @@ pub const FLAG_WRITES_FOR: Duration = Duration::from_secs(120);
 /// elapsed time, counting the attempts themselves). Flag writes are
 /// idempotent, so sending one again is always safe; an election usually ends
 /// within a few of these delays.
-pub fn flag_writes() -> ExponentialBuilder {
+pub(crate) fn flag_writes() -> ExponentialBuilder {
     ExponentialBuilder::new()
         .with_min_delay(Duration::from_millis(100))
         .with_max_delay(Duration::from_secs(5))
@@ -62,7 +62,7 @@ pub fn flag_writes() -> ExponentialBuilder {
 }
 
 /// Attempts at reaching a server at start-up ([`server_startup`]).
-pub const SERVER_STARTUP_ATTEMPTS: usize = 5;
+pub(crate) const SERVER_STARTUP_ATTEMPTS: usize = 5;
 
 /// Reaching MongoDB and Meilisearch at start-up (`once`, `run`, `reindex`,
 /// `verify --repair`): jittered delays from 500 ms doubling up to 8 s,
@@ -70,7 +70,7 @@ pub const SERVER_STARTUP_ATTEMPTS: usize = 5;
 /// enough for a server still starting beside us (same compose file, same
 /// pod), short enough for a deploy job to fail fast with exit code 4.
 /// Interactive commands try once instead (`servers::Patience::interactive`).
-pub fn server_startup() -> ExponentialBuilder {
+pub(crate) fn server_startup() -> ExponentialBuilder {
     ExponentialBuilder::new()
         .with_min_delay(Duration::from_millis(500))
         .with_max_delay(Duration::from_secs(8))
@@ -85,7 +85,7 @@ pub fn server_startup() -> ExponentialBuilder {
 /// 5 minutes): a run rides out a Meilisearch restart instead of failing and
 /// starting over. The first delays are short because a 429 or a dropped
 /// keep-alive connection usually clears at once.
-pub fn meili_calls(retry_for: Duration) -> ExponentialBuilder {
+pub(crate) fn meili_calls(retry_for: Duration) -> ExponentialBuilder {
     ExponentialBuilder::new()
         .with_min_delay(Duration::from_millis(50))
         .with_max_delay(Duration::from_secs(5))
@@ -100,7 +100,7 @@ pub fn meili_calls(retry_for: Duration) -> ExponentialBuilder {
 /// Most tasks end within milliseconds, so the first polls come quickly; a
 /// long task is then polled every `max`, which bounds how late its end is
 /// seen.
-pub fn task_polling(first: Duration, max: Duration) -> ExponentialBuilder {
+pub(crate) fn task_polling(first: Duration, max: Duration) -> ExponentialBuilder {
     ExponentialBuilder::new()
         .with_min_delay(first)
         .with_max_delay(max.max(first))
@@ -112,7 +112,7 @@ pub fn task_polling(first: Duration, max: Duration) -> ExponentialBuilder {
 /// 0.5, 1, 2, 4 and 8 s, then the owner gives up on the stream (its run
 /// fails and the interval schedule takes over). A resume point lost from the
 /// oplog is not retried at all: no delay brings it back.
-pub fn stream_reopen() -> ExponentialBuilder {
+pub(crate) fn stream_reopen() -> ExponentialBuilder {
     ExponentialBuilder::new()
         .with_min_delay(Duration::from_millis(500))
         .with_max_delay(Duration::from_secs(8))

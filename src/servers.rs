@@ -47,10 +47,10 @@ pub struct Unreachable {
 #[derive(Clone, Debug)]
 pub struct Patience {
     /// Attempts in all (1: no retry).
-    pub attempts: usize,
+    attempts: usize,
     /// Upper bound of one attempt at Meilisearch (MongoDB's is
     /// `mongo.connect_timeout`); `None`: `meili.request_timeout`.
-    pub attempt_timeout: Option<Duration>,
+    attempt_timeout: Option<Duration>,
 }
 
 impl Patience {

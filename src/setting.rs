@@ -20,13 +20,13 @@ use serde::de::{Deserialize, Deserializer, Error};
 pub const DEFAULTS_TOML: &str = include_str!("../config/default.toml");
 
 /// What a single-valued setting takes, said when it is given a table or a list.
-pub const STRING: &str = "a single value (a string)";
-pub const NUMBER: &str = "a single value (a whole number)";
-pub const BOOLEAN: &str = "a single value (true or false)";
+pub(crate) const STRING: &str = "a single value (a string)";
+pub(crate) const NUMBER: &str = "a single value (a whole number)";
+const BOOLEAN: &str = "a single value (true or false)";
 const LIST: &str = "a list of strings (or one comma-separated string)";
 
 /// The compiled-in defaults, as the lowest layer of the configuration.
-pub fn defaults() -> ::config::Config {
+pub(crate) fn defaults() -> ::config::Config {
     ::config::Config::builder()
         .add_source(::config::File::from_str(
             DEFAULTS_TOML,
@@ -55,13 +55,13 @@ fn single<'de, D: Deserializer<'de>>(d: D, expected: &str) -> Result<String, D::
 }
 
 /// A string setting.
-pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(crate) fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     single(d, STRING)
 }
 
 /// A setting that takes one value (`expected`: [`STRING`], [`NUMBER`] or
 /// [`BOOLEAN`]), read from its text by `parse`; `allowed`: what it may be.
-pub fn parse<'de, D: Deserializer<'de>, T>(
+pub(crate) fn parse<'de, D: Deserializer<'de>, T>(
     d: D,
     expected: &'static str,
     allowed: impl Display,
@@ -71,7 +71,7 @@ pub fn parse<'de, D: Deserializer<'de>, T>(
 }
 
 /// One of `choices`, named in any case.
-pub fn one_of<'de, D: Deserializer<'de>, T: Copy>(
+pub(crate) fn one_of<'de, D: Deserializer<'de>, T: Copy>(
     d: D,
     choices: &[(&str, T)],
     allowed: &str,
@@ -84,12 +84,12 @@ pub fn one_of<'de, D: Deserializer<'de>, T: Copy>(
     })
 }
 
-pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let allowed = "a duration such as \"250ms\", \"3s\", \"5m\" (a number with a unit)";
     parse(d, STRING, allowed, |t| humantime::parse_duration(t).ok())
 }
 
-pub fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let duration = duration(d)?;
     if duration.is_zero() {
         return Err(D::Error::custom("a duration greater than zero"));
@@ -98,7 +98,7 @@ pub fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D:
 }
 
 /// A number of bytes, at least 1 KiB: `8MiB`, `512KiB` or a plain number.
-pub fn size<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+pub(crate) fn size<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     let allowed = "a size ≥ 1KiB such as \"8MiB\", \"512KiB\" or a number of bytes";
     parse(d, STRING, allowed, |t| {
         let bytes = (t.parse::<u64>().ok())
@@ -108,7 +108,7 @@ pub fn size<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
 }
 
 /// A whole number from `MIN` to `MAX` (`u64::MAX`: no upper bound).
-pub fn whole<'de, const MIN: u64, const MAX: u64, D: Deserializer<'de>, T: TryFrom<u64>>(
+pub(crate) fn whole<'de, const MIN: u64, const MAX: u64, D: Deserializer<'de>, T: TryFrom<u64>>(
     d: D,
 ) -> Result<T, D::Error> {
     let allowed = if MAX == u64::MAX {
@@ -123,16 +123,16 @@ pub fn whole<'de, const MIN: u64, const MAX: u64, D: Deserializer<'de>, T: TryFr
 }
 
 /// A whole number ≥ 0.
-pub fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(crate) fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     whole::<0, { u64::MAX }, D, u64>(d)
 }
 
 /// A whole number ≥ 1.
-pub fn positive_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+pub(crate) fn positive_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     whole::<1, { u64::MAX }, D, usize>(d)
 }
 
-pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+pub(crate) fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     let allowed = "true or false (also 1/0, yes/no, on/off)";
     parse(d, BOOLEAN, allowed, |t| {
         match t.to_ascii_lowercase().as_str() {
@@ -145,7 +145,7 @@ pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 
 /// A list of strings: a list, or one comma-separated string (as an
 /// environment variable gives it); empty items are dropped.
-pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+pub(crate) fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     let refuse = |given| D::Error::custom(format!("{LIST} is expected, not {given}"));
     let text = match Value::deserialize(d)?.kind {
         ValueKind::Array(items) => (items.into_iter().map(text_of))

@@ -14,7 +14,7 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    pub fn new() -> Self {
+    fn new() -> Self {
         Self::default()
     }
 
@@ -34,16 +34,16 @@ impl Shutdown {
     }
 
     /// Asks everything to stop.
-    pub fn request(&self) {
+    fn request(&self) {
         self.token.cancel();
     }
 
-    pub fn is_requested(&self) -> bool {
+    pub(crate) fn is_requested(&self) -> bool {
         self.token.is_cancelled()
     }
 
     /// Resolves once shutdown has been requested.
-    pub fn requested(&self) -> WaitForCancellationFuture<'_> {
+    pub(crate) fn requested(&self) -> WaitForCancellationFuture<'_> {
         self.token.cancelled()
     }
 

@@ -17,20 +17,20 @@ use crate::mongo::{self, Collection, Counts, LibreChatProgress, MongoError};
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CollectionView {
-    pub collection: Collection,
+    pub(crate) collection: Collection,
     /// Ours: searchable (`indexable`), processed (`indexed`), `unindexed`
     /// (what the next run sends) and `flagged`.
-    pub ours: Counts,
+    pub(crate) ours: Counts,
     /// LibreChat's `getSyncProgress()`.
-    pub librechat: LibreChatProgress,
+    pub(crate) librechat: LibreChatProgress,
     /// How follow mode learns of the collection's deletes.
-    pub deletes: DeleteRegime,
+    pub(crate) deletes: DeleteRegime,
 }
 
 /// How follow mode learns of a collection's deletes (docs/design.md §4.12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum DeleteRegime {
+pub(crate) enum DeleteRegime {
     /// The collection keeps pre-images (and `follow.pre_images` is not
     /// `off`): a delete names its Meilisearch document and is applied
     /// within the follow latency.
@@ -42,7 +42,7 @@ pub enum DeleteRegime {
 }
 
 impl DeleteRegime {
-    pub fn of(has_pre_images: bool) -> Self {
+    pub(crate) fn of(has_pre_images: bool) -> Self {
         if has_pre_images {
             DeleteRegime::PreImages
         } else {

@@ -5,8 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use meili_reconciler::config::{self, ConfigError, LogFormat, Settings, Sources};
-use meili_reconciler::follow::PreImages;
+use meili_reconciler::config::{self, ConfigError, LogFormat, PreImages, Settings, Sources};
 
 const URI: &str = "mongodb://127.0.0.1:27017/LibreChat";
 const HOST: &str = "http://127.0.0.1:7700";

@@ -30,7 +30,7 @@ impl MongoUri {
 
     /// The URI with any `user:password@` replaced by `***@` and the values of
     /// secret-bearing options ([`SECRET_URI_OPTIONS`]) by `***`.
-    pub fn redacted(&self) -> String {
+    pub(crate) fn redacted(&self) -> String {
         // Validated: the userinfo holds no reserved character, so it ends at
         // the last `@` before the options, as the driver splits it (an `@` in
         // an option such as `appName` stays readable).
@@ -39,19 +39,19 @@ impl MongoUri {
 
     /// Whether one was given: `mongo.uri` may be empty only where no server
     /// is reached (search off), which `config` checks after loading.
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         !self.uri.is_empty()
     }
 
     /// The database named in the URI's path, if any.
-    pub fn database(&self) -> Option<String> {
+    pub(crate) fn database(&self) -> Option<String> {
         self.database.clone()
     }
 
     /// Every secret of the URI as the driver may echo it back (the password
     /// and the values of secret-bearing options, raw and percent-decoded), for
     /// scrubbing its messages.
-    pub fn secrets(&self) -> Vec<String> {
+    pub(crate) fn secrets(&self) -> Vec<String> {
         uri_secrets(&self.uri)
     }
 }
@@ -83,7 +83,7 @@ impl fmt::Display for MongoUri {
 
 /// Options of a MongoDB connection string (lowercase) whose values are
 /// secrets: never shown, always scrubbed from the driver's messages.
-pub const SECRET_URI_OPTIONS: &[&str] = &[
+const SECRET_URI_OPTIONS: &[&str] = &[
     "authmechanismproperties",
     "proxypassword",
     "tlscertificatekeyfilepassword",
@@ -93,7 +93,7 @@ pub const SECRET_URI_OPTIONS: &[&str] = &[
 /// between `://` and the last `@` (a password may itself hold `/`, `?` or
 /// `@`) becomes `***`, and so does the value of every secret-bearing option.
 /// An `@` in the options hides more than the userinfo: never less.
-pub fn redact_uri(uri: &str) -> String {
+pub(crate) fn redact_uri(uri: &str) -> String {
     redact(uri, UserinfoEnds::AnywhereBeforeTheLastAt)
 }
 

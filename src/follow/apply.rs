@@ -89,16 +89,16 @@ pub(crate) fn decide(rules: &Rules, change: &Change, now: DateTime) -> Action {
 
 /// The servers and options a micro-batch is applied with.
 pub(crate) struct Target<'a> {
-    pub db: &'a Database,
-    pub meili: &'a Meili,
-    pub sync: &'a SyncOptions,
-    pub guard: &'a Guard,
-    pub progress: &'a Progress,
+    pub(crate) db: &'a Database,
+    pub(crate) meili: &'a Meili,
+    pub(crate) sync: &'a SyncOptions,
+    pub(crate) guard: &'a Guard,
+    pub(crate) progress: &'a Progress,
 }
 
 impl<'a> Target<'a> {
     /// The context of `collection`'s work on its index.
-    pub fn ctx(&self, collection: Collection) -> Ctx<'a> {
+    pub(crate) fn ctx(&self, collection: Collection) -> Ctx<'a> {
         Ctx::new(
             self.db,
             self.meili,
@@ -126,14 +126,14 @@ struct Work {
 /// A micro-batch decided, nothing written yet.
 pub(crate) struct Prepared {
     /// MongoDB's clock when the batch was judged.
-    pub now: DateTime,
+    pub(crate) now: DateTime,
     /// Documents applied, by the kind of their last change (`skipped`:
     /// already indexed).
-    pub by_op: BTreeMap<&'static str, u64>,
+    pub(crate) by_op: BTreeMap<&'static str, u64>,
     /// Collections with deletes whose Meilisearch id is unknown.
-    pub unresolved: Vec<Collection>,
+    pub(crate) unresolved: Vec<Collection>,
     /// The times of the documents it writes to Meilisearch.
-    pub written: Vec<DocTimes>,
+    pub(crate) written: Vec<DocTimes>,
     work: Vec<Work>,
 }
 
@@ -223,7 +223,10 @@ impl Prepared {
     /// Enqueues every Meilisearch write of the micro-batch — each
     /// collection's additions and deletions — and returns without waiting
     /// for any (every request checks the guard first).
-    pub async fn enqueue(&mut self, target: &Target<'_>) -> Result<Enqueued, ReconcileError> {
+    pub(crate) async fn enqueue(
+        &mut self,
+        target: &Target<'_>,
+    ) -> Result<Enqueued, ReconcileError> {
         let mut parts = Vec::with_capacity(self.work.len());
         for work in std::mem::take(&mut self.work) {
             let ctx = target.ctx(work.collection).with_scattered_ids();
@@ -238,7 +241,7 @@ impl Prepared {
 
 impl Enqueued {
     /// Its tasks, in the order they were enqueued.
-    pub fn tasks(&self) -> Vec<u64> {
+    pub(crate) fn tasks(&self) -> Vec<u64> {
         self.parts.iter().flat_map(|(_, e, _)| e.tasks()).collect()
     }
 
@@ -247,7 +250,7 @@ impl Enqueued {
     /// — and adds what it sent and Meilisearch accepted, and what it
     /// deleted, to `group`, which acknowledges them. `true` when a batch
     /// was refused and parts of it sent again (isolation).
-    pub async fn settle_tasks(
+    pub(crate) async fn settle_tasks(
         self,
         target: &Target<'_>,
         outcomes: &mut HashMap<u64, TaskOutcome>,
@@ -304,14 +307,14 @@ impl Group {
     }
 
     /// Documents to acknowledge.
-    pub fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.parts.iter().map(|(_, p)| p.accepted.len()).sum()
     }
 
     /// Acknowledges the accepted documents version-exactly
     /// (`reconcile::apply::acknowledge_accepted`), then marks removed, each
     /// version-exactly, what the micro-batches deleted.
-    pub async fn acknowledge(self, target: &Target<'_>) -> Result<(), ReconcileError> {
+    pub(crate) async fn acknowledge(self, target: &Target<'_>) -> Result<(), ReconcileError> {
         for (collection, part) in self.parts {
             let ctx = target.ctx(collection).with_scattered_ids();
             let acked = reconcile::apply::acknowledge_accepted(&ctx, part.accepted).await?;

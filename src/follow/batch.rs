@@ -43,17 +43,17 @@ pub(crate) struct MicroBatch {
 /// A batch taken for applying.
 #[derive(Debug)]
 pub(crate) struct Drained {
-    pub changes: Vec<Change>,
-    pub token: Option<Document>,
-    pub newest: Option<DateTime>,
+    pub(crate) changes: Vec<Change>,
+    pub(crate) token: Option<Document>,
+    pub(crate) newest: Option<DateTime>,
     /// See [`MicroBatch::hold`].
-    pub held: Option<Instant>,
+    pub(crate) held: Option<Instant>,
     /// See [`MicroBatch::caught_up`].
-    pub caught_up: bool,
+    pub(crate) caught_up: bool,
 }
 
 impl MicroBatch {
-    pub fn push(&mut self, change: Change) {
+    pub(crate) fn push(&mut self, change: Change) {
         self.token = Some(change.token.clone());
         self.caught_up = false;
         if change.at > self.newest {
@@ -85,24 +85,24 @@ impl MicroBatch {
     }
 
     /// Documents waiting.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.changes.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
 
     /// The stream had nothing more after what this batch holds: `token`
     /// (the post-batch token) is where to resume once it is applied.
-    pub fn caught_up(&mut self, token: Document) {
+    pub(crate) fn caught_up(&mut self, token: Document) {
         self.token = Some(token);
         self.caught_up = true;
     }
 
     /// When the batch must be applied at the latest (`None`: nothing waits):
     /// `max_wait` after its first change, or since it was held.
-    pub fn due(&self, max_wait: Duration) -> Option<Instant> {
+    pub(crate) fn due(&self, max_wait: Duration) -> Option<Instant> {
         let waited = self.opened.map(|opened| opened + max_wait);
         match (self.held, waited) {
             (Some(held), Some(waited)) => Some(held.min(waited)),
@@ -112,14 +112,14 @@ impl MicroBatch {
 
     /// It is due, but the pipeline has no room for it: it goes on gathering
     /// until there is (the first call says since when it waits).
-    pub fn hold(&mut self) {
+    pub(crate) fn hold(&mut self) {
         if !self.changes.is_empty() {
             self.held.get_or_insert_with(Instant::now);
         }
     }
 
     /// Takes everything, leaving an empty batch.
-    pub fn drain(&mut self) -> Drained {
+    pub(crate) fn drain(&mut self) -> Drained {
         let taken = std::mem::take(self);
         Drained {
             changes: taken.changes.into_values().collect(),

@@ -49,13 +49,13 @@ pub(crate) struct ExpiryClock {
 
 impl ExpiryClock {
     /// When to wake up for the next expiry (`None`: nothing expires).
-    pub fn due(&self) -> Option<Instant> {
+    pub(crate) fn due(&self) -> Option<Instant> {
         self.wake
     }
 
     /// The next expiry on MongoDB's clock, if any (passed already: a sweep
     /// is due at once).
-    pub fn next(&self) -> Option<DateTime> {
+    pub(crate) fn next(&self) -> Option<DateTime> {
         self.at
     }
 
@@ -71,7 +71,7 @@ impl ExpiryClock {
     /// among the documents that may be in Meilisearch, later than the
     /// previous plan (see the module documentation). Called after a sweep
     /// (the follower's, or the one a reconciliation begins with).
-    pub async fn plan(&mut self, db: &mongodb::Database) -> Result<(), ReconcileError> {
+    pub(crate) async fn plan(&mut self, db: &mongodb::Database) -> Result<(), ReconcileError> {
         let now = mongo::server_time(db).await?;
         let mut next: Option<DateTime> = None;
         for collection in Collection::ALL {
@@ -93,7 +93,7 @@ impl ExpiryClock {
     /// expire at `expiries`: when the soonest still ahead is before the
     /// next expiry known, the wake-up moves earlier. (One already passed
     /// went with the micro-batch itself: it was not searchable at `now`.)
-    pub fn consider(&mut self, expiries: Expiries, now: DateTime) {
+    pub(crate) fn consider(&mut self, expiries: Expiries, now: DateTime) {
         if let Some(at) = expiries.soonest_after(now) {
             if self.at.is_none_or(|known| at < known) {
                 self.set(Some(at), now);

@@ -67,7 +67,7 @@ pub(crate) struct Histogram {
 }
 
 impl Histogram {
-    pub fn add(&mut self, d: Duration) {
+    fn add(&mut self, d: Duration) {
         let bucket = ((d.as_millis() as u64) / BUCKET_MS).min(BUCKETS as u64) as usize;
         *self.counts.entry(bucket).or_default() += 1;
         self.count += 1;
@@ -94,12 +94,12 @@ impl Histogram {
 /// bound in ms to its count (empty buckets left out).
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HistogramView {
-    pub count: u64,
-    pub sum_secs: f64,
-    pub max_secs: f64,
-    pub bucket_ms: u64,
-    pub buckets: BTreeMap<String, u64>,
+struct HistogramView {
+    count: u64,
+    sum_secs: f64,
+    max_secs: f64,
+    bucket_ms: u64,
+    buckets: BTreeMap<String, u64>,
 }
 
 /// Every stage's histogram since this replica started.
@@ -115,25 +115,25 @@ pub(crate) struct Latency {
 /// `follow.latency` in `/status`.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LatencyView {
+pub(crate) struct LatencyView {
     /// Per document written to Meilisearch, by stage (see the module).
-    pub stages: BTreeMap<&'static str, HistogramView>,
+    stages: BTreeMap<&'static str, HistogramView>,
     /// Per micro-batch applied: `settle`, `tokenSave`.
-    pub batch_stages: BTreeMap<&'static str, HistogramView>,
+    batch_stages: BTreeMap<&'static str, HistogramView>,
     /// Micro-batches applied.
-    pub micro_batches: u64,
+    micro_batches: u64,
     /// How many micro-batches were in flight (this one included) when each
     /// was enqueued, and how often.
-    pub depth: BTreeMap<String, u64>,
+    depth: BTreeMap<String, u64>,
 }
 
 impl Latency {
-    pub fn add(&mut self, stage: &'static str, d: Duration) {
+    pub(crate) fn add(&mut self, stage: &'static str, d: Duration) {
         self.stages.entry(stage).or_default().add(d);
     }
 
     /// The owner settled micro-batches from `start` to `end`.
-    pub fn settled(&mut self, start: Instant, end: Instant) {
+    pub(crate) fn settled(&mut self, start: Instant, end: Instant) {
         if self.settlings.len() == SETTLINGS_KEPT {
             self.settlings.pop_front();
         }
@@ -148,12 +148,12 @@ impl Latency {
             .sum()
     }
 
-    pub fn micro_batch(&mut self, depth: usize) {
+    fn micro_batch(&mut self, depth: usize) {
         self.micro_batches += 1;
         *self.depth.entry(depth).or_default() += 1;
     }
 
-    pub fn view(&self) -> LatencyView {
+    pub(crate) fn view(&self) -> LatencyView {
         let views = |names: &[&'static str]| {
             names
                 .iter()
@@ -180,34 +180,34 @@ impl Latency {
 /// clock) and when the reader received it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DocTimes {
-    pub written: Option<DateTime>,
-    pub received: Instant,
+    pub(crate) written: Option<DateTime>,
+    pub(crate) received: Instant,
 }
 
 /// A micro-batch's times, as it goes through the pipeline.
 #[derive(Clone, Debug)]
 pub(crate) struct BatchTimes {
-    pub held: Option<Instant>,
-    pub drained: Instant,
-    pub writing: Instant,
-    pub enqueued: Instant,
+    pub(crate) held: Option<Instant>,
+    pub(crate) drained: Instant,
+    pub(crate) writing: Instant,
+    pub(crate) enqueued: Instant,
     /// MongoDB's clock minus the local one (ms) at the micro-batch's clock read.
-    pub server_offset_ms: i64,
-    pub depth: usize,
+    pub(crate) server_offset_ms: i64,
+    pub(crate) depth: usize,
 }
 
 /// Meilisearch's timestamps of a micro-batch's tasks: the first task's
 /// `enqueuedAt`, the last one's `startedAt` and `finishedAt`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TaskTimes {
-    pub queued: Duration,
-    pub processing: Duration,
+    queued: Duration,
+    processing: Duration,
 }
 
 impl TaskTimes {
     /// From the task objects Meilisearch returned (in the order enqueued);
     /// `None` when a timestamp is missing or does not parse.
-    pub fn of<'a>(tasks: impl IntoIterator<Item = &'a Value>) -> Option<TaskTimes> {
+    pub(crate) fn of<'a>(tasks: impl IntoIterator<Item = &'a Value>) -> Option<TaskTimes> {
         let mut first_enqueued = None;
         let mut last = None;
         for task in tasks {

@@ -48,22 +48,23 @@ pub mod mode;
 mod owner;
 mod pending;
 mod pipeline;
-pub mod replica;
+pub(crate) mod replica;
 pub mod saved;
-pub mod status;
+mod status;
 mod stream;
 
 use std::time::Duration;
 
-pub use crate::config::{FollowOptions, PreImages};
+pub(crate) use crate::config::FollowOptions;
 use crate::job::RunOutcome;
 use crate::progress::Progress;
-pub use mode::{Mode, ModeView};
-pub use status::{FollowState, FollowStatus};
+pub(crate) use mode::Mode;
+pub use mode::ModeView;
+pub(crate) use status::{FollowState, FollowStatus};
 
 /// What follow mode tells the `run` replica it runs on, for its `/status`
 /// (the replica's own state lives in `serve`, which implements this).
-pub trait ReplicaReport: Send + Sync {
+pub(crate) trait ReplicaReport: Send + Sync {
     /// Where follow mode stands on this replica.
     fn follow(&self) -> &FollowStatus;
     /// The progress of the run this replica owns.

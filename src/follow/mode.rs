@@ -18,16 +18,17 @@ use std::time::Duration;
 use mongodb::Database;
 use serde::Serialize;
 
+pub use super::stream::NoChangeStreams;
+pub(crate) use super::stream::Refusal;
 use super::stream::{self, StreamError};
-pub use super::stream::{NoChangeStreams, Refusal};
 
 /// Where the operator reads how to get follow mode.
-pub const FOLLOW_MODE_DOCS: &str = "docs/install.md#follow-mode";
+const FOLLOW_MODE_DOCS: &str = "docs/install.md#follow-mode";
 
 /// The two ways `run` keeps the index in step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Change streams, applied within about a second.
     Follow,
     /// A reconciliation every `serve.interval`, nothing in between.
@@ -36,7 +37,7 @@ pub enum Mode {
 
 impl Mode {
     /// `follow` or `interval`, as `/status` shows it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Follow => "follow",
             Mode::Interval => "interval",
@@ -49,14 +50,14 @@ impl Mode {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModeView {
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// Why this mode, in a sentence (the server's answer included).
-    pub mode_reason: String,
+    pub(crate) mode_reason: String,
     /// In interval mode, what would give follow mode; `null` in follow mode.
-    pub follow_needs: Option<String>,
+    pub(crate) follow_needs: Option<String>,
     /// The operator chose it (logged at INFO), or the server imposed it (WARN).
     #[serde(skip)]
-    pub chosen: bool,
+    pub(crate) chosen: bool,
 }
 
 impl ModeView {
@@ -85,7 +86,7 @@ impl ModeView {
     }
 
     /// Interval mode by `serve.follow = false`.
-    pub fn follow_off() -> Self {
+    pub(crate) fn follow_off() -> Self {
         ModeView {
             mode: Mode::Interval,
             mode_reason: "serve.follow is false: reconciling every serve.interval, nothing in between"
@@ -99,7 +100,7 @@ impl ModeView {
     }
 
     /// Interval mode by `sync.plan_only`.
-    pub fn plan_only() -> Self {
+    fn plan_only() -> Self {
         ModeView {
             mode: Mode::Interval,
             mode_reason:
@@ -183,7 +184,7 @@ impl ModeView {
     }
 
     /// The one log line of this mode (`interval`: `serve.interval`).
-    pub fn log(&self, interval: Duration) {
+    pub(crate) fn log(&self, interval: Duration) {
         let (level, line) = self.log_line(interval);
         let mode = self.mode.as_str();
         if level == tracing::Level::WARN {

@@ -78,9 +78,9 @@ const TASK_POLL_MAX: Duration = Duration::from_millis(50);
 /// Everything the owner's job needs; cloned per run of the job.
 #[derive(Clone)]
 pub(crate) struct Owner {
-    pub reconciler: Reconciler,
-    pub options: FollowOptions,
-    pub replica: Arc<dyn ReplicaReport>,
+    pub(crate) reconciler: Reconciler,
+    pub(crate) options: FollowOptions,
+    pub(crate) replica: Arc<dyn ReplicaReport>,
 }
 
 /// The owner's job completes only when this server turned out not to serve
@@ -96,8 +96,8 @@ pub(crate) struct ReconciledWithoutStream(pub RunSummary);
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub(crate) struct OwnerFailed {
-    pub error: ReconcileError,
-    pub no_change_streams: bool,
+    pub(crate) error: ReconcileError,
+    pub(crate) no_change_streams: bool,
 }
 
 enum Begun {

@@ -75,25 +75,25 @@ pub(crate) const DEPTH: usize = 32;
 
 /// One micro-batch in flight.
 pub(crate) struct InFlight {
-    pub enqueued: Enqueued,
+    pub(crate) enqueued: Enqueued,
     /// Where to resume once it (and everything before it) is settled.
-    pub token: Option<Document>,
-    pub by_op: BTreeMap<&'static str, u64>,
+    pub(crate) token: Option<Document>,
+    pub(crate) by_op: BTreeMap<&'static str, u64>,
     /// Its newest change's time (MongoDB's).
-    pub newest: Option<DateTime>,
+    pub(crate) newest: Option<DateTime>,
     /// The stream had nothing more after it.
-    pub caught_up: bool,
-    pub written: Vec<DocTimes>,
-    pub times: BatchTimes,
+    pub(crate) caught_up: bool,
+    pub(crate) written: Vec<DocTimes>,
+    pub(crate) times: BatchTimes,
 }
 
 /// What settling micro-batches gives the owner.
 pub(crate) struct Settled {
     /// The newest settled micro-batch's token.
-    pub token: Option<Document>,
-    pub by_op: BTreeMap<&'static str, u64>,
-    pub newest: Option<DateTime>,
-    pub caught_up: bool,
+    pub(crate) token: Option<Document>,
+    pub(crate) by_op: BTreeMap<&'static str, u64>,
+    pub(crate) newest: Option<DateTime>,
+    pub(crate) caught_up: bool,
 }
 
 /// A micro-batch's tasks all ended: their outcomes (in the order enqueued)
@@ -117,7 +117,7 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// `meili`: the client that polls the tasks (follow mode's polling).
-    pub fn new(meili: Meili, guard: Guard) -> Self {
+    pub(crate) fn new(meili: Meili, guard: Guard) -> Self {
         let (to_waiter, tasks) = mpsc::unbounded_channel();
         let (ended, from_waiter) = mpsc::unbounded_channel();
         Pipeline {
@@ -130,26 +130,26 @@ impl Pipeline {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.queue.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
 
     /// Whether another micro-batch may be enqueued.
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         self.queue.len() < DEPTH
     }
 
     /// When the last micro-batch was enqueued.
-    pub fn last_enqueued(&self) -> Option<Instant> {
+    pub(crate) fn last_enqueued(&self) -> Option<Instant> {
         self.last_enqueued
     }
 
     /// A micro-batch whose writes were just enqueued.
-    pub fn push(&mut self, in_flight: InFlight) {
+    pub(crate) fn push(&mut self, in_flight: InFlight) {
         self.last_enqueued = Some(in_flight.times.enqueued);
         // The waiter outlives the pipeline's use: a send fails only once
         // it stopped on an error, which it reported first.
@@ -160,7 +160,7 @@ impl Pipeline {
     /// A resume token read after everything handed over so far: returned
     /// when nothing is in flight (it is safe now), otherwise it becomes
     /// the newest micro-batch's (safe once that one is settled).
-    pub fn token_after(&mut self, token: Document, caught_up: bool) -> Option<Document> {
+    pub(crate) fn token_after(&mut self, token: Document, caught_up: bool) -> Option<Document> {
         match self.queue.back_mut() {
             None => Some(token),
             Some(newest) => {
@@ -173,7 +173,7 @@ impl Pipeline {
 
     /// A change arrived: the newest micro-batch in flight is no longer the
     /// end of the stream.
-    pub fn behind(&mut self) {
+    pub(crate) fn behind(&mut self) {
         if let Some(newest) = self.queue.back_mut() {
             newest.caught_up = false;
         }
@@ -181,7 +181,7 @@ impl Pipeline {
 
     /// Until the oldest micro-batch's tasks have all ended (never, when
     /// nothing is in flight). Cancel-safe.
-    pub async fn head_ended(&mut self) {
+    pub(crate) async fn head_ended(&mut self) {
         if !self.ended.is_empty() {
             return;
         }
@@ -207,7 +207,7 @@ impl Pipeline {
     /// prepared or enqueued while it is settled (module documentation), so
     /// its size bounds that pause. Adds their times to the latency
     /// breakdown. `None` when nothing is in flight.
-    pub async fn settle_ended(
+    pub(crate) async fn settle_ended(
         &mut self,
         target: &Target<'_>,
         status: &FollowStatus,

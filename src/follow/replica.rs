@@ -21,7 +21,7 @@ use crate::shutdown::Shutdown;
 
 /// How following ended for this replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FollowEnd {
+pub(crate) enum FollowEnd {
     /// Shutdown was requested.
     Stopped,
     /// The server does not serve change streams: reconcile on the interval.
@@ -30,7 +30,7 @@ pub enum FollowEnd {
 
 /// Waits for the lease and follows as its owner, again and again, until
 /// shutdown (or until following turns out not to be possible).
-pub async fn run(
+pub(crate) async fn run(
     reconciler: &Reconciler,
     options: &FollowOptions,
     lease: &LeaseOptions,

@@ -26,7 +26,7 @@ use crate::views::DeleteRegime;
 /// Where this replica stands in follow mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FollowState {
+pub(crate) enum FollowState {
     /// `serve.follow` is false: interval-only reconciliation.
     Off,
     /// The server has no change streams: interval-only reconciliation.
@@ -54,26 +54,26 @@ impl FollowState {
 /// `follow` in `/status`.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FollowView {
-    pub state: FollowState,
+pub(crate) struct FollowView {
+    state: FollowState,
     /// Seconds (MongoDB's clock) this owner is behind the stream; `null`
     /// when this replica does not own it.
-    pub lag_secs: Option<f64>,
+    lag_secs: Option<f64>,
     /// When MongoDB applied the last change this replica applied (RFC 3339).
-    pub last_event_at: Option<String>,
+    last_event_at: Option<String>,
     /// Documents this replica applied since it started, by the kind of their
     /// last change (`skipped`: already indexed by LibreChat's save hook).
-    pub applied: BTreeMap<&'static str, u64>,
+    applied: BTreeMap<&'static str, u64>,
     /// Per collection, how its deletes reach Meilisearch (by pre-image, or
     /// by the id-set comparison), as the owner found the collections when it
     /// began following; empty on replicas that do not own the stream.
-    pub deletes: BTreeMap<&'static str, DeleteRegime>,
+    deletes: BTreeMap<&'static str, DeleteRegime>,
     /// When (MongoDB's clock, RFC 3339) the next document that may be in
     /// Meilisearch expires: the owner sweeps it out then.
-    pub next_expiry_at: Option<String>,
+    next_expiry_at: Option<String>,
     /// Where the delay from a change to Meilisearch went, stage by stage,
     /// since this replica started (`follow::latency`).
-    pub latency: LatencyView,
+    latency: LatencyView,
 }
 
 #[derive(Debug)]
@@ -92,7 +92,7 @@ struct Inner {
 
 /// Shared between the owner's loop and the HTTP handlers. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct FollowStatus {
+pub(crate) struct FollowStatus {
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -101,7 +101,7 @@ fn local_now_ms() -> i64 {
 }
 
 impl FollowStatus {
-    pub fn new(state: FollowState) -> Self {
+    pub(crate) fn new(state: FollowState) -> Self {
         FollowStatus {
             inner: Arc::new(Mutex::new(Inner {
                 state,
@@ -121,11 +121,7 @@ impl FollowStatus {
         f(&mut self.inner.lock().expect("follow status poisoned"))
     }
 
-    pub fn state(&self) -> FollowState {
-        self.with(|inner| inner.state)
-    }
-
-    pub fn set_state(&self, state: FollowState) {
+    pub(crate) fn set_state(&self, state: FollowState) {
         self.with(|inner| {
             inner.state = state;
             if state != FollowState::Following {
@@ -199,7 +195,7 @@ impl FollowStatus {
     }
 
     /// The lag, when this replica owns the stream.
-    pub fn lag_secs(&self) -> Option<f64> {
+    fn lag_secs(&self) -> Option<f64> {
         self.with(|inner| {
             if !inner.state.owns_the_stream() {
                 return None;
@@ -214,11 +210,11 @@ impl FollowStatus {
     }
 
     /// Brings `reconciler_follow_lag_seconds` up to date (0 when not owning).
-    pub fn publish_lag(&self) {
+    pub(crate) fn publish_lag(&self) {
         metrics::follow_lag(self.lag_secs().unwrap_or(0.0));
     }
 
-    pub fn view(&self) -> FollowView {
+    pub(crate) fn view(&self) -> FollowView {
         let lag_secs = self.lag_secs();
         self.with(|inner| FollowView {
             state: inner.state,

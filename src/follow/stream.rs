@@ -89,14 +89,14 @@ pub(crate) fn classify(error: &mongodb::error::Error, resuming: bool) -> StreamE
 #[derive(Clone, Debug)]
 pub(crate) struct StreamConfig {
     /// Ask for pre-images (`whenAvailable`).
-    pub pre_images: bool,
+    pub(crate) pre_images: bool,
     /// How long the server holds an empty `getMore` (also how often an idle
     /// stream says it has nothing more).
-    pub max_await: Duration,
+    pub(crate) max_await: Duration,
     /// Changes read ahead of the owner.
-    pub capacity: usize,
+    pub(crate) capacity: usize,
     /// LibreChat's rules (the schema version acknowledgements write).
-    pub rules: Rules,
+    pub(crate) rules: Rules,
 }
 
 /// The filter: changes to documents of the chat collections, and whatever
@@ -268,7 +268,7 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Op::Insert => "insert",
             Op::Update => "update",
@@ -281,33 +281,33 @@ impl Op {
 /// One change to one document of a chat collection.
 #[derive(Clone, Debug)]
 pub(crate) struct Change {
-    pub collection: Collection,
-    pub op: Op,
+    pub(crate) collection: Collection,
+    pub(crate) op: Op,
     /// `documentKey._id`.
-    pub id: Bson,
+    pub(crate) id: Bson,
     /// The document as it was when the event was read (`updateLookup`);
     /// `None` when it is gone.
-    pub full: Option<Document>,
+    pub(crate) full: Option<Document>,
     /// The Meilisearch id, from the document or its pre-image, when known.
-    pub meili_id: Option<String>,
+    pub(crate) meili_id: Option<String>,
     /// `Some(true)`: an update that only marked the document indexed (an
     /// acknowledgement, ours or LibreChat's save hook's); `Some(false)`:
     /// one that only cleared its flag or recorded its removal
     /// (`markers::marker_only_update`).
-    pub flag_only: Option<bool>,
+    pub(crate) flag_only: Option<bool>,
     /// An update that changed a field of the document's Meilisearch form
     /// without LibreChat's markers (no new version token, the flag left as
     /// it was): made around LibreChat's save hooks (its own
     /// `updateMessageText` is a plain `updateOne`; an admin script), so a
     /// flag set earlier does not vouch for this version.
-    pub around_hooks: bool,
+    pub(crate) around_hooks: bool,
     /// Where to resume after this change.
-    pub token: Document,
+    pub(crate) token: Document,
     /// When MongoDB applied it (`wallTime`, else `clusterTime`).
-    pub at: Option<DateTime>,
+    pub(crate) at: Option<DateTime>,
     /// When the reader received it (the end of its delivery, for the
     /// latency breakdown).
-    pub received: Instant,
+    pub(crate) received: Instant,
 }
 
 /// What the reader hands the owner, in stream order.
@@ -331,13 +331,13 @@ pub(crate) struct Reader {
 
 impl Reader {
     /// The next item; `None` only if the reader stopped without saying why.
-    pub async fn recv(&mut self) -> Option<StreamItem> {
+    pub(crate) async fn recv(&mut self) -> Option<StreamItem> {
         self.rx.recv().await
     }
 
     /// Whether more items are already waiting: the reader has read past
     /// the point its last item described.
-    pub fn has_queued(&self) -> bool {
+    pub(crate) fn has_queued(&self) -> bool {
         !self.rx.is_empty()
     }
 }
@@ -472,7 +472,7 @@ fn edited_around_hooks(collection: Collection, updated: &Document, removed: &[St
 
 /// What kind of server answered that it serves no change streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A standalone `mongod` (LibreChat's stock `mongod --noauth`): change
     /// streams need a replica set (code 40573).
     Standalone,
@@ -489,9 +489,9 @@ pub enum Refusal {
 /// A server's answer that it serves no change streams here.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NoChangeStreams {
-    pub refusal: Refusal,
+    pub(crate) refusal: Refusal,
     /// The server's answer (`message (code N Name)`).
-    pub answer: String,
+    pub(crate) answer: String,
 }
 
 impl NoChangeStreams {

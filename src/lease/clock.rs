@@ -39,7 +39,7 @@ pub async fn server_now(db: &Database) -> mongodb::error::Result<DateTime> {
 
 /// `localTime` from a `hello` reply: a BSON date on MongoDB, Int64
 /// milliseconds since the epoch on DocumentDB-based servers.
-pub fn local_time(hello_reply: &Document) -> Option<DateTime> {
+fn local_time(hello_reply: &Document) -> Option<DateTime> {
     match hello_reply.get("localTime")? {
         Bson::DateTime(at) => Some(*at),
         Bson::Int64(millis) => Some(DateTime::from_millis(*millis)),
@@ -69,7 +69,7 @@ pub fn millis_between(from: DateTime, to: DateTime) -> i64 {
 /// `hello` answered without a usable `localTime`.
 #[derive(Debug, thiserror::Error)]
 #[error("the server's hello reply has no usable localTime (found {0:?})")]
-pub struct MissingLocalTime(Option<String>);
+struct MissingLocalTime(Option<String>);
 
 #[cfg(test)]
 mod tests {

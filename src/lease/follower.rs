@@ -184,11 +184,11 @@ fn completion_satisfies(
 /// A lease we just claimed (or adopted).
 #[derive(Clone, Debug)]
 pub(crate) struct Claimed {
-    pub fence: Fence,
-    pub record: JobRecord,
+    pub(crate) fence: Fence,
+    pub(crate) record: JobRecord,
     /// The owner's local safety deadline: `ttl - safety_margin` after the
     /// poll that preceded the claim, or the adopted lease's remaining time.
-    pub deadline: Instant,
+    pub(crate) deadline: Instant,
 }
 
 /// Where waiting ended.

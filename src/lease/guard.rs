@@ -54,7 +54,7 @@ pub struct Guard {
 
 impl Guard {
     /// A guard that holds until `deadline` unless extended or cancelled.
-    pub fn with_deadline(deadline: Instant) -> Self {
+    fn with_deadline(deadline: Instant) -> Self {
         Guard {
             token: CancellationToken::new(),
             state: Arc::new(Mutex::new(State {
@@ -115,7 +115,7 @@ impl Guard {
     }
 
     /// Moves the local deadline (after a successful renewal).
-    pub fn extend_to(&self, deadline: Instant) {
+    pub(crate) fn extend_to(&self, deadline: Instant) {
         let mut state = self.state.lock().expect("guard state poisoned");
         if state.reason.is_none() {
             state.deadline = Some(deadline);
@@ -138,7 +138,8 @@ impl Guard {
     }
 
     /// The token behind the guard, for APIs that take one.
-    pub fn token(&self) -> &CancellationToken {
+    #[cfg(test)]
+    fn token(&self) -> &CancellationToken {
         &self.token
     }
 
@@ -163,7 +164,9 @@ pub enum LeaseWriteError {
 /// `Err`); a write MongoDB did not confirm is the caller's to weigh (the
 /// inner `Err`), most often only logged, since every such write is retried
 /// or repeated later.
-pub fn unless_lost<T>(result: Result<T, LeaseWriteError>) -> Result<Result<T, String>, LeaseLost> {
+pub(crate) fn unless_lost<T>(
+    result: Result<T, LeaseWriteError>,
+) -> Result<Result<T, String>, LeaseLost> {
     match result {
         Ok(value) => Ok(Ok(value)),
         Err(LeaseWriteError::Lost(lost)) => Err(lost),
@@ -183,11 +186,6 @@ impl LeaseHandle {
         LeaseHandle { store, fence }
     }
 
-    /// Our owner id and epoch.
-    pub fn fence(&self) -> &Fence {
-        &self.fence
-    }
-
     /// The run's work is done (`summary`; `None` when a fresh completion by
     /// someone else was relied on) and this owner keeps the lease (the
     /// document's `following`), until it hands it over, is stopped, or fails.
@@ -203,7 +201,7 @@ impl LeaseHandle {
     }
 
     /// Another completion while this owner keeps the lease.
-    pub async fn record_completion(
+    pub(crate) async fn record_completion(
         &self,
         guard: &Guard,
         summary: &serde_json::Value,
@@ -231,7 +229,7 @@ impl LeaseHandle {
     /// As [`LeaseHandle::write_job_fields`], applied only where the document
     /// also matches `condition` (over the job's fields); a condition that does
     /// not match, with the lease still ours, is `Ok` and writes nothing.
-    pub async fn write_job_fields_where(
+    pub(crate) async fn write_job_fields_where(
         &self,
         guard: &Guard,
         condition: Document,
@@ -246,12 +244,12 @@ impl LeaseHandle {
 
     /// The document as it is now (one read with the lease's read concern):
     /// the job reads its own fields in `document`.
-    pub async fn read(&self) -> Result<Option<JobRecord>, LeaseWriteError> {
+    pub(crate) async fn read(&self) -> Result<Option<JobRecord>, LeaseWriteError> {
         self.store.read().await.map_err(unconfirmed)
     }
 
     /// MongoDB's clock (the lease's time source).
-    pub async fn server_now(&self) -> Result<mongodb::bson::DateTime, LeaseWriteError> {
+    pub(crate) async fn server_now(&self) -> Result<mongodb::bson::DateTime, LeaseWriteError> {
         self.store.server_now().await.map_err(unconfirmed)
     }
 

@@ -24,18 +24,20 @@
 
 pub mod clock;
 mod follower;
-pub mod guard;
+mod guard;
 mod job;
 mod options;
 mod outcome;
 mod renewer;
 mod runner;
-pub mod status;
+mod status;
 pub mod store;
 
-pub use guard::{unless_lost, Guard, LeaseHandle, LeaseLost, LeaseWriteError};
+pub(crate) use guard::{unless_lost, LeaseHandle, LeaseWriteError};
+pub use guard::{Guard, LeaseLost};
 pub use job::{JobEnd, LeasedJob};
-pub use options::{LeaseOptions, LeaseWriteConcern, TimingError};
+pub use options::{LeaseOptions, LeaseWriteConcern};
 pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
-pub use status::{read_status, read_status_with, JobFields, LeaseState, LeaseStatus};
+pub use status::{read_status, read_status_with, LeaseState};
+pub(crate) use status::{JobFields, LeaseStatus};

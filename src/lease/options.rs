@@ -142,7 +142,7 @@ impl<'de> Deserialize<'de> for LeaseWriteConcern {
 /// A lease timing that cannot keep an owner safe, or a backoff that cannot
 /// be kept ([`LeaseOptions::check_timings`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TimingError {
+pub(crate) enum TimingError {
     /// `safety_margin ≥ ttl`: the owner would stop before it starts.
     MarginNotBelowTtl { ttl: Duration },
     /// `renew_every ≥ ttl - safety_margin`: the first renewal would come
@@ -154,7 +154,7 @@ pub enum TimingError {
 
 impl TimingError {
     /// The setting to change.
-    pub fn key(&self) -> &'static str {
+    pub(crate) fn key(&self) -> &'static str {
         match self {
             TimingError::MarginNotBelowTtl { .. } => "lease.safety_margin",
             TimingError::RenewalTooLate { .. } => "lease.renew_every",
@@ -163,7 +163,7 @@ impl TimingError {
     }
 
     /// What the setting may be.
-    pub fn allowed(&self) -> String {
+    pub(crate) fn allowed(&self) -> String {
         match self {
             TimingError::MarginNotBelowTtl { ttl } => format!(
                 "a duration shorter than lease.ttl ({})",
@@ -182,7 +182,8 @@ impl TimingError {
 }
 
 impl LeaseOptions {
-    /// The compiled-in defaults (config/default.toml) for `owner`.
+    /// For tests: the compiled-in defaults (config/default.toml) for `owner`
+    /// (the service takes its options from the configuration).
     pub fn new(owner: impl Into<String>) -> Self {
         let defaults = setting::defaults().get::<LeaseOptions>("lease");
         let opts = defaults.expect("the compiled-in [lease] defaults deserialize");
@@ -199,7 +200,7 @@ impl LeaseOptions {
     /// be retried. And the failure backoff's cap is not below its first step.
     /// Configuration reports a violation as bad configuration;
     /// [`LeaseOptions::assert_sane`] refuses to run with one.
-    pub fn check_timings(&self) -> Result<(), TimingError> {
+    pub(crate) fn check_timings(&self) -> Result<(), TimingError> {
         if self.safety_margin >= self.ttl {
             return Err(TimingError::MarginNotBelowTtl { ttl: self.ttl });
         }
@@ -216,7 +217,7 @@ impl LeaseOptions {
 
     /// Panics unless the timings keep their rules ([`Self::check_timings`]),
     /// and `renew_every > 0`, `poll_every > 0`.
-    pub fn assert_sane(&self) {
+    pub(crate) fn assert_sane(&self) {
         assert!(!self.job.is_empty(), "lease job name is empty");
         assert!(!self.owner.is_empty(), "lease owner id is empty");
         if let Err(error) = self.check_timings() {
@@ -234,7 +235,7 @@ impl LeaseOptions {
 
     /// How long after its `attempt`-th consecutive failure (1-based) a job
     /// may be retried: `failure_backoff × 2^(attempt-1)`, capped.
-    pub fn failure_backoff_for(&self, attempt: u32) -> Duration {
+    pub(crate) fn failure_backoff_for(&self, attempt: u32) -> Duration {
         let doublings = attempt.saturating_sub(1).min(32);
         self.failure_backoff
             .saturating_mul(1_u32 << doublings.min(31))

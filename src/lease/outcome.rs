@@ -40,7 +40,7 @@ pub enum Outcome<T = serde_json::Value> {
 
 impl<T> Outcome<T> {
     /// The same outcome, with the job's output (if any) mapped by `f`.
-    pub fn map_summary<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+    pub(crate) fn map_summary<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
         match self {
             Outcome::Ran { epoch, summary } => Outcome::Ran {
                 epoch,
@@ -157,7 +157,7 @@ impl LeaseError<Infallible> {
 
 impl<E> LeaseError<E> {
     /// The same failure, with the job's error (if any) mapped by `f`.
-    pub fn map_job_error<F>(self, f: impl FnOnce(E) -> F) -> LeaseError<F> {
+    pub(crate) fn map_job_error<F>(self, f: impl FnOnce(E) -> F) -> LeaseError<F> {
         match self {
             LeaseError::JobFailed {
                 epoch,

@@ -46,16 +46,16 @@ impl Drop for Renewer {
 /// The timing the renewer needs.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RenewTiming {
-    pub renew_every: Duration,
+    pub(crate) renew_every: Duration,
     /// `ttl - safety_margin`.
-    pub holds_for: Duration,
+    pub(crate) holds_for: Duration,
 }
 
 impl Renewer {
     /// Starts renewing a lease that is safely ours until the local instant
     /// `deadline` (the first renewal is due `renew_every` after the send
     /// time that deadline implies).
-    pub fn start(
+    pub(crate) fn start(
         store: JobStore,
         fence: Fence,
         guard: Guard,
@@ -81,7 +81,7 @@ impl Renewer {
 
     /// Stops the timer and waits for it, so no renewal runs concurrently with
     /// the owner's final write.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;

@@ -42,40 +42,40 @@ pub enum LeaseState {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseStatus {
-    pub job: String,
+    pub(crate) job: String,
     pub state: LeaseState,
     /// Which protocol wrote the document last (`librechat`: LibreChat's own
     /// start-up sync; its `completed` is not a reconciliation).
-    pub holder: Option<Holder>,
+    pub(crate) holder: Option<Holder>,
     pub owner: Option<String>,
     pub epoch: Option<i64>,
     /// The server's clock when this was read (RFC 3339).
-    pub server_time: String,
-    pub claimed_at: Option<String>,
-    pub renewed_at: Option<String>,
+    pub(crate) server_time: String,
+    claimed_at: Option<String>,
+    renewed_at: Option<String>,
     /// When the holder's lease ends: our `leaseExpiresAt`, or LibreChat's
     /// `expiresAt` plus `lease.librechat_clock_skew`.
-    pub expires_at: Option<String>,
+    expires_at: Option<String>,
     /// Seconds until then by the server's clock (negative: expired).
     pub expires_in_secs: Option<f64>,
     pub progress: Option<ProgressSnapshot>,
-    pub completed_at: Option<String>,
+    pub(crate) completed_at: Option<String>,
     pub summary: Option<serde_json::Value>,
-    pub failed_at: Option<String>,
-    pub error: Option<String>,
+    pub(crate) failed_at: Option<String>,
+    pub(crate) error: Option<String>,
     /// Consecutive failures (0 after a completion).
-    pub attempt: u32,
-    pub retry_at: Option<String>,
+    pub(crate) attempt: u32,
+    pub(crate) retry_at: Option<String>,
     /// Seconds until a retry may start (negative: it may now).
-    pub retry_in_secs: Option<f64>,
-    pub released_at: Option<String>,
+    pub(crate) retry_in_secs: Option<f64>,
+    released_at: Option<String>,
     /// A handover was asked for by this replica, from the owner that keeps
     /// the lease.
-    pub handover_requested_by: Option<String>,
+    pub(crate) handover_requested_by: Option<String>,
     /// What the job keeps in the document, as the job shows it (see
     /// [`read_status_with`]).
     #[serde(flatten)]
-    pub job_fields: JobFields,
+    pub(crate) job_fields: JobFields,
 }
 
 /// The job's own fields of the document as an operator sees them: the job
@@ -85,10 +85,10 @@ pub struct JobFields {
     /// Keys of `status --json` (and of `lease` in `/status`), after the
     /// lease's own.
     #[serde(flatten)]
-    pub json: serde_json::Map<String, serde_json::Value>,
+    pub(crate) json: serde_json::Map<String, serde_json::Value>,
     /// Lines of `status`, after the progress.
     #[serde(skip)]
-    pub lines: Vec<String>,
+    pub(crate) lines: Vec<String>,
 }
 
 /// Reads the job's lease document and the server's clock: the lease's own
@@ -121,7 +121,7 @@ pub async fn read_status_with(
 
 impl LeaseStatus {
     /// The status of `record` (absent: never run) at server time `now`.
-    pub fn from_record(
+    pub(crate) fn from_record(
         job: &str,
         record: Option<&JobRecord>,
         now: DateTime,

@@ -99,7 +99,7 @@ impl JobStatus {
 /// Which protocol wrote the job document last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Holder {
+pub(crate) enum Holder {
     /// This service (or no `expiresAt` at all).
     Reconciler,
     /// LibreChat's `runDistributedJob`: its `expiresAt` differs from the copy
@@ -119,27 +119,27 @@ pub struct JobRecord {
     /// Our lease's end (server clock).
     pub lease_expires_at: Option<DateTime>,
     /// The field LibreChat's protocol reads and writes.
-    pub expires_at: Option<DateTime>,
+    expires_at: Option<DateTime>,
     /// The `expiresAt` of our last write.
-    pub written_expires_at: Option<DateTime>,
-    pub completed_at: Option<DateTime>,
+    written_expires_at: Option<DateTime>,
+    pub(crate) completed_at: Option<DateTime>,
     pub failed_at: Option<DateTime>,
-    pub released_at: Option<DateTime>,
+    pub(crate) released_at: Option<DateTime>,
     pub error: Option<String>,
     /// Consecutive failures so far (0 after a completion).
     pub attempt: u32,
     pub retry_at: Option<DateTime>,
     pub progress: Option<ProgressSnapshot>,
-    pub summary: Option<serde_json::Value>,
+    pub(crate) summary: Option<serde_json::Value>,
     /// The owner keeps the lease after completing its run (`following`:
     /// the lease stays held, `status` reads `completed`).
     pub following: bool,
     /// Released for this replica, which asked for the lease (§5.12).
-    pub released_for: Option<String>,
+    pub(crate) released_for: Option<String>,
     /// A replica that needs the lease (`once`, `reindex`) asked the owner
     /// that keeps it to hand it over.
-    pub handover_requested_by: Option<String>,
-    pub handover_requested_at: Option<DateTime>,
+    pub(crate) handover_requested_by: Option<String>,
+    handover_requested_at: Option<DateTime>,
     /// The whole document as read: the job's own fields are the job's to
     /// read (the lease reads only its [`LEASE_FIELDS`]).
     pub document: Document,
@@ -149,7 +149,7 @@ pub struct JobRecord {
 
 /// The fields of the document the lease reads and writes; every other field
 /// is the job's ([`JobStore::update_job_fields`]).
-pub const LEASE_FIELDS: [&str; 22] = [
+pub(crate) const LEASE_FIELDS: [&str; 22] = [
     "_id",
     "owner",
     "epoch",
@@ -180,7 +180,7 @@ const JUDGED_FIELDS: [&str; 4] = ["status", "owner", "epoch", "expiresAt"];
 impl JobRecord {
     /// Reads the fields leniently: numbers of any BSON numeric type, times as
     /// dates or Int64 milliseconds; a malformed optional field reads as absent.
-    pub fn from_document(doc: &Document) -> Self {
+    pub(crate) fn from_document(doc: &Document) -> Self {
         let time = |key: &str| match doc.get(key) {
             Some(Bson::DateTime(at)) => Some(*at),
             Some(Bson::Int64(ms)) => Some(DateTime::from_millis(*ms)),
@@ -240,7 +240,7 @@ impl JobRecord {
 
     /// Who wrote the document last: LibreChat when its `expiresAt` is not
     /// the one our last write left.
-    pub fn holder(&self) -> Holder {
+    pub(crate) fn holder(&self) -> Holder {
         match self.expires_at {
             Some(at) if self.written_expires_at != Some(at) => Holder::LibreChat,
             _ => Holder::Reconciler,
@@ -250,7 +250,7 @@ impl JobRecord {
     /// When the current holder's lease ends on MongoDB's clock: ours at
     /// `leaseExpiresAt`; LibreChat's at `expiresAt` plus `skew`, since its
     /// replica judges that time by its own clock, which may run behind.
-    pub fn holds_until(&self, librechat_clock_skew: Duration) -> Option<DateTime> {
+    pub(crate) fn holds_until(&self, librechat_clock_skew: Duration) -> Option<DateTime> {
         match self.holder() {
             Holder::Reconciler => self.lease_expires_at,
             Holder::LibreChat => self
@@ -261,7 +261,7 @@ impl JobRecord {
 
     /// Held and not yet expired at `now` (see [`JobRecord::holds_until`]):
     /// LibreChat's `running`, or ours `running` or following.
-    pub fn is_live(&self, now: DateTime, librechat_clock_skew: Duration) -> bool {
+    pub(crate) fn is_live(&self, now: DateTime, librechat_clock_skew: Duration) -> bool {
         let held = match self.holder() {
             Holder::LibreChat => self.status == JobStatus::Running,
             Holder::Reconciler => self.held_by_us_in_form(),
@@ -272,12 +272,12 @@ impl JobRecord {
     }
 
     /// Our lease, held under `owner` (any epoch).
-    pub fn is_running_for(&self, owner: &str) -> bool {
+    pub(crate) fn is_running_for(&self, owner: &str) -> bool {
         self.held_by_us_in_form() && self.owner.as_deref() == Some(owner)
     }
 
     /// Held under `fence` (owner and epoch), whatever the clock says.
-    pub fn is_held_under(&self, fence: &Fence) -> bool {
+    pub(crate) fn is_held_under(&self, fence: &Fence) -> bool {
         self.is_running_for(&fence.owner) && self.epoch == Some(fence.epoch)
     }
 }
@@ -548,7 +548,11 @@ impl JobStore {
 
     /// Whether the document shows `status` under `fence` (owner and epoch),
     /// and no longer held, read with the lease's read concern.
-    pub async fn shows(&self, fence: &Fence, status: &JobStatus) -> mongodb::error::Result<bool> {
+    pub(crate) async fn shows(
+        &self,
+        fence: &Fence,
+        status: &JobStatus,
+    ) -> mongodb::error::Result<bool> {
         Ok(self.read().await?.is_some_and(|record| {
             record.holder() == Holder::Reconciler
                 && record.owner.as_deref() == Some(fence.owner.as_str())
@@ -559,7 +563,7 @@ impl JobStore {
     }
 
     /// Whether the document still shows the lease held under `fence`.
-    pub async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
+    pub(crate) async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
         Ok(self
             .read()
             .await?
@@ -570,7 +574,7 @@ impl JobStore {
     /// someone else was relied on) and the owner keeps the lease
     /// (`following`). `status` reads `completed`, so LibreChat's waiters are
     /// done; `following` keeps it ours.
-    pub async fn hold_after_completion(
+    pub(crate) async fn hold_after_completion(
         &self,
         fence: &Fence,
         now: DateTime,
@@ -595,7 +599,7 @@ impl JobStore {
     }
 
     /// Another completion by an owner that keeps the lease (it stays held).
-    pub async fn record_completion(
+    pub(crate) async fn record_completion(
         &self,
         fence: &Fence,
         now: DateTime,
@@ -616,7 +620,7 @@ impl JobStore {
     /// When `update` or `condition` names a lease field ([`LEASE_FIELDS`]),
     /// or `condition` an operator: the fence and the lease's own fields are
     /// not the job's to change.
-    pub async fn update_job_fields(
+    pub(crate) async fn update_job_fields(
         &self,
         fence: &Fence,
         now: DateTime,
@@ -654,7 +658,7 @@ impl JobStore {
     /// that keeps it after completing (`following`) to hand it over. Not fenced (the asker holds
     /// nothing) and touching only the two request fields; matches only a
     /// following lease. `Ok(false)`: there was none to ask.
-    pub async fn request_handover(
+    pub(crate) async fn request_handover(
         &self,
         requester: &str,
         now: DateTime,

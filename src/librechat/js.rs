@@ -18,7 +18,7 @@ use time::OffsetDateTime;
 /// JavaScript's `String(value)` of a BSON value as the Node driver decodes
 /// it (Int64 promoted to a Number, ObjectId printing its hex, a Date in UTC
 /// — LibreChat's containers run in UTC).
-pub fn to_js_string(value: &Bson) -> String {
+pub(crate) fn to_js_string(value: &Bson) -> String {
     match value {
         Bson::String(s) => s.clone(),
         Bson::Boolean(b) => b.to_string(),
@@ -47,7 +47,7 @@ pub fn to_js_string(value: &Bson) -> String {
 
 /// Whether JavaScript takes `value` as true in a condition (`value || ""`):
 /// everything but `false`, `0`, `NaN`, `""`, `null` and `undefined`.
-pub fn is_truthy(value: &Bson) -> bool {
+pub(crate) fn is_truthy(value: &Bson) -> bool {
     match value {
         Bson::Boolean(b) => *b,
         Bson::Int32(n) => *n != 0,
@@ -63,7 +63,7 @@ pub fn is_truthy(value: &Bson) -> bool {
 /// the shortest digits that read back as the same double, laid out as
 /// JavaScript does — `1e21` and `1e-7` in exponent form, `100`, `0.000001`
 /// and `1.5` plainly.
-pub fn number_to_string(x: f64) -> String {
+fn number_to_string(x: f64) -> String {
     if x.is_nan() {
         return "NaN".into();
     }
@@ -122,7 +122,7 @@ fn date_to_string(t: mongodb::bson::DateTime) -> String {
 /// the path unset — a plain object (its `toString` is Object's own) or an
 /// array. `null` stays `null`; an object with a string `_id` becomes that
 /// `_id`; anything else becomes its `String(value)`.
-pub fn cast_to_string_path(value: &Bson) -> Option<Bson> {
+pub(crate) fn cast_to_string_path(value: &Bson) -> Option<Bson> {
     match value {
         Bson::Null | Bson::Undefined => Some(Bson::Null),
         Bson::String(_) => Some(value.clone()),
@@ -138,7 +138,7 @@ pub fn cast_to_string_path(value: &Bson) -> Option<Bson> {
 /// What a Mongoose `[String]` schema path holds once loaded: an array of
 /// cast elements (a single value is wrapped in one), `null` kept, `None`
 /// when an element fails its cast.
-pub fn cast_to_string_array_path(value: &Bson) -> Option<Bson> {
+pub(crate) fn cast_to_string_array_path(value: &Bson) -> Option<Bson> {
     match value {
         Bson::Null | Bson::Undefined => Some(Bson::Null),
         Bson::Array(items) => items

@@ -26,18 +26,18 @@ use super::{Collection, Rules};
 /// The flag: true = Meilisearch holds this document.
 pub const FLAG: &str = "_meiliIndex";
 /// Set by LibreChat's hooks with every save: indexing was asked for.
-pub const ATTEMPTED: &str = "_meiliIndexAttempted";
+const ATTEMPTED: &str = "_meiliIndexAttempted";
 /// LibreChat's per-save version token (a fresh ObjectId's hex).
-pub const VERSION_TOKEN: &str = "_meiliIndexVersion";
+pub(crate) const VERSION_TOKEN: &str = "_meiliIndexVersion";
 /// The projection's version the document was indexed with.
 pub const SCHEMA_VERSION: &str = "_meiliIndexSchemaVersion";
 /// Written once a document that is not searchable was removed.
-pub const CLEANUP_VERSION: &str = "_meiliCleanupVersion";
+const CLEANUP_VERSION: &str = "_meiliCleanupVersion";
 /// LibreChat's cleanup version.
-pub const CLEANUP_VERSION_VALUE: i32 = 1;
+const CLEANUP_VERSION_VALUE: i32 = 1;
 
 /// The update that marks a document indexed at the current schema version.
-pub fn indexed(rules: &Rules) -> Document {
+pub(crate) fn indexed(rules: &Rules) -> Document {
     doc! { "$set": {
         FLAG: true,
         CLEANUP_VERSION: CLEANUP_VERSION_VALUE,
@@ -47,7 +47,7 @@ pub fn indexed(rules: &Rules) -> Document {
 
 /// The update that marks a document removed from Meilisearch (it is not
 /// searchable, and Meilisearch no longer holds it).
-pub fn removed() -> Document {
+pub(crate) fn removed() -> Document {
     doc! {
         "$set": { CLEANUP_VERSION: CLEANUP_VERSION_VALUE },
         "$unset": { FLAG: "", ATTEMPTED: "" },
@@ -56,7 +56,7 @@ pub fn removed() -> Document {
 
 /// The update that marks a searchable document as needing to be sent
 /// (again): Meilisearch lacks it, or holds another version.
-pub fn unindexed() -> Document {
+pub(crate) fn unindexed() -> Document {
     doc! { "$set": { FLAG: false } }
 }
 
@@ -71,7 +71,7 @@ pub fn processed_filter(rules: &Rules) -> Document {
 /// LibreChat's `{_meiliIndex, isTemporary, expiredAt}`), though the second
 /// one's `_meiliIndex: true` selects nearly every document: a read that
 /// may leave it out uses [`unflagged_filter`].
-pub fn unprocessed_filter(rules: &Rules) -> Document {
+pub(crate) fn unprocessed_filter(rules: &Rules) -> Document {
     doc! { "$or": [
         unflagged_filter(),
         { FLAG: true, SCHEMA_VERSION: { "$ne": rules.schema_version } },
@@ -84,14 +84,14 @@ pub fn unprocessed_filter(rules: &Rules) -> Document {
 /// own entries; the other branch's `_meiliIndex: true` selects nearly every
 /// document, which DocumentDB then fetches one by one to test the schema
 /// version.
-pub fn unflagged_filter() -> Document {
+pub(crate) fn unflagged_filter() -> Document {
     doc! { FLAG: { "$ne": true } }
 }
 
 /// Documents that may be in Meilisearch by their markers: the flag is there,
 /// either way (`true`: indexed; `false`: saved since, and the older version
 /// may still be there). LibreChat's removal unsets it ([`removed`]).
-pub fn may_be_indexed_filter() -> Document {
+pub(crate) fn may_be_indexed_filter() -> Document {
     doc! { FLAG: { "$in": [true, false] } }
 }
 
@@ -120,7 +120,7 @@ pub fn is_processed(rules: &Rules, doc: &Document) -> bool {
 /// Whether `doc` asks for LibreChat's removal markers once Meilisearch no
 /// longer holds it: flagged, attempted, or — kept out by its exclusion path
 /// — unflagged without a cleanup version (LibreChat's pending cleanup).
-pub fn wants_removed_marker(rules: &Rules, collection: Collection, doc: &Document) -> bool {
+pub(crate) fn wants_removed_marker(rules: &Rules, collection: Collection, doc: &Document) -> bool {
     let excluded = is_excluded(rules, collection, doc);
     is_flagged(doc)
         || matches!(doc.get(ATTEMPTED), Some(Bson::Boolean(true)))
@@ -133,7 +133,7 @@ pub fn wants_removed_marker(rules: &Rules, collection: Collection, doc: &Documen
 /// every ordering of every non-empty subset of [`indexed`]'s fields that
 /// marks something (the flag or the schema version; MongoDB reports only
 /// the fields that changed, in an order it does not promise).
-pub fn acknowledgement_shapes(rules: &Rules) -> Vec<Document> {
+pub(crate) fn acknowledgement_shapes(rules: &Rules) -> Vec<Document> {
     let fields: [(&str, Bson); 3] = [
         (FLAG, Bson::Boolean(true)),
         (CLEANUP_VERSION, Bson::Int32(CLEANUP_VERSION_VALUE)),
@@ -171,7 +171,11 @@ pub fn acknowledgement_shapes(rules: &Rules) -> Vec<Document> {
 /// LibreChat's save hook's: no work), `Some(false)` it only cleared the
 /// flag or recorded a removal (whoever did it asked for a re-send, or
 /// removed the document), `None` it changed something else.
-pub fn marker_only_update(rules: &Rules, updated: &Document, removed: &[String]) -> Option<bool> {
+pub(crate) fn marker_only_update(
+    rules: &Rules,
+    updated: &Document,
+    removed: &[String],
+) -> Option<bool> {
     let version = Bson::Int32(rules.schema_version);
     let is = |key: &str, value: &Bson| updated.get(key).is_some_and(|v| v == value);
     let only = |allowed: &[&str]| updated.keys().all(|k| allowed.contains(&k.as_str()));
@@ -199,15 +203,15 @@ pub fn marker_only_update(rules: &Rules, updated: &Document, removed: &[String])
 /// those the processed ones and the ones pending indexing, and the excluded
 /// documents pending cleanup. Complete = processed equals searchable and no
 /// cleanup is pending.
-pub struct ProgressFilters {
-    pub searchable: Document,
-    pub processed: Document,
-    pub pending_indexing: Document,
-    pub pending_cleanup: Option<Document>,
+pub(crate) struct ProgressFilters {
+    pub(crate) searchable: Document,
+    pub(crate) processed: Document,
+    pub(crate) pending_indexing: Document,
+    pub(crate) pending_cleanup: Option<Document>,
 }
 
 impl ProgressFilters {
-    pub fn new(rules: &Rules, collection: Collection, now: DateTime) -> ProgressFilters {
+    pub(crate) fn new(rules: &Rules, collection: Collection, now: DateTime) -> ProgressFilters {
         let branches: Vec<Document> =
             [Retention::Permanent, Retention::Expiring, Retention::Legacy]
                 .into_iter()
@@ -233,7 +237,7 @@ impl ProgressFilters {
 /// Excluded documents that may still hold a Meilisearch entry (LibreChat's
 /// `buildExcludedIndexedQuery`): flagged, attempted, or unflagged without a
 /// cleanup version. What the excluded-documents cleanup removes and marks.
-pub fn pending_cleanup_filter(exclusion_path: &str) -> Document {
+pub(crate) fn pending_cleanup_filter(exclusion_path: &str) -> Document {
     doc! {
         exclusion_path: { "$exists": true },
         "$or": [

@@ -13,11 +13,11 @@
 //! LibreChat's own progress check (`getSyncProgress()`) agrees with ours.
 //! How to follow a newer LibreChat: docs/design.md §3.6.
 
-pub mod js;
+mod js;
 pub mod markers;
-pub mod projection;
+pub(crate) mod projection;
 pub mod searchable;
-pub mod text;
+mod text;
 
 use mongodb::bson::Bson;
 use serde::{Serialize, Serializer};
@@ -36,25 +36,25 @@ pub enum Collection {
 }
 
 /// What LibreChat decides for one chat collection: a row of the table.
-pub struct Spec {
+struct Spec {
     /// The MongoDB collection.
-    pub name: &'static str,
+    name: &'static str,
     /// The Meilisearch index (before `meili.index_prefix`); also what
     /// `--index` accepts.
-    pub index: &'static str,
+    index: &'static str,
     /// The Meilisearch primary key, one of `paths`.
-    pub primary_key: &'static str,
+    primary_key: &'static str,
     /// The schema paths LibreChat marks `meiliIndex`, in schema order: what
     /// a document's Meilisearch form is built from ([`projection`]; a
     /// message's `content` is sent only when it is `null`, otherwise it
     /// becomes `text`).
-    pub paths: &'static [Path],
+    paths: &'static [Path],
     /// Whether `unfinished: true` (a reply still streaming) keeps a
     /// document out of search ([`searchable`]).
-    pub hides_unfinished: bool,
+    hides_unfinished: bool,
     /// The configured field whose presence keeps a document out of search
     /// (its setting in [`Rules`]).
-    pub exclusion_path: fn(&Rules) -> Option<&str>,
+    exclusion_path: fn(&Rules) -> Option<&str>,
 }
 
 /// `messages` (`message.ts`) → index `messages`.
@@ -99,7 +99,7 @@ impl Collection {
     };
 
     /// This collection's row of the table.
-    pub fn spec(self) -> &'static Spec {
+    fn spec(self) -> &'static Spec {
         match self {
             Collection::Messages => &MESSAGES,
             Collection::Conversations => &CONVERSATIONS,
@@ -107,7 +107,7 @@ impl Collection {
     }
 
     /// The collection of this MongoDB name.
-    pub fn named(name: &str) -> Option<Collection> {
+    pub(crate) fn named(name: &str) -> Option<Collection> {
         Collection::ALL.into_iter().find(|c| c.name() == name)
     }
 
@@ -123,7 +123,7 @@ impl Collection {
 
     /// The uid of the index this collection feeds, under `prefix`
     /// (`meili.index_prefix`).
-    pub fn index_uid(self, prefix: &str) -> String {
+    pub(crate) fn index_uid(self, prefix: &str) -> String {
         format!("{prefix}{}", self.index_name())
     }
 
@@ -133,7 +133,7 @@ impl Collection {
     }
 
     /// The fields a Meilisearch document of this collection may carry.
-    pub fn fields(self) -> impl Iterator<Item = &'static str> {
+    pub(crate) fn fields(self) -> impl Iterator<Item = &'static str> {
         self.spec().paths.iter().map(|path| path.name)
     }
 }
@@ -162,11 +162,11 @@ pub struct Rules {
 }
 
 /// LibreChat's exclusion path of messages.
-pub const DEFAULT_MESSAGES_EXCLUSION_PATH: &str = "subagentTask";
+const DEFAULT_MESSAGES_EXCLUSION_PATH: &str = "subagentTask";
 /// LibreChat's exclusion path of conversations.
-pub const DEFAULT_CONVERSATIONS_EXCLUSION_PATH: &str = "subagentThread";
+const DEFAULT_CONVERSATIONS_EXCLUSION_PATH: &str = "subagentThread";
 /// LibreChat's schema version of the projection.
-pub const DEFAULT_SCHEMA_VERSION: i32 = 1;
+const DEFAULT_SCHEMA_VERSION: i32 = 1;
 
 impl Default for Rules {
     fn default() -> Self {
@@ -188,7 +188,7 @@ impl Rules {
 /// Whether `path` can name the exclusion field: a top-level field name, not
 /// empty, not starting with `$`, without `.` or NUL (how MongoDB field
 /// names may be written in a filter). The reason when not.
-pub fn check_exclusion_path(path: &str) -> Result<(), &'static str> {
+pub(crate) fn check_exclusion_path(path: &str) -> Result<(), &'static str> {
     if path.is_empty() {
         Err("must not be empty")
     } else if path.starts_with('$') {

@@ -42,8 +42,8 @@ enum PathType {
 /// One schema path marked `meiliIndex`: its name, type and default, as
 /// the table lists them ([`super::Spec::paths`]).
 #[derive(Clone, Copy)]
-pub struct Path {
-    pub name: &'static str,
+pub(crate) struct Path {
+    pub(crate) name: &'static str,
     kind: PathType,
     default: Option<fn() -> Bson>,
 }
@@ -88,7 +88,7 @@ const CONVERSATION_ID: &str = "conversationId";
 
 /// What to read of a document to build its Meilisearch form: the paths,
 /// with only the parts' fields the text needs (not images or tool calls).
-pub fn read_projection(collection: Collection) -> Document {
+pub(crate) fn read_projection(collection: Collection) -> Document {
     let mut projection = Document::new();
     for path in collection.spec().paths {
         match path.kind {
@@ -168,7 +168,7 @@ pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
 /// A `conversationId` as LibreChat sends it to Meilisearch: every `|` as
 /// `--` (`|` is not allowed in a Meilisearch document id, and a
 /// conversation's id is its primary key there).
-pub fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
+fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
     if id.contains('|') {
         Cow::Owned(id.replace('|', "--"))
     } else {
@@ -180,7 +180,7 @@ pub fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
 /// Meilisearch id is `meili_id`: the id itself and, for a `conversationId`
 /// with `--`, the spelling with `|` ([`conversation_id_in_meili`] cannot be
 /// undone: a stored `--` and a stored `|` are sent alike).
-pub fn stored_ids(collection: Collection, meili_id: &str) -> Vec<String> {
+pub(crate) fn stored_ids(collection: Collection, meili_id: &str) -> Vec<String> {
     let mut ids = vec![meili_id.to_string()];
     if collection.primary_key() == CONVERSATION_ID && meili_id.contains("--") {
         ids.push(meili_id.replace("--", "|"));

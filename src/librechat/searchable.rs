@@ -24,15 +24,15 @@ use mongodb::bson::{doc, Bson, DateTime, Document};
 use super::{Collection, Rules};
 
 /// The fields [`is_searchable`] reads besides the exclusion path.
-pub const FIELDS: [&str; 4] = ["user", "isTemporary", "expiredAt", "unfinished"];
+const FIELDS: [&str; 4] = ["user", "isTemporary", "expiredAt", "unfinished"];
 
 /// LibreChat's retention expiry (a date; its models put a TTL index on it,
 /// so MongoDB deletes the document some time after it passes).
-pub const EXPIRY: &str = "expiredAt";
+pub(crate) const EXPIRY: &str = "expiredAt";
 
 /// Documents whose expiry has passed at `now`: searchable in no branch of
 /// the retention filter (only a date compares with `now`).
-pub fn expired_filter(now: DateTime) -> Document {
+pub(crate) fn expired_filter(now: DateTime) -> Document {
     doc! { EXPIRY: { "$lte": now } }
 }
 
@@ -42,7 +42,7 @@ pub fn expired_filter(now: DateTime) -> Document {
 /// while it may still be searchable through a later one: the sweep judges
 /// such a document by the rule itself, and it would otherwise stand first
 /// in every query for the next expiry.
-pub fn expiry_after_filter(after: Option<DateTime>) -> Document {
+pub(crate) fn expiry_after_filter(after: Option<DateTime>) -> Document {
     let mut range = match after {
         Some(after) => doc! { "$gt": after },
         None => doc! { "$type": "date" },
@@ -64,7 +64,7 @@ pub enum Retention {
 
 impl Retention {
     /// The branch's filter at `now`.
-    pub fn filter(self, now: DateTime) -> Document {
+    pub(crate) fn filter(self, now: DateTime) -> Document {
         match self {
             Retention::Permanent => doc! { "isTemporary": false, "expiredAt": Bson::Null },
             Retention::Expiring => doc! { "isTemporary": false, "expiredAt": { "$gt": now } },
@@ -73,7 +73,7 @@ impl Retention {
     }
 
     /// The first branch `doc` is in at `now`, if any.
-    pub fn of(doc: &Document, now: DateTime) -> Option<Retention> {
+    fn of(doc: &Document, now: DateTime) -> Option<Retention> {
         let temporary_false = equals(doc, "isTemporary", |v| matches!(v, Bson::Boolean(false)));
         let temporary_null = is_null(doc, "isTemporary");
         let no_expiry = is_null(doc, "expiredAt");
@@ -162,14 +162,14 @@ pub fn searchable_branch(
 
 /// Whether `doc` is kept out of search by its collection's exclusion path
 /// (present, whatever its value — `$exists` counts a `null` too).
-pub fn is_excluded(rules: &Rules, collection: Collection, doc: &Document) -> bool {
+pub(crate) fn is_excluded(rules: &Rules, collection: Collection, doc: &Document) -> bool {
     rules
         .exclusion_path(collection)
         .is_some_and(|path| doc.contains_key(path))
 }
 
 /// The fields to read for [`is_searchable`].
-pub fn read_fields(rules: &Rules, collection: Collection) -> Vec<&str> {
+pub(crate) fn read_fields(rules: &Rules, collection: Collection) -> Vec<&str> {
     let mut fields: Vec<&str> = FIELDS.to_vec();
     fields.extend(rules.exclusion_path(collection));
     fields
@@ -192,7 +192,7 @@ fn is_null(doc: &Document, field: &str) -> bool {
 
 /// MongoDB's rule for a condition on a field that may hold an array: it
 /// holds for the value itself or for one of its elements (one level).
-pub fn matches_or_contains(value: &Bson, condition: impl Fn(&Bson) -> bool) -> bool {
+pub(crate) fn matches_or_contains(value: &Bson, condition: impl Fn(&Bson) -> bool) -> bool {
     condition(value) || matches!(value, Bson::Array(items) if items.iter().any(&condition))
 }
 

@@ -21,7 +21,7 @@ use mongodb::bson::{Bson, Document};
 use super::js;
 
 /// The text of `parts` (a message's `content` array).
-pub fn text_of_parts(parts: &[Bson]) -> String {
+pub(crate) fn text_of_parts(parts: &[Bson]) -> String {
     let mut text = String::new();
     for part in parts {
         let Some(part) = part.as_document() else {

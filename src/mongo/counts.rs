@@ -29,7 +29,7 @@ pub struct Counts {
     /// Of the searchable ones, flagged whatever their schema version: what
     /// Meilisearch should hold (a document indexed under an older schema
     /// version is there, and is sent again).
-    pub flagged: u64,
+    pub(crate) flagged: u64,
 }
 
 /// Counts the indexable documents at `now` and, of those, the flagged ones,
@@ -115,7 +115,10 @@ pub async fn count_unflagged(
 
 /// The collection's document count from its metadata (cheap; may be off
 /// by a little): what a comparison uses to size its memory.
-pub async fn estimated_count(db: &Database, collection: Collection) -> Result<u64, MongoError> {
+pub(crate) async fn estimated_count(
+    db: &Database,
+    collection: Collection,
+) -> Result<u64, MongoError> {
     collection
         .handle(db)
         .estimated_document_count()
@@ -127,23 +130,23 @@ pub async fn estimated_count(db: &Database, collection: Collection) -> Result<u6
 /// reports it (the same four counts, [`ProgressFilters`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LibreChatProgress {
+pub(crate) struct LibreChatProgress {
     /// `totalDocuments`: searchable by LibreChat's own rule.
-    pub searchable: u64,
+    pub(crate) searchable: u64,
     /// `totalProcessed`: of those, flagged at the schema version.
-    pub processed: u64,
+    pub(crate) processed: u64,
     /// `pendingIndexing`: attempted but not flagged, or flagged at another
     /// schema version.
-    pub pending_indexing: u64,
+    pub(crate) pending_indexing: u64,
     /// `pendingCleanup`: excluded documents that may still be in Meilisearch.
-    pub pending_cleanup: u64,
+    pub(crate) pending_cleanup: u64,
     /// `isComplete`: everything processed, no cleanup pending.
-    pub complete: bool,
+    pub(crate) complete: bool,
 }
 
 /// LibreChat's `getSyncProgress()` of `collection` at `now`: four counts,
 /// each over the whole collection (seconds at a million documents).
-pub async fn librechat_progress(
+pub(crate) async fn librechat_progress(
     db: &Database,
     rules: &Rules,
     collection: Collection,
@@ -180,7 +183,7 @@ pub async fn librechat_progress(
 /// How many excluded documents may still be in Meilisearch (LibreChat's
 /// pending cleanup; 0 without an exclusion path). On MongoDB LibreChat's
 /// partial indexes (`meili_excluded_*`) serve the query.
-pub async fn count_pending_cleanup(
+pub(crate) async fn count_pending_cleanup(
     db: &Database,
     rules: &Rules,
     collection: Collection,

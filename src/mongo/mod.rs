@@ -29,28 +29,29 @@ use crate::librechat::{projection, Rules};
 
 pub use crate::librechat::projection::{meili_id, to_meili};
 
-pub mod counts;
-pub mod error;
-pub mod read_back;
-pub mod reads;
-pub mod writes;
+mod counts;
+mod error;
+mod read_back;
+mod reads;
+mod writes;
 
-pub use counts::{
-    count_pending_cleanup, count_unflagged, counts, estimated_count, librechat_progress, Counts,
-    LibreChatProgress,
+pub(crate) use counts::{
+    count_pending_cleanup, estimated_count, librechat_progress, LibreChatProgress,
 };
+pub use counts::{count_unflagged, counts, Counts};
 pub(crate) use error::failed;
-pub use error::MongoError;
-pub use read_back::{id_key, processed_among, read_documents, read_states, ReadBack};
-pub use reads::{
-    backlog_index, collections_with_pre_images, expired_page, indexable_ids_page,
-    indexable_meili_ids_among, next_expiry, parse, pending_cleanup_page, raw_id,
-    read_indexable_page, read_unindexed_page, IdEntry, IdsPage, Scan, SCAN_ROUND_TRIP_DOCS,
+pub(crate) use error::MongoError;
+pub use read_back::{id_key, read_states, ReadBack};
+pub(crate) use read_back::{processed_among, read_documents};
+pub use reads::{backlog_index, next_expiry, raw_id, read_unindexed_page};
+pub(crate) use reads::{
+    collections_with_pre_images, expired_page, indexable_ids_page, indexable_meili_ids_among,
+    parse, pending_cleanup_page, read_indexable_page, Scan, SCAN_ROUND_TRIP_DOCS,
 };
-pub use writes::{
-    clear_flags, clear_flags_of_unindexable, mark_excluded_removed, mark_removed,
-    reset_flags_batch, set_flags_if_unchanged, DocVersion, Updated, STATEMENTS_PER_COMMAND,
+pub(crate) use writes::{
+    clear_flags, clear_flags_of_unindexable, mark_excluded_removed, mark_removed, reset_flags_batch,
 };
+pub use writes::{set_flags_if_unchanged, DocVersion, STATEMENTS_PER_COMMAND};
 
 use error::mongo_err;
 
@@ -59,7 +60,7 @@ pub use crate::librechat::markers::FLAG;
 
 /// The field whose exact value identifies a document's version: LibreChat
 /// (mongoose timestamps) rewrites it with every save.
-pub const VERSION_FIELD: &str = "updatedAt";
+const VERSION_FIELD: &str = "updatedAt";
 
 /// `maxTimeMS` of every read: long enough for any read of ours at millions
 /// of documents, so that a server's own default limit does not end one —
@@ -122,7 +123,7 @@ pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
 
 /// What to read of a document besides its projection to judge it: the
 /// fields its searchability depends on, its flag and schema version.
-pub fn judging_fields(rules: &Rules, collection: Collection) -> Document {
+fn judging_fields(rules: &Rules, collection: Collection) -> Document {
     let mut projection = doc! { FLAG: 1, SCHEMA_VERSION: 1 };
     for field in searchable::read_fields(rules, collection) {
         projection.insert(field, 1);
@@ -141,7 +142,7 @@ pub fn sync_projection(rules: &Rules, collection: Collection) -> Document {
 /// What is read of a document to judge it again and act on it without
 /// its Meilisearch form: its `_id`, version, primary key and
 /// [`judging_fields`] (a read-back, the expiry sweep).
-pub fn state_projection(rules: &Rules, collection: Collection) -> Document {
+fn state_projection(rules: &Rules, collection: Collection) -> Document {
     let mut projection =
         doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1, collection.primary_key(): 1 };
     projection.extend(judging_fields(rules, collection));
@@ -176,7 +177,7 @@ impl Backlog {
     /// document flagged at another version after the count (an older
     /// LibreChat's hook) waits for the next run, like any write behind the
     /// reader.
-    pub fn of(counts: &Counts) -> Backlog {
+    pub(crate) fn of(counts: &Counts) -> Backlog {
         if counts.flagged > counts.indexed {
             Backlog::Any
         } else {

@@ -24,7 +24,7 @@ pub(super) const IDS_PER_QUERY: usize = 100;
 /// schema version; their `_id`s): queries by `_id` list, the markers in the
 /// filter. Follow mode asks this just before it sends a micro-batch, to
 /// leave out the versions LibreChat's save hook has indexed meanwhile.
-pub async fn processed_among(
+pub(crate) async fn processed_among(
     db: &Database,
     rules: &Rules,
     collection: Collection,
@@ -113,7 +113,7 @@ pub async fn read_states(
 /// Like [`read_states`], with the whole read projection (what Meilisearch
 /// gets) besides: what a refused batch, whose NDJSON was dropped once
 /// enqueued, is rebuilt from to isolate the documents Meilisearch rejects.
-pub async fn read_documents(
+pub(crate) async fn read_documents(
     db: &Database,
     rules: &Rules,
     collection: Collection,

@@ -110,7 +110,7 @@ pub async fn backlog_index(
 /// The next page of every indexable document at server time `now`, whatever
 /// its flag, projected like [`read_unindexed_page`] plus the flag. What a
 /// forced reindex builds from and what an exact comparison reads.
-pub async fn read_indexable_page(
+pub(crate) async fn read_indexable_page(
     db: &Database,
     rules: &Rules,
     collection: Collection,
@@ -138,7 +138,7 @@ pub async fn read_indexable_page(
 /// each `getMore` held ~12 MB for a moment, and a 100k `once` peaked 3.7 MiB
 /// higher than with a thousand. A thousand keeps a reply near 0.6 MB, and
 /// the scan read no slower (200k: 6.2 s of reading).
-pub const SCAN_ROUND_TRIP_DOCS: usize = 1_000;
+pub(crate) const SCAN_ROUND_TRIP_DOCS: usize = 1_000;
 
 /// A plain scan of ALL documents in `_id` order, with no filter: what a pass
 /// reads when most of the collection is unindexed. The unindexed filter
@@ -155,7 +155,7 @@ pub const SCAN_ROUND_TRIP_DOCS: usize = 1_000;
 /// documents). A cursor that fails (it timed out while the reader waited on a
 /// slow pipeline, the server stepped down) is reopened once per `next_page` after
 /// the last `_id` handed out, so nothing is skipped or read twice.
-pub struct Scan {
+pub(crate) struct Scan {
     handle: MongoCollection<RawDocumentBuf>,
     projection: Document,
     batch_size: u32,
@@ -168,7 +168,12 @@ impl Scan {
     /// A scan of `collection` handed out in parts of up to `page_size`, fetched
     /// [`SCAN_ROUND_TRIP_DOCS`] documents a round trip (fewer when a page
     /// is smaller).
-    pub fn new(db: &Database, rules: &Rules, collection: Collection, page_size: usize) -> Scan {
+    pub(crate) fn new(
+        db: &Database,
+        rules: &Rules,
+        collection: Collection,
+        page_size: usize,
+    ) -> Scan {
         let batch_size = page_size.clamp(1, SCAN_ROUND_TRIP_DOCS);
         let projection = sync_projection(rules, collection);
         Scan {
@@ -182,7 +187,10 @@ impl Scan {
     }
 
     /// The next (up to) `limit` documents; fewer only at the end.
-    pub async fn next_page(&mut self, limit: usize) -> Result<Vec<RawDocumentBuf>, MongoError> {
+    pub(crate) async fn next_page(
+        &mut self,
+        limit: usize,
+    ) -> Result<Vec<RawDocumentBuf>, MongoError> {
         let mut page = Vec::with_capacity(limit.min(10_000));
         let mut reopened = false;
         while page.len() < limit && !self.ended {
@@ -241,7 +249,7 @@ async fn open_scan(
 }
 
 /// A document of a raw page, parsed: one at a time, while it is shaped.
-pub fn parse(raw: &RawDocumentBuf) -> Result<Document, MongoError> {
+pub(crate) fn parse(raw: &RawDocumentBuf) -> Result<Document, MongoError> {
     raw.to_document().map_err(|e| MongoError::Failed {
         what: "read".into(),
         detail: format!("a document MongoDB returned is not valid BSON: {e}"),
@@ -287,22 +295,22 @@ async fn read_page(
 
 /// One indexable document's identity, for comparing id sets.
 #[derive(Clone, Debug)]
-pub struct IdEntry {
-    pub mongo_id: Bson,
+pub(crate) struct IdEntry {
+    pub(crate) mongo_id: Bson,
     /// The Meilisearch primary-key value, when the document has one.
-    pub meili_id: Option<String>,
-    pub flagged: bool,
+    pub(crate) meili_id: Option<String>,
+    pub(crate) flagged: bool,
 }
 
 /// One page of [`indexable_ids_page`].
 #[derive(Debug)]
-pub struct IdsPage {
+pub(crate) struct IdsPage {
     /// The indexable documents of the page.
-    pub entries: Vec<IdEntry>,
+    pub(crate) entries: Vec<IdEntry>,
     /// The last `_id` read (indexable or not): where the next page starts.
-    pub after: Option<Bson>,
+    pub(crate) after: Option<Bson>,
     /// Whether the collection ends with this page.
-    pub last: bool,
+    pub(crate) last: bool,
 }
 
 /// The next `_id` range page (by ascending `_id`, after `after`, `limit`
@@ -310,7 +318,7 @@ pub struct IdsPage {
 /// `now`. Read as a plain range and filtered in Rust (`is_searchable`):
 /// the indexable filter sorted by `_id` costs some servers (DocumentDB-based
 /// ones) time proportional to the whole collection on every page.
-pub async fn indexable_ids_page(
+pub(crate) async fn indexable_ids_page(
     db: &Database,
     rules: &Rules,
     collection: Collection,
@@ -345,7 +353,9 @@ pub async fn indexable_ids_page(
 /// The chat collections that keep change-stream pre-images
 /// (`changeStreamPreAndPostImages` on, MongoDB 6.0+): their deletes can name
 /// the deleted document (`listCollections`).
-pub async fn collections_with_pre_images(db: &Database) -> Result<Vec<Collection>, MongoError> {
+pub(crate) async fn collections_with_pre_images(
+    db: &Database,
+) -> Result<Vec<Collection>, MongoError> {
     let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
     let reply = db
         .run_command(doc! { "listCollections": 1, "filter": { "name": { "$in": names } } })
@@ -372,7 +382,7 @@ pub async fn collections_with_pre_images(db: &Database) -> Result<Vec<Collection
 /// Of the given Meilisearch ids, those that an indexable document of the
 /// collection has now (server time `now`), found by primary key (each
 /// id's stored spellings, [`projection::stored_ids`]).
-pub async fn indexable_meili_ids_among(
+pub(crate) async fn indexable_meili_ids_among(
     db: &Database,
     rules: &Rules,
     collection: Collection,
@@ -411,7 +421,7 @@ pub async fn indexable_meili_ids_among(
 
 /// The next `limit` excluded documents pending cleanup after `after` (by
 /// `_id`), with their `_id` and primary key.
-pub async fn pending_cleanup_page(
+pub(crate) async fn pending_cleanup_page(
     db: &Database,
     rules: &Rules,
     collection: Collection,
@@ -445,7 +455,7 @@ pub async fn pending_cleanup_page(
 /// key and the fields that judge them: what the expiry sweep removes.
 /// LibreChat's TTL index on `expiredAt` serves the range, and it holds only
 /// the documents expired and not yet deleted by MongoDB's TTL monitor.
-pub async fn expired_page(
+pub(crate) async fn expired_page(
     db: &Database,
     rules: &Rules,
     collection: Collection,

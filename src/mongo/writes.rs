@@ -45,9 +45,9 @@ fn attempt_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Attempt<Mong
 /// with it (`None`: it had none).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DocVersion {
-    pub id: Bson,
-    pub updated_at: Option<Bson>,
-    pub token: Option<Bson>,
+    pub(crate) id: Bson,
+    pub(crate) updated_at: Option<Bson>,
+    pub(crate) token: Option<Bson>,
 }
 
 impl DocVersion {
@@ -86,7 +86,7 @@ pub struct Updated {
     /// Statements whose filter matched a document.
     pub matched: u64,
     /// Documents actually changed.
-    pub modified: u64,
+    modified: u64,
 }
 
 /// Marks indexed (LibreChat's markers at the current schema version,
@@ -121,7 +121,7 @@ pub async fn set_flags_if_unchanged(
 /// Clears the flag of the given documents (those that have it set): one
 /// statement per `_id`, whatever the version — always safe, it only makes
 /// indexing send the document again. Returns how many were cleared.
-pub async fn clear_flags(
+pub(crate) async fn clear_flags(
     db: &Database,
     collection: Collection,
     ids: &[Bson],
@@ -145,7 +145,7 @@ pub async fn clear_flags(
 /// found not searchable and deleted from Meilisearch. Version-exact, so a
 /// document saved (and perhaps indexed by LibreChat's hook) since it was
 /// judged keeps its markers. Returns how many were marked.
-pub async fn mark_removed(
+pub(crate) async fn mark_removed(
     db: &Database,
     collection: Collection,
     versions: &[DocVersion],
@@ -345,7 +345,7 @@ fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt<MongoEr
 /// Marks removed ([`markers::removed`]) every flagged document that is not
 /// searchable at `now`: it must not be in Meilisearch (the caller has
 /// removed what Meilisearch held of it), so it cannot be "indexed".
-pub async fn clear_flags_of_unindexable(
+pub(crate) async fn clear_flags_of_unindexable(
     db: &Database,
     rules: &Rules,
     collection: Collection,
@@ -368,7 +368,7 @@ pub async fn clear_flags_of_unindexable(
 /// `_id`), in one range update. Returns how many were cleared and the last
 /// `_id` of the range (`None` once no flagged document is left). Resumable:
 /// a rerun simply finds the documents still flagged.
-pub async fn reset_flags_batch(
+pub(crate) async fn reset_flags_batch(
     db: &Database,
     collection: Collection,
     after: Option<&Bson>,
@@ -456,7 +456,7 @@ fn update_took_too_long(error: &mongodb::error::Error) -> bool {
 /// the exclusion path: Meilisearch has just been told to delete them, and a
 /// document that lost the path since (and may have been indexed) is left
 /// alone. Returns how many were marked.
-pub async fn mark_excluded_removed(
+pub(crate) async fn mark_excluded_removed(
     db: &Database,
     rules: &Rules,
     collection: Collection,

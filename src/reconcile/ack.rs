@@ -40,18 +40,18 @@ use crate::mongo::{self, DocVersion};
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Acked {
     /// Flags set (or found set) for the exact version sent.
-    pub flagged: u64,
+    pub(crate) flagged: u64,
     /// Documents deleted from Meilisearch: deleted or made unindexable in
     /// MongoDB while their batch was in flight.
-    pub deleted: u64,
+    pub(crate) deleted: u64,
     /// Flags cleared: the document changed (or became unindexable) while in flight.
-    pub flags_cleared: u64,
+    pub(crate) flags_cleared: u64,
     /// The `_id`s of the documents that changed while in flight (still
     /// indexable, another version): to be sent again.
-    pub changed: Vec<Bson>,
+    pub(crate) changed: Vec<Bson>,
     /// More changed documents than are worth keeping `_id`s of (see
     /// `sync::index_unindexed`): some are not in `changed`.
-    pub changed_overflowed: bool,
+    pub(crate) changed_overflowed: bool,
 }
 
 /// Flags `docs` (sent and accepted by Meilisearch, in ascending `_id`

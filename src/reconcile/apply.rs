@@ -100,7 +100,7 @@ pub(crate) struct Enqueued {
 
 impl Enqueued {
     /// Every task enqueued, deletions first.
-    pub fn tasks(&self) -> Vec<u64> {
+    pub(crate) fn tasks(&self) -> Vec<u64> {
         self.deletions
             .iter()
             .copied()
@@ -176,7 +176,7 @@ impl Accepted {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.docs.len()
     }
 }
@@ -185,13 +185,13 @@ impl Accepted {
 #[derive(Debug, Default)]
 pub(crate) struct SettledTasks {
     /// Documents Meilisearch confirmed.
-    pub indexed: u64,
-    pub rejected: Vec<super::Rejected>,
+    pub(crate) indexed: u64,
+    pub(crate) rejected: Vec<super::Rejected>,
     /// A batch was refused and bisected: parts of it were sent again just
     /// now, after whatever was enqueued since.
-    pub isolated: bool,
+    pub(crate) isolated: bool,
     /// Meilisearch ids deleted by its deletions.
-    pub deleted: u64,
+    pub(crate) deleted: u64,
 }
 
 /// Settles what [`enqueue_documents`] enqueued, once every one of its tasks

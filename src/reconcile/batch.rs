@@ -46,7 +46,11 @@ pub(crate) struct OtherDoc {
 
 impl BatchDoc {
     /// A document sent at `version`, read in retention branch `branch`.
-    pub fn new(version: &DocVersion, branch: Retention, meili_id: Option<String>) -> BatchDoc {
+    pub(crate) fn new(
+        version: &DocVersion,
+        branch: Retention,
+        meili_id: Option<String>,
+    ) -> BatchDoc {
         let token = match &version.token {
             None => Some(None),
             Some(Bson::String(text)) => canonical_object_id(text).map(Some),
@@ -74,7 +78,7 @@ impl BatchDoc {
     }
 
     /// Its `_id` and the `updatedAt` and version token that were read and sent.
-    pub fn version(&self) -> DocVersion {
+    pub(crate) fn version(&self) -> DocVersion {
         match self {
             BatchDoc::Typical {
                 id,
@@ -92,7 +96,7 @@ impl BatchDoc {
 
     /// The retention branch it was read in (what its acknowledgement checks
     /// again at MongoDB's time).
-    pub fn branch(&self) -> Retention {
+    pub(crate) fn branch(&self) -> Retention {
         match self {
             BatchDoc::Typical { branch, .. } => *branch,
             BatchDoc::Other(doc) => doc.branch,
@@ -100,7 +104,7 @@ impl BatchDoc {
     }
 
     /// The `_id`.
-    pub fn mongo_id(&self) -> Bson {
+    pub(crate) fn mongo_id(&self) -> Bson {
         match self {
             BatchDoc::Typical { id, .. } => Bson::ObjectId(*id),
             BatchDoc::Other(doc) => doc.version.id.clone(),
@@ -108,7 +112,7 @@ impl BatchDoc {
     }
 
     /// The Meilisearch id, when the document has one.
-    pub fn meili_id(&self) -> Option<String> {
+    pub(crate) fn meili_id(&self) -> Option<String> {
         match self {
             BatchDoc::Typical { meili_id, .. } => Some(meili_id.hyphenated().to_string()),
             BatchDoc::Other(doc) => doc.meili_id.as_deref().map(str::to_string),
@@ -116,7 +120,7 @@ impl BatchDoc {
     }
 
     /// The BSON type of the `_id`.
-    pub fn id_type(&self) -> mongodb::bson::spec::ElementType {
+    pub(crate) fn id_type(&self) -> mongodb::bson::spec::ElementType {
         match self {
             BatchDoc::Typical { .. } => mongodb::bson::spec::ElementType::ObjectId,
             BatchDoc::Other(doc) => doc.version.id.element_type(),
@@ -144,14 +148,14 @@ fn canonical_uuid(text: &str) -> Option<Uuid> {
 /// order (they are read that way).
 #[derive(Debug)]
 pub(crate) struct Batch {
-    pub docs: Vec<BatchDoc>,
+    pub(crate) docs: Vec<BatchDoc>,
     /// Start of each document's line in `payload`, plus the end.
     offsets: Vec<usize>,
     payload: Vec<u8>,
 }
 
 impl Batch {
-    pub fn new() -> Batch {
+    pub(crate) fn new() -> Batch {
         Batch {
             docs: Vec::new(),
             offsets: vec![0],
@@ -161,7 +165,7 @@ impl Batch {
 
     /// Adds a MongoDB document (read with its version fields, searchable in
     /// retention branch `branch`) as the line Meilisearch gets.
-    pub fn push_document(
+    pub(crate) fn push_document(
         &mut self,
         collection: mongo::Collection,
         doc: &Document,
@@ -184,26 +188,26 @@ impl Batch {
         self.offsets.push(self.payload.len());
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.docs.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.docs.is_empty()
     }
 
-    pub fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
         self.payload.len()
     }
 
     /// Whether adding a line of `line_len` bytes must start a new batch.
-    pub fn is_full_for(&self, line_len: usize, opts: &SyncOptions) -> bool {
+    pub(crate) fn is_full_for(&self, line_len: usize, opts: &SyncOptions) -> bool {
         !self.is_empty()
             && (self.len() >= opts.batch_docs || self.bytes() + line_len > opts.batch_bytes)
     }
 
     /// The NDJSON of documents `range`, copied (bisecting a refused batch).
-    pub fn payload_of(&self, range: Range<usize>) -> Bytes {
+    pub(crate) fn payload_of(&self, range: Range<usize>) -> Bytes {
         Bytes::copy_from_slice(&self.payload[self.offsets[range.start]..self.offsets[range.end]])
     }
 

@@ -21,27 +21,27 @@ use crate::progress::Progress;
 
 /// Everything one collection's work needs.
 pub(crate) struct Ctx<'a> {
-    pub db: &'a Database,
-    pub meili: &'a Meili,
-    pub opts: &'a SyncOptions,
-    pub guard: &'a Guard,
-    pub progress: &'a Progress,
-    pub collection: Collection,
-    pub uid: String,
+    pub(crate) db: &'a Database,
+    pub(crate) meili: &'a Meili,
+    pub(crate) opts: &'a SyncOptions,
+    pub(crate) guard: &'a Guard,
+    progress: &'a Progress,
+    pub(crate) collection: Collection,
+    pub(crate) uid: String,
     /// Where the run's indexing time goes; shared by every context of a run.
-    pub phases: Arc<phases::PhaseClock>,
+    pub(crate) phases: Arc<phases::PhaseClock>,
     /// How sent documents are read back (a refused batch, an acknowledgement
     /// that did not match everything).
-    pub read_back: crate::mongo::ReadBack,
+    pub(crate) read_back: crate::mongo::ReadBack,
     /// When set, no acknowledgement is written until it reads `true`: a
     /// head start's documents are sent while the plan counts, and the
     /// counts must see MongoDB as it was before the run wrote a flag.
-    pub ack_gate: Option<watch::Receiver<bool>>,
+    ack_gate: Option<watch::Receiver<bool>>,
 }
 
 impl<'a> Ctx<'a> {
     /// The context of `collection`'s work on index `uid`.
-    pub fn new(
+    pub(crate) fn new(
         db: &'a Database,
         meili: &'a Meili,
         opts: &'a SyncOptions,
@@ -66,20 +66,20 @@ impl<'a> Ctx<'a> {
 
     /// The same context for documents scattered over the collection (not
     /// read in `_id` order): they are read back by `_id` list.
-    pub fn with_scattered_ids(mut self) -> Ctx<'a> {
+    pub(crate) fn with_scattered_ids(mut self) -> Ctx<'a> {
         self.read_back = crate::mongo::ReadBack::Ids;
         self
     }
 
     /// The same context acknowledging nothing until `gate` reads `true`.
-    pub fn with_ack_gate(mut self, gate: watch::Receiver<bool>) -> Ctx<'a> {
+    pub(crate) fn with_ack_gate(mut self, gate: watch::Receiver<bool>) -> Ctx<'a> {
         self.ack_gate = Some(gate);
         self
     }
 
     /// Waits until acknowledgements may be written ([`Ctx::ack_gate`]).
     /// `false`: the gate was dropped closed, nothing may be acknowledged.
-    pub async fn ack_gate_open(&self) -> bool {
+    pub(crate) async fn ack_gate_open(&self) -> bool {
         let Some(gate) = &self.ack_gate else {
             return true;
         };
@@ -97,13 +97,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The same context counting its phases on `phases` (the run's clock).
-    pub fn with_phases(mut self, phases: &Arc<phases::PhaseClock>) -> Ctx<'a> {
+    pub(crate) fn with_phases(mut self, phases: &Arc<phases::PhaseClock>) -> Ctx<'a> {
         self.phases = Arc::clone(phases);
         self
     }
 
     /// The same work aimed at another index (e.g. a reindex's build target).
-    pub fn on_index(&self, uid: String) -> Ctx<'a> {
+    pub(crate) fn on_index(&self, uid: String) -> Ctx<'a> {
         Ctx::new(
             self.db,
             self.meili,
@@ -120,7 +120,7 @@ impl<'a> Ctx<'a> {
     /// of the collection's unindexed documents (those `backlog` selects),
     /// or of all its searchable ones (`None`), at MongoDB's time `now`,
     /// filtered by the server.
-    pub async fn read_page(
+    pub(crate) async fn read_page(
         &self,
         backlog: Option<mongo::Backlog>,
         now: DateTime,
@@ -138,7 +138,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Counts `n` documents done and logs the progress every few seconds.
-    pub fn advance(&self, n: u64) {
+    pub(crate) fn advance(&self, n: u64) {
         self.progress.advance(n);
         if self.progress.due_for_log(Duration::from_secs(5)) {
             let s = self.progress.snapshot();
@@ -153,14 +153,14 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    pub fn phase(&self, name: &str, total: u64) {
+    pub(crate) fn phase(&self, name: &str, total: u64) {
         self.progress
             .phase(&format!("{name} {}", self.collection.name()), total);
     }
 
     /// Deletes documents from the index by Meilisearch id, waiting for each
     /// task (one per 10,000 ids). Returns how many ids were sent.
-    pub async fn delete_documents(&self, ids: &[String]) -> Result<u64, ReconcileError> {
+    pub(crate) async fn delete_documents(&self, ids: &[String]) -> Result<u64, ReconcileError> {
         for chunk in ids.chunks(10_000) {
             let task = self
                 .meili
@@ -175,7 +175,7 @@ impl<'a> Ctx<'a> {
 
     /// Drops `uid` if it exists (a leftover reindex build index), waiting
     /// for the task. Returns whether there was one.
-    pub async fn drop_index(&self, uid: &str) -> Result<bool, ReconcileError> {
+    pub(crate) async fn drop_index(&self, uid: &str) -> Result<bool, ReconcileError> {
         if self.meili.index(uid).await?.is_none() {
             return Ok(false);
         }

@@ -68,9 +68,9 @@ const EXAMPLES: usize = 5;
 pub struct Difference {
     pub count: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub flagged: Option<u64>,
+    pub(crate) flagged: Option<u64>,
     /// Up to five Meilisearch ids (for a MongoDB document without one, its `_id`).
-    pub examples: Vec<String>,
+    pub(crate) examples: Vec<String>,
 }
 
 impl Difference {
@@ -132,7 +132,7 @@ impl Default for Comparison {
 
 impl Comparison {
     /// No difference at all.
-    pub fn is_exact(&self) -> bool {
+    pub(crate) fn is_exact(&self) -> bool {
         self.missing.count + self.unexpected.count + self.stale.count == 0
     }
 }
@@ -141,14 +141,14 @@ impl Comparison {
 #[derive(Debug, Default)]
 pub(crate) struct Repairs {
     /// Missing and stale documents Meilisearch confirmed.
-    pub indexed: u64,
+    pub(crate) indexed: u64,
     /// Unexpected documents deleted (and documents that went away while
     /// their repair was in flight).
-    pub deleted: u64,
+    pub(crate) deleted: u64,
     /// Flags set on documents Meilisearch holds exactly.
-    pub flags_set: u64,
-    pub flags_cleared: u64,
-    pub rejected: Vec<Rejected>,
+    pub(crate) flags_set: u64,
+    pub(crate) flags_cleared: u64,
+    pub(crate) rejected: Vec<Rejected>,
 }
 
 /// Whether the comparison only reports or also repairs.

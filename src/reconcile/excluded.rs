@@ -25,9 +25,9 @@ const PAGE: usize = 1_000;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Cleaned {
     /// Meilisearch ids whose deletion was asked for (and awaited).
-    pub deleted: u64,
+    pub(crate) deleted: u64,
     /// Documents marked removed.
-    pub marked: u64,
+    pub(crate) marked: u64,
 }
 
 /// Deletes the collection's excluded documents pending cleanup from the

@@ -63,7 +63,7 @@ impl SyncOptions {
     /// The engine's options from the settings: `[sync]`, the index prefix
     /// and filterable attributes of `[meili]`, the lease's collection and
     /// job (where the state document lives).
-    pub fn new(settings: &Settings) -> Self {
+    pub(crate) fn new(settings: &Settings) -> Self {
         let sync = &settings.sync;
         SyncOptions {
             index_prefix: settings.meili.index_prefix.clone(),
@@ -91,7 +91,7 @@ impl SyncOptions {
 }
 
 /// Suffix of the index a zero-downtime reindex builds.
-pub const BUILD_SUFFIX: &str = "_reindex";
+const BUILD_SUFFIX: &str = "_reindex";
 
 /// The index a zero-downtime reindex of `live_uid` builds (and, after the
 /// swap, the old index until it is dropped).

@@ -53,10 +53,10 @@ const BYTES_PER_ID: usize = 9;
 /// What a drift repair did.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct OrphanOutcome {
-    pub deleted: u64,
-    pub flags_cleared: u64,
+    pub(crate) deleted: u64,
+    pub(crate) flags_cleared: u64,
     /// Hash partitions the id sets were compared in.
-    pub partitions: u64,
+    pub(crate) partitions: u64,
 }
 
 /// A stable 64-bit hash of a document id.
@@ -76,20 +76,20 @@ pub(crate) struct Partitions(pub u64);
 impl Partitions {
     /// As many partitions as `expected_ids` need at `budget_bytes` each, when
     /// one id takes `bytes_per_id`.
-    pub fn for_ids(expected_ids: u64, budget_bytes: usize, bytes_per_id: usize) -> Partitions {
+    fn for_ids(expected_ids: u64, budget_bytes: usize, bytes_per_id: usize) -> Partitions {
         let per_partition = (budget_bytes / bytes_per_id.max(1)).max(1) as u64;
         Partitions(expected_ids.div_ceil(per_partition).max(1))
     }
 
     /// The partition an id's hash falls in.
-    pub fn of(self, hash: u64) -> u64 {
+    pub(crate) fn of(self, hash: u64) -> u64 {
         hash % self.0
     }
 
     /// The partitions comparing `ctx.uid` (holding `in_meili` documents)
     /// with its collection needs at `bytes_per_id`: sized for the larger of
     /// the two sides (MongoDB's estimated count), logged when more than one.
-    pub async fn for_comparison(
+    pub(crate) async fn for_comparison(
         ctx: &Ctx<'_>,
         in_meili: u64,
         bytes_per_id: usize,

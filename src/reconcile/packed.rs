@@ -79,7 +79,7 @@ pub(crate) struct Packed {
 
 impl Packed {
     /// Packs `docs`, keeping their order.
-    pub fn pack(docs: Vec<BatchDoc>) -> Packed {
+    pub(crate) fn pack(docs: Vec<BatchDoc>) -> Packed {
         let mut packed = Packed {
             bytes: Vec::with_capacity(docs.len() * 24),
             others: Vec::new(),
@@ -135,16 +135,16 @@ impl Packed {
         packed
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The documents packed, in their order.
-    pub fn unpack(self) -> Vec<BatchDoc> {
+    pub(crate) fn unpack(self) -> Vec<BatchDoc> {
         let mut docs = Vec::with_capacity(self.len);
         let mut others = self.others.into_iter();
         let mut input = Reader(&self.bytes);

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 /// The phases, as counted while a run goes (nanoseconds).
 #[derive(Debug, Default)]
-pub struct PhaseClock {
+pub(crate) struct PhaseClock {
     read: AtomicU64,
     build: AtomicU64,
     send: AtomicU64,
@@ -29,7 +29,7 @@ pub struct PhaseClock {
 
 /// One phase of [`PhaseClock`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Reading pages from MongoDB.
     Read,
     /// Shaping documents and serializing them to NDJSON batches.
@@ -55,7 +55,7 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in the order they are shown.
-    pub const ALL: [Phase; 8] = [
+    const ALL: [Phase; 8] = [
         Phase::Read,
         Phase::Build,
         Phase::Send,
@@ -67,7 +67,7 @@ impl Phase {
     ];
 
     /// The `phase` label of the metric (one of `metrics::SYNC_PHASES`).
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Phase::Read => "read",
             Phase::Build => "build",
@@ -96,7 +96,7 @@ impl PhaseClock {
     }
 
     /// Adds `elapsed` to `phase`.
-    pub fn add(&self, phase: Phase, elapsed: Duration) {
+    pub(crate) fn add(&self, phase: Phase, elapsed: Duration) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         self.slot(phase).fetch_add(nanos, Ordering::Relaxed);
     }
@@ -106,7 +106,7 @@ impl PhaseClock {
     }
 
     /// The phases so far, in seconds.
-    pub fn snapshot(&self) -> Phases {
+    pub(crate) fn snapshot(&self) -> Phases {
         Phases {
             read_secs: self.secs(Phase::Read),
             build_secs: self.secs(Phase::Build),
@@ -125,20 +125,20 @@ impl PhaseClock {
 /// and `/status`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Phases {
-    pub read_secs: f64,
-    pub build_secs: f64,
-    pub send_secs: f64,
-    pub meili_wait_secs: f64,
-    pub ack_secs: f64,
-    pub ack_waited_secs: f64,
-    pub reader_waited_secs: f64,
-    pub pipeline_waited_secs: f64,
+pub(crate) struct Phases {
+    read_secs: f64,
+    build_secs: f64,
+    send_secs: f64,
+    meili_wait_secs: f64,
+    ack_secs: f64,
+    ack_waited_secs: f64,
+    reader_waited_secs: f64,
+    pipeline_waited_secs: f64,
 }
 
 impl Phases {
     /// Seconds of `phase`.
-    pub fn get(&self, phase: Phase) -> f64 {
+    fn get(&self, phase: Phase) -> f64 {
         match phase {
             Phase::Read => self.read_secs,
             Phase::Build => self.build_secs,

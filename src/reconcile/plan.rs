@@ -49,7 +49,7 @@ pub enum RebuildReason {
 
 impl RebuildReason {
     /// Whether the index itself must be (re)created.
-    pub fn recreates_index(&self) -> bool {
+    pub(crate) fn recreates_index(&self) -> bool {
         !matches!(
             self,
             RebuildReason::IndexLost { .. } | RebuildReason::Forced
@@ -61,34 +61,34 @@ impl RebuildReason {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IndexPlan {
-    pub collection: Collection,
-    pub index_uid: String,
+    pub(crate) collection: Collection,
+    pub(crate) index_uid: String,
     pub exists: bool,
-    pub primary_key: Option<String>,
-    pub expected_primary_key: String,
+    pub(crate) primary_key: Option<String>,
+    pub(crate) expected_primary_key: String,
     /// Documents in the index (0 when it does not exist).
     pub meili_documents: u64,
     pub mongo: Counts,
     /// Excluded documents (subagent records) that may still be in
     /// Meilisearch, by LibreChat's markers: they will be removed and marked.
-    pub pending_cleanup: u64,
+    pub(crate) pending_cleanup: u64,
     /// The settings `PATCH` that would be sent (empty: settings are right).
     pub settings_to_apply: Map<String, Value>,
     pub rebuild: Option<RebuildReason>,
     /// The index and the flags disagree on the count: id sets will be compared.
-    pub drift_suspected: bool,
+    pub(crate) drift_suspected: bool,
     /// A reindex swapped (or was about to swap) this index and died before
     /// its flags were set exactly: every document will be compared.
-    pub exact_comparison_pending: bool,
+    pub(crate) exact_comparison_pending: bool,
     /// A `<uid>_reindex` index left by an interrupted reindex: it will be dropped.
-    pub leftover_build_index: bool,
+    pub(crate) leftover_build_index: bool,
     /// Documents that would be sent (before drift repair adds any).
     pub documents_to_index: u64,
     /// Unindexed documents below the threshold are left for a later run.
-    pub skipped_by_threshold: bool,
+    pub(crate) skipped_by_threshold: bool,
     /// LibreChat's own `getSyncProgress()` of the collection, when asked
     /// for ([`librechat_view`]).
-    pub librechat: Option<LibreChatProgress>,
+    pub(crate) librechat: Option<LibreChatProgress>,
 }
 
 /// The whole plan.
@@ -98,7 +98,7 @@ pub struct Plan {
     /// `GET /health`'s status (`available`).
     pub meili_health: String,
     /// MongoDB's clock when the counts were taken (RFC 3339).
-    pub server_time: String,
+    pub(crate) server_time: String,
     pub indexes: Vec<IndexPlan>,
     /// Nothing would change (ignoring a `--deep` comparison).
     pub nothing_to_do: bool,
@@ -127,14 +127,14 @@ pub async fn plan(
 pub(crate) struct Survey {
     meili_health: String,
     /// MongoDB's clock when the survey began: the counts' `now`.
-    pub now: DateTime,
-    pub indexes: Vec<Surveyed>,
+    pub(crate) now: DateTime,
+    pub(crate) indexes: Vec<Surveyed>,
 }
 
 /// One index as surveyed: everything [`decide`] needs but the counts.
 pub(crate) struct Surveyed {
-    pub collection: Collection,
-    pub index_uid: String,
+    pub(crate) collection: Collection,
+    pub(crate) index_uid: String,
     /// `None`: the index does not exist; `Some(None)`: no primary key.
     primary_key: Option<Option<String>>,
     /// Documents in the index, read before anything is sent.

@@ -19,7 +19,7 @@ use crate::mongo;
 const RESET_BATCH: usize = 2_000;
 
 /// Creates `uid` with `primary_key`, deleting it first when it `exists`.
-pub async fn recreate_index(
+pub(crate) async fn recreate_index(
     meili: &Meili,
     uid: &str,
     primary_key: &str,

@@ -67,7 +67,7 @@ use crate::meili::Meili;
 use crate::mongo::{self, Collection};
 use crate::progress::Progress;
 
-pub use super::options::{build_uid, BUILD_SUFFIX};
+pub use super::options::build_uid;
 
 /// What to reindex and how.
 #[derive(Clone, Debug, Default)]

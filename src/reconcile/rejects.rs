@@ -21,10 +21,10 @@ pub struct Rejected {
     /// Its Meilisearch id (primary-key value), when it has one.
     pub id: Option<String>,
     /// Its MongoDB `_id`, as extended JSON.
-    pub mongo_id: String,
+    pub(crate) mongo_id: String,
     /// Meilisearch's error code, e.g. `invalid_document_id`.
     pub code: String,
-    pub message: String,
+    pub(crate) message: String,
     #[serde(skip)]
     pub(crate) mongo_id_key: String,
 }
@@ -43,7 +43,7 @@ impl Rejected {
 
 /// Whether a failed task's error is about a document (so splitting the batch
 /// isolates it) rather than about the index or the server.
-pub fn is_document_error(code: &str) -> bool {
+pub(crate) fn is_document_error(code: &str) -> bool {
     code.starts_with("invalid_document")
         || code.starts_with("missing_document")
         || matches!(

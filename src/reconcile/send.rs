@@ -29,17 +29,17 @@ use crate::mongo;
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
     /// Documents Meilisearch confirmed.
-    pub indexed: u64,
+    pub(crate) indexed: u64,
     /// See [`SyncOutcome`](super::sync::SyncOutcome).
-    pub deleted: u64,
-    pub flags_cleared: u64,
-    pub rejected: Vec<Rejected>,
+    pub(crate) deleted: u64,
+    pub(crate) flags_cleared: u64,
+    pub(crate) rejected: Vec<Rejected>,
     /// The `_id`s of documents that changed while in flight: their flags
     /// are cleared, and they are to be sent again.
-    pub changed: Vec<Bson>,
+    pub(crate) changed: Vec<Bson>,
     /// More documents changed than [`max_changed_ids`] allows keeping: not
     /// all are in `changed`, and only a read of the collection finds them.
-    pub changed_overflowed: bool,
+    pub(crate) changed_overflowed: bool,
 }
 
 /// Most `_id`s of documents changed while in flight a pass keeps to send
@@ -63,14 +63,14 @@ const ACK_QUEUE_BATCHES: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Demand {
     /// Batches taken off the queue so far.
-    pub taken: u64,
+    taken: u64,
     /// Room in Meilisearch (the budget and `in_flight`) for one more.
-    pub room: bool,
+    room: bool,
 }
 
 impl Demand {
     /// Before anything is sent: room, nothing taken.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Demand {
             taken: 0,
             room: true,
@@ -78,7 +78,7 @@ impl Demand {
     }
 
     /// Whether a reader that has handed over `handed` batches should read on.
-    pub fn wants_more_after(&self, handed: u64) -> bool {
+    pub(crate) fn wants_more_after(&self, handed: u64) -> bool {
         self.taken == handed && self.room
     }
 }
@@ -269,10 +269,10 @@ async fn reread(ctx: &Ctx<'_>, refused: &[BatchDoc]) -> Result<Batch, ReconcileE
 /// A batch whose task is enqueued: its documents, packed (the NDJSON went
 /// with the request), the bytes it held, its task and when it was sent.
 pub(crate) struct Enqueued {
-    pub docs: Packed,
-    pub bytes: usize,
-    pub task: u64,
-    pub sent: Instant,
+    docs: Packed,
+    bytes: usize,
+    pub(crate) task: u64,
+    pub(crate) sent: Instant,
 }
 
 /// Enqueues `batch` in Meilisearch (the guard checked first); its NDJSON is
@@ -298,9 +298,9 @@ pub(crate) async fn enqueue(ctx: &Ctx<'_>, batch: Batch) -> Result<Enqueued, Rec
 /// A settled task: the bytes it held in flight, the documents Meilisearch
 /// accepted (in `_id` order, packed) and those it rejected.
 pub(crate) struct Done {
-    pub bytes: usize,
-    pub accepted: Packed,
-    pub rejected: Vec<Rejected>,
+    bytes: usize,
+    pub(crate) accepted: Packed,
+    pub(crate) rejected: Vec<Rejected>,
 }
 
 /// Waits for a batch's task; on a document error isolates the rejected

@@ -35,7 +35,7 @@ pub fn desired(filterable_attributes: &[String]) -> Map<String, Value> {
 /// The keys of `desired` whose value differs from `actual` (the whole
 /// desired object is compared), with their desired values: the body of the
 /// `PATCH` to send, empty when nothing differs.
-pub fn diff(actual: &Value, desired: &Map<String, Value>) -> Map<String, Value> {
+pub(crate) fn diff(actual: &Value, desired: &Map<String, Value>) -> Map<String, Value> {
     desired
         .iter()
         .filter(|(key, want)| {
@@ -60,7 +60,7 @@ fn normalized(key: &str, value: &Value) -> Value {
 
 /// Sends the diff (when not empty) and waits for its task, so no document
 /// write can precede it. Returns the keys changed.
-pub async fn apply(
+pub(crate) async fn apply(
     meili: &Meili,
     uid: &str,
     diff: &Map<String, Value>,

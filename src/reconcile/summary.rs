@@ -15,7 +15,7 @@ use super::rejects::Rejected;
 #[serde(rename_all = "camelCase")]
 pub struct CollectionSummary {
     pub collection: String,
-    pub index_uid: String,
+    pub(crate) index_uid: String,
     /// Documents Meilisearch confirmed in this run.
     pub indexed: u64,
     /// Documents deleted from Meilisearch (gone or no longer indexable in Mongo).
@@ -24,7 +24,7 @@ pub struct CollectionSummary {
     /// documents changed while in flight).
     pub flags_cleared: u64,
     /// Flags set by an exact comparison on documents the index already held.
-    pub flags_set: u64,
+    pub(crate) flags_set: u64,
     /// Documents Meilisearch refused, left unacknowledged.
     pub rejected: Vec<Rejected>,
     /// Settings keys that were changed.
@@ -32,7 +32,7 @@ pub struct CollectionSummary {
     /// Why the index was rebuilt, if it was.
     pub rebuilt: Option<RebuildReason>,
     /// Unindexed documents left alone because they were below the threshold.
-    pub skipped_by_threshold: Option<u64>,
+    pub(crate) skipped_by_threshold: Option<u64>,
     /// Whether the id sets were compared.
     pub compared_ids: bool,
     /// Hash partitions the id or document comparison ran in: 0 when none
@@ -42,11 +42,11 @@ pub struct CollectionSummary {
     /// What an exact comparison of every document found (before repairing),
     /// when one ran.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub verified: Option<exact::Comparison>,
+    pub(crate) verified: Option<exact::Comparison>,
 }
 
 impl CollectionSummary {
-    pub fn changed_anything(&self) -> bool {
+    pub(crate) fn changed_anything(&self) -> bool {
         self.indexed > 0
             || self.deleted > 0
             || self.flags_cleared > 0
@@ -62,21 +62,17 @@ impl CollectionSummary {
 #[serde(rename_all = "camelCase")]
 pub struct RunSummary {
     pub collections: Vec<CollectionSummary>,
-    pub duration_ms: u64,
+    pub(crate) duration_ms: u64,
     /// Documents indexed per second of the whole run.
-    pub docs_per_sec: f64,
+    pub(crate) docs_per_sec: f64,
     /// Nothing was changed (documents skipped by the threshold stay as they were).
     pub nothing_to_do: bool,
     /// Where the indexing time went ([`phases`]).
-    pub phases: phases::Phases,
+    pub(crate) phases: phases::Phases,
 }
 
 impl RunSummary {
-    pub fn rejected_count(&self) -> usize {
+    pub(crate) fn rejected_count(&self) -> usize {
         self.collections.iter().map(|c| c.rejected.len()).sum()
-    }
-
-    pub fn indexed(&self) -> u64 {
-        self.collections.iter().map(|c| c.indexed).sum()
     }
 }

@@ -77,22 +77,22 @@ impl Feed {
 #[derive(Debug, Default)]
 pub(crate) struct PassOutcome {
     /// Documents sent.
-    pub sent: u64,
+    sent: u64,
     /// What the sender did with them.
-    pub settled: Settled,
+    pub(crate) settled: Settled,
 }
 
 /// What indexing one collection did.
 #[derive(Debug, Default)]
 pub(crate) struct SyncOutcome {
     /// Documents Meilisearch confirmed.
-    pub indexed: u64,
+    pub(crate) indexed: u64,
     /// Documents deleted from Meilisearch because they were deleted or made
     /// unindexable in MongoDB while their batch was in flight.
-    pub deleted: u64,
+    pub(crate) deleted: u64,
     /// Flags cleared because the document changed while in flight.
-    pub flags_cleared: u64,
-    pub rejected: Vec<Rejected>,
+    pub(crate) flags_cleared: u64,
+    pub(crate) rejected: Vec<Rejected>,
 }
 
 /// A pass reads by plain `_id` range pages (filtering in Rust) when it

@@ -18,10 +18,10 @@
 
 /// The environment variable naming the step to pause after.
 #[cfg(feature = "fault-injection")]
-pub const PAUSE_AFTER: &str = "RECONCILER_TEST_PAUSE_AFTER";
+const PAUSE_AFTER: &str = "RECONCILER_TEST_PAUSE_AFTER";
 /// The environment variable naming the file whose creation ends the pause.
 #[cfg(feature = "fault-injection")]
-pub const RESUME_FILE: &str = "RECONCILER_TEST_RESUME_FILE";
+const RESUME_FILE: &str = "RECONCILER_TEST_RESUME_FILE";
 
 /// Pauses if the environment asks to pause after `step`.
 #[cfg(feature = "fault-injection")]

@@ -42,8 +42,8 @@ use crate::progress::Progress;
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IndexReport {
-    pub collection: Collection,
-    pub index_uid: String,
+    pub(crate) collection: Collection,
+    pub(crate) index_uid: String,
     #[serde(flatten)]
     pub comparison: Comparison,
 }

@@ -11,7 +11,7 @@
 //!   log line of every reconciliation);
 //! - [`verify`]: `verify` — what the exact comparison found.
 
-pub mod plan;
-pub mod status;
-pub mod summary;
-pub mod verify;
+mod plan;
+mod status;
+mod summary;
+mod verify;

@@ -24,15 +24,15 @@ use crate::meili::Meili;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Clone)]
-pub struct HttpContext {
-    pub state: ReplicaState,
-    pub db: Database,
-    pub meili: Meili,
-    pub lease: LeaseOptions,
-    pub metrics: PrometheusHandle,
+pub(crate) struct HttpContext {
+    pub(crate) state: ReplicaState,
+    pub(crate) db: Database,
+    pub(crate) meili: Meili,
+    pub(crate) lease: LeaseOptions,
+    pub(crate) metrics: PrometheusHandle,
 }
 
-pub fn router(ctx: HttpContext) -> Router {
+pub(crate) fn router(ctx: HttpContext) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

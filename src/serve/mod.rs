@@ -15,8 +15,8 @@
 //! change streams falls back to the interval schedule above, saying why
 //! once ([`crate::follow::mode`]).
 
-pub mod http;
-pub mod state;
+mod http;
+mod state;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,8 +39,8 @@ pub use crate::between_runs::update_backlog;
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr} (serve.listen): {reason}")]
 pub struct ListenError {
-    pub addr: String,
-    pub reason: String,
+    addr: String,
+    reason: String,
 }
 
 /// Runs until `shutdown`; returns once the lease is released (if held) and

@@ -14,7 +14,7 @@ use crate::progress::Progress;
 /// What the replica is doing right now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub(crate) enum Role {
     /// Started, no run yet.
     Starting,
     /// In a run: owning the lease or waiting for its owner.
@@ -27,11 +27,11 @@ pub enum Role {
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LastRun {
+pub(crate) struct LastRun {
     /// RFC 3339, this replica's clock (informational only).
-    pub finished_at: String,
+    finished_at: String,
     #[serde(flatten)]
-    pub outcome: RunOutcome,
+    outcome: RunOutcome,
 }
 
 #[derive(Debug)]
@@ -45,16 +45,16 @@ struct Inner {
 
 /// Shared between the schedule and the HTTP handlers. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct ReplicaState {
-    pub replica: String,
-    pub progress: Progress,
+pub(crate) struct ReplicaState {
+    pub(crate) replica: String,
+    pub(crate) progress: Progress,
     /// Follow mode (`off` until `run` starts following).
-    pub follow: FollowStatus,
+    pub(crate) follow: FollowStatus,
     inner: Arc<RwLock<Inner>>,
 }
 
 impl ReplicaState {
-    pub fn new(replica: String, progress: Progress) -> Self {
+    pub(crate) fn new(replica: String, progress: Progress) -> Self {
         ReplicaState {
             replica,
             progress,
@@ -68,15 +68,15 @@ impl ReplicaState {
         }
     }
 
-    pub fn set_role(&self, role: Role) {
+    pub(crate) fn set_role(&self, role: Role) {
         self.inner.write().expect("state poisoned").role = role;
     }
 
-    pub fn role(&self) -> Role {
+    pub(crate) fn role(&self) -> Role {
         self.inner.read().expect("state poisoned").role
     }
 
-    pub fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
+    fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
         let mut inner = self.inner.write().expect("state poisoned");
         inner.last_run = Some(LastRun {
             finished_at: time::OffsetDateTime::now_utc()
@@ -90,18 +90,18 @@ impl ReplicaState {
         }
     }
 
-    pub fn last_run(&self) -> Option<LastRun> {
+    pub(crate) fn last_run(&self) -> Option<LastRun> {
         self.inner.read().expect("state poisoned").last_run.clone()
     }
 
-    pub fn next_run_in_secs(&self) -> Option<u64> {
+    pub(crate) fn next_run_in_secs(&self) -> Option<u64> {
         self.inner.read().expect("state poisoned").next_run_in_secs
     }
 
     /// Takes `mode` and logs its line, once: the mode this replica already
     /// has is not logged again. Interval mode imposed by the server also
     /// shows as follow state `unsupported`.
-    pub fn enter_mode(&self, mode: ModeView, interval: Duration) {
+    fn enter_mode(&self, mode: ModeView, interval: Duration) {
         let mut inner = self.inner.write().expect("state poisoned");
         if inner.mode.as_ref() == Some(&mode) {
             return;
@@ -114,7 +114,7 @@ impl ReplicaState {
     }
 
     /// The mode, once `run` has decided it.
-    pub fn mode(&self) -> Option<ModeView> {
+    pub(crate) fn mode(&self) -> Option<ModeView> {
         self.inner.read().expect("state poisoned").mode.clone()
     }
 }

@@ -343,6 +343,11 @@ pub fn is_marked_indexed(d: &Document) -> bool {
         && matches!(d.get("_meiliIndexSchemaVersion"), Some(Bson::Int32(1)))
 }
 
+/// Documents a run sent to Meilisearch, over all collections.
+pub fn indexed(summary: &RunSummary) -> u64 {
+    summary.collections.iter().map(|c| c.indexed).sum()
+}
+
 /// MongoDB's clock (what the engine compares `expiredAt` with).
 pub async fn server_now(db: &Database) -> DateTime {
     meili_reconciler::mongo::server_time(db).await.unwrap()
