@@ -118,6 +118,18 @@ enum Verb {
     Delete,
 }
 
+impl Verb {
+    /// The SDK's request method, carrying `body` where the verb has one.
+    fn method<B>(self, body: B) -> Method<(), B> {
+        match self {
+            Verb::Get => Method::Get { query: () },
+            Verb::Post => Method::Post { query: (), body },
+            Verb::Patch => Method::Patch { query: (), body },
+            Verb::Delete => Method::Delete { query: () },
+        }
+    }
+}
+
 /// A Meilisearch server. Cheap to clone. Its `Debug` shows the host (without
 /// credentials) and the timings, never the clients: the SDK's prints its
 /// headers, the master key among them.
@@ -590,36 +602,10 @@ impl Meili {
                 guard.check()?;
             }
             let exchange = async {
-                let result = match verb {
-                    Verb::Get => {
-                        self.http
-                            .request::<(), (), Value>(&url, Method::Get { query: () }, expected)
-                            .await
-                    }
-                    Verb::Delete => {
-                        self.http
-                            .request::<(), (), Value>(&url, Method::Delete { query: () }, expected)
-                            .await
-                    }
-                    Verb::Post => {
-                        self.http
-                            .request::<(), Option<&B>, Value>(
-                                &url,
-                                Method::Post { query: (), body },
-                                expected,
-                            )
-                            .await
-                    }
-                    Verb::Patch => {
-                        self.http
-                            .request::<(), Option<&B>, Value>(
-                                &url,
-                                Method::Patch { query: (), body },
-                                expected,
-                            )
-                            .await
-                    }
-                };
+                let result = self
+                    .http
+                    .request::<(), Option<&B>, Value>(&url, verb.method(body), expected)
+                    .await;
                 match result {
                     Err(SdkError::ParseError(_)) => Err(self.unexpected(what, "unparsable answer")),
                     Err(e) => Err(self.classify(what, e)),

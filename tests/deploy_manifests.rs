@@ -223,7 +223,11 @@ impl Exported {
         let source = read(METRICS_SOURCE);
         let mut by_const = HashMap::new();
         for line in source.lines() {
-            let Some(rest) = line.trim().strip_prefix("pub const ") else {
+            let line = line.trim();
+            let Some(rest) = ["pub const ", "pub(crate) const ", "const "]
+                .iter()
+                .find_map(|visibility| line.strip_prefix(visibility))
+            else {
                 continue;
             };
             let Some((name, value)) = rest.split_once(": &str = \"") else {
