@@ -1,6 +1,6 @@
 """Runs the `suite` test binary's tests on a pool of workers, one test at a time each.
 
-    python3 suite_pool.py BINARY LOG ENV_FILE... [-- FILTER...]
+    python3 suite_pool.py [--lane PREFIX]... BINARY LOG ENV_FILE... [-- FILTER...]
 
 Each ENV_FILE (`export NAME='value'` lines, as scripts/test-servers writes
 them) is one worker: the servers its tests use. A worker runs one test at a
@@ -10,6 +10,12 @@ request at a time, and a test's wait for a lease to expire or a change to
 arrive costs no other test anything. Workers take the next test from one
 queue, in the binary's order. FILTERs pick tests as libtest's name filters
 do (`verify_command::`).
+
+`--lane PREFIX` puts the tests whose names start with PREFIX in one lane:
+one worker runs them one after another, first in the queue. It is for tests
+that take turns on a server every worker shares (tests/support/turn.rs):
+spread over the workers, all but one of them would wait for the turn,
+idle, while the queue has other work for them.
 
 Prints one line per test as it ends (its output too when it failed), then
 returns. LOG receives each test's own output under a `Running tests/suite.rs`
@@ -50,14 +56,18 @@ def list_tests(binary, filters):
 
 
 class Pool:
-    def __init__(self, binary, log_path, worker_envs, tests):
+    def __init__(self, binary, log_path, worker_envs, lanes, tests):
+        """`lanes`: lists of tests run one after another by one worker,
+        queued before `tests`, each of which any worker takes."""
         self.binary = binary
         self.log = open(log_path, "a")
         self.worker_envs = worker_envs
         self.todo = queue.Queue()
+        for lane in lanes:
+            self.todo.put(lane)
         for test in tests:
-            self.todo.put(test)
-        self.total = len(tests)
+            self.todo.put([test])
+        self.total = len(tests) + sum(len(lane) for lane in lanes)
         self.done = 0
         self.failed = 0
         self.lock = threading.Lock()
@@ -78,20 +88,21 @@ class Pool:
         env = {**os.environ, **servers}
         while True:
             try:
-                test = self.todo.get_nowait()
+                lane = self.todo.get_nowait()
             except queue.Empty:
                 return
-            started = time.monotonic()
-            ran = subprocess.run(
-                [self.binary, "--exact", test, "--test-threads=1"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-            )
-            self.report(number, test, ran, time.monotonic() - started)
+            for test in lane:
+                started = time.monotonic()
+                ran = subprocess.run(
+                    [self.binary, "--exact", test, "--test-threads=1"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                )
+                self.report(number, test, ran, time.monotonic() - started)
 
     def report(self, worker, test, ran, seconds):
         with self.lock:
@@ -120,13 +131,22 @@ def main():
     if "--" in args:
         at = args.index("--")
         args, filters = args[:at], args[at + 1 :]
+    prefixes = []
+    while args[:1] == ["--lane"] and len(args) > 1:
+        prefixes.append(args[1])
+        args = args[2:]
     binary, log_path, *env_files = args
     if not env_files:
         sys.exit("suite_pool.py: no ENV_FILE, no worker")
     tests = list_tests(binary, filters)
+    lanes = [[t for t in tests if t.startswith(prefix)] for prefix in prefixes]
+    lanes = [lane for lane in lanes if lane]
+    in_lanes = {t for lane in lanes for t in lane}
+    tests = [t for t in tests if t not in in_lanes]
     workers = [read_env_file(path) for path in env_files]
-    print(f"suite: {len(tests)} tests on {len(workers)} workers", flush=True)
-    sys.exit(Pool(binary, log_path, workers, tests).run())
+    total = len(tests) + len(in_lanes)
+    print(f"suite: {total} tests on {len(workers)} workers", flush=True)
+    sys.exit(Pool(binary, log_path, workers, lanes, tests).run())
 
 
 if __name__ == "__main__":
