@@ -59,6 +59,12 @@ fn harness(target: &Target, args: &[&str]) -> Value {
         .env("LIBRECHAT_DB", &target.database)
         .env("MEILI_HOST", &target.meili_host)
         .env("MEILI_MASTER_KEY", &target.meili_key)
+        // LibreChat's hooks settle behind every task a shared Meilisearch
+        // has queued: as long as a reconciliation may take.
+        .env(
+            "HARNESS_SETTLE_TIMEOUT_MS",
+            RUN_LIMIT.as_millis().to_string(),
+        )
         .output()
         .expect("run node (Node.js must be on PATH)");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -127,15 +133,16 @@ async fn meili_documents(target: &Target, index: &str, pk: &str) -> BTreeMap<Str
     }
 }
 
-/// Waits for Meilisearch to finish what is enqueued (LibreChat's hooks and
-/// our tasks), so what is read is settled.
+/// Waits for Meilisearch to finish what is enqueued on LibreChat's indexes
+/// (LibreChat's hooks and our tasks), so what is read is settled. Other
+/// indexes' tasks (other tests', on a shared Meilisearch) are not waited for.
 async fn meili_settled(target: &Target) {
     eventually(
-        Duration::from_secs(60),
-        "Meilisearch's queue to drain",
+        RUN_LIMIT,
+        "Meilisearch's queue on LibreChat's indexes to drain",
         || async {
             let tasks = target
-                .meili_get("/tasks?statuses=enqueued,processing&limit=1")
+                .meili_get("/tasks?statuses=enqueued,processing&indexUids=messages,convos&limit=1")
                 .await;
             (tasks["total"].as_u64() == Some(0)).then_some(())
         },

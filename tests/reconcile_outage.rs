@@ -39,7 +39,25 @@ async fn outage_mid_run(mode: &str) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let retried_before = env.meili.retries();
-    knobs.outage(mode, 1500).await;
+    // An outage the run meets. A run busy with MongoDB for a whole outage
+    // (its reads and flag writes, slow on a loaded machine) sends nothing
+    // during it: then another outage follows, once this one is over.
+    const OUTAGE: Duration = Duration::from_millis(1500);
+    for _ in 0..10 {
+        let started = std::time::Instant::now();
+        knobs.outage(mode, OUTAGE.as_millis() as u64).await;
+        let over = started + OUTAGE + Duration::from_millis(500);
+        while std::time::Instant::now() < over
+            && env.meili.retries() == retried_before
+            && !run.is_finished()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if env.meili.retries() > retried_before || run.is_finished() {
+            break;
+        }
+        tokio::time::sleep_until(over.into()).await;
+    }
     let summary = run
         .await
         .unwrap()
