@@ -242,9 +242,11 @@ fn parse_docs_limit(raw: &str) -> Result<(String, u64), String> {
     let (name, count) = raw
         .split_once('=')
         .ok_or_else(|| format!("expected COLLECTION=N (e.g. messages=500), got `{raw}`"))?;
-    if !Collection::ALL.iter().any(|c| c.name() == name) {
+    if Collection::named(name).is_none() {
+        let known: Vec<_> = Collection::ALL.iter().map(|c| c.name()).collect();
         return Err(format!(
-            "unknown collection `{name}`: expected messages or conversations"
+            "unknown collection `{name}`: expected one of {}",
+            known.join(", ")
         ));
     }
     let count = count

@@ -107,7 +107,7 @@ impl Collection {
     }
 
     /// The collection of this MongoDB name.
-    pub(crate) fn named(name: &str) -> Option<Collection> {
+    pub fn named(name: &str) -> Option<Collection> {
         Collection::ALL.into_iter().find(|c| c.name() == name)
     }
 
