@@ -165,11 +165,12 @@ pub async fn repair(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn the_report_serializes_each_kind_of_difference() {
+    /// A report of one index with a missing and a stale document (also
+    /// what the rendering's test reads).
+    pub(crate) fn sample_report() -> VerifyReport {
         let mut comparison = Comparison {
             meili_documents: 10,
             mongo_indexable: 10,
@@ -182,14 +183,19 @@ mod tests {
         comparison.stale.count = 1;
         comparison.stale.flagged = Some(0);
         comparison.stale.examples = vec!["msg-2".into()];
-        let report = VerifyReport {
+        VerifyReport {
             clean: false,
             indexes: vec![IndexReport {
                 collection: Collection::Messages,
                 index_uid: "messages".into(),
                 comparison,
             }],
-        };
+        }
+    }
+
+    #[test]
+    fn the_report_serializes_each_kind_of_difference() {
+        let report = sample_report();
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["indexes"][0]["missing"]["count"], 1);
         assert_eq!(json["indexes"][0]["missing"]["flagged"], 1);

@@ -71,32 +71,11 @@ fn line(f: &mut fmt::Formatter<'_>, name: &str, d: &Difference, meaning: &str) -
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::mongo::Collection;
-    use crate::reconcile::exact::Comparison;
-    use crate::reconcile::verify::IndexReport;
+    use crate::reconcile::verify::tests::sample_report;
 
     #[test]
     fn the_report_names_each_kind_of_difference() {
-        let mut comparison = Comparison {
-            meili_documents: 10,
-            mongo_indexable: 10,
-            matching: 8,
-            ..Comparison::default()
-        };
-        comparison.missing.count = 1;
-        comparison.missing.flagged = Some(1);
-        comparison.missing.examples = vec!["msg-1".into()];
-        comparison.stale.count = 1;
-        comparison.stale.examples = vec!["msg-2".into()];
-        let report = VerifyReport {
-            clean: false,
-            indexes: vec![IndexReport {
-                collection: Collection::Messages,
-                index_uid: "messages".into(),
-                comparison,
-            }],
-        };
+        let report = sample_report();
         let text = report.to_string();
         assert!(
             text.contains("missing:    1 (1 flagged as indexed)"),
