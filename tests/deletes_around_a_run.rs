@@ -24,8 +24,6 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use meili_reconciler::mongo::Collection;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use support::chat_data::{is_marked_indexed, seed, server_now, Env};
@@ -117,7 +115,7 @@ async fn deletes_at(stage: &str, round: usize, target: &Target, env: &Env) {
             ("RECONCILER_TEST_RESUME_FILE", resume_file.to_str().unwrap()),
         ],
     );
-    run.await_pause(stage, Duration::from_secs(120)).await;
+    run.await_pause(stage, support::timing::RUN_BOUND).await;
 
     // The first batch (in flight, or acknowledged, by the stage), the last
     // edited documents (not read yet), indexed ones no pass reads, and
@@ -132,7 +130,7 @@ async fn deletes_at(stage: &str, round: usize, target: &Target, env: &Env) {
     assert_eq!(gone.len() + gone_convs.len(), 11, "deleted while paused");
     std::fs::write(&resume_file, b"").unwrap();
 
-    let status = wait_exit(&mut run, Duration::from_secs(300));
+    let status = wait_exit(&mut run, support::timing::RUN_BOUND);
     let (out, err) = output_of(run);
     assert!(status.success(), "{stage}: {status}: {out}{err}");
 

@@ -410,7 +410,7 @@ async fn http_status() -> String {
     let mut replica = target.spawn("", &["run"]);
     let url = format!("http://{listen}/status");
     let status: Value = eventually(
-        Duration::from_secs(120),
+        support::timing::RUN_BOUND,
         "the run replica's first run to complete",
         || async {
             let status: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;

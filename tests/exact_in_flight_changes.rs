@@ -105,7 +105,7 @@ async fn changes_to_a_batch_in_flight_are_handled_in_the_same_run() {
     );
     knobs.set_latency(0).await;
 
-    let status = wait_exit(&mut once, Duration::from_secs(120));
+    let status = wait_exit(&mut once, support::timing::RUN_BOUND);
     let (out, err) = output_of(once);
     assert_eq!(status.code(), Some(0), "{out}{err}");
 

@@ -231,7 +231,10 @@ async fn writes_during_a_sync_end_exact(tag: &str, skew_ms: i64, hook: bool) {
             break status;
         }
         writer.step().await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // A write every 50 ms is hundreds while the sync runs; faster, the
+        // writer would only crowd a stand-in MongoDB that answers one
+        // request at a time.
+        tokio::time::sleep(Duration::from_millis(50)).await;
     };
     if let Some(task) = writer.last_hook_task {
         let guard = Guard::unfenced();

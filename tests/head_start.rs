@@ -9,7 +9,6 @@
 use crate::support;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use meili_reconciler::mongo::Collection;
 use serde_json::Value;
@@ -67,7 +66,7 @@ async fn a_small_backlog_is_sent_while_the_plan_counts() {
             ("RECONCILER_TEST_RESUME_FILE", resume_file.to_str().unwrap()),
         ],
     );
-    let limit = Duration::from_secs(120);
+    let limit = support::timing::RUN_BOUND;
     run.await_pause("head-start-counting", limit).await;
     // The counts are held back; the head start goes on until its first
     // settled batch waits at the acknowledger.
@@ -104,7 +103,7 @@ async fn a_small_backlog_is_sent_while_the_plan_counts() {
     );
 
     std::fs::write(&resume_file, b"").unwrap();
-    let status = wait_exit(&mut run, Duration::from_secs(300));
+    let status = wait_exit(&mut run, support::timing::RUN_BOUND);
     let (out, err) = output_of(run);
     assert!(status.success(), "{status}: {out}{err}");
     let sent = events(

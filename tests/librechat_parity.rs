@@ -38,7 +38,7 @@ async fn indexes_turn() -> support::turn::Turn {
 }
 
 /// How long a reconciliation of the small history may take, generously.
-const RUN_LIMIT: Duration = Duration::from_secs(240);
+const RUN_LIMIT: Duration = support::timing::RUN_BOUND;
 
 fn harness_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/librechat"))

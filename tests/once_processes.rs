@@ -5,8 +5,6 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use mongodb::bson::{doc, Document};
 use support::cli::{output_of, wait_exit, Target};
 use support::seeder::{seed, SeedSpec};
@@ -38,21 +36,22 @@ async fn three_once_processes(name: &str, labels: [&str; 3], waited_for: &str) {
     let report = seed(
         &db,
         &SeedSpec {
-            messages: 3000,
-            conversations: 300,
+            messages: 1000,
+            conversations: 100,
             ..SeedSpec::default()
         },
     )
     .await
     .unwrap();
 
+    let wait = format!("{}s", support::timing::RUN_BOUND.as_secs());
     let mut children: Vec<_> = labels
         .iter()
-        .map(|owner| target.spawn(owner, &["once", "--wait-timeout", "2m"]))
+        .map(|owner| target.spawn(owner, &["once", "--wait-timeout", &wait]))
         .collect();
     let mut outputs = Vec::new();
     for child in children.iter_mut() {
-        let status = wait_exit(child, Duration::from_secs(180));
+        let status = wait_exit(child, support::timing::RUN_BOUND);
         assert_eq!(status.code(), Some(0), "every `once` exits 0");
     }
     for child in children {

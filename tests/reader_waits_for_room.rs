@@ -52,7 +52,7 @@ async fn a_held_back_reader_holds_no_finished_batch() {
         ],
     );
     // The messages' first task is enqueued and held: the sender has no room.
-    let limit = Duration::from_secs(120);
+    let limit = support::timing::RUN_BOUND;
     let waited = std::time::Instant::now();
     while handed_batches(&run.stderr_so_far(), &messages_uid) == 0 {
         assert!(waited.elapsed() < limit, "no message batch handed over");
@@ -71,7 +71,7 @@ async fn a_held_back_reader_holds_no_finished_batch() {
     );
 
     std::fs::write(&resume_file, b"").unwrap();
-    let status = wait_exit(&mut run, Duration::from_secs(300));
+    let status = wait_exit(&mut run, support::timing::RUN_BOUND);
     let (out, err) = output_of(run);
     assert!(status.success(), "{status}: {out}{err}");
     assert!(

@@ -64,7 +64,7 @@ async fn a_message_saved_and_indexed_during_the_id_comparison_is_not_deleted_as_
     assert_eq!(gone.deleted_count, 1);
     std::fs::write(&resume_file, b"").unwrap();
 
-    let status = wait_exit(&mut forced, Duration::from_secs(120));
+    let status = wait_exit(&mut forced, support::timing::RUN_BOUND);
     let (stdout, stderr) = output_of(forced);
     assert!(status.success(), "{status}: {stdout}{stderr}");
     let in_meili = env.meili_docs(Collection::Messages).await;

@@ -11,8 +11,10 @@ use support::chat_data::{seed, Env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn meilisearch_ends_equal_to_the_indexable_projection() {
-    let env = Env::new("e2e").await;
-    let now = seed(&env, 20_000, 2_000).await;
+    let mut env = Env::new("e2e").await;
+    // Four batches of messages, sent pipelined.
+    env.opts.batch_docs = 1_000;
+    let now = seed(&env, 4_000, 400).await;
     // Two messages Meilisearch must refuse (invalid ids).
     env.db
         .collection::<Document>("messages")

@@ -50,7 +50,7 @@ async fn a_mass_edit_during_the_run_is_found_by_reading_the_collection_again() {
         .await
         .unwrap();
     knobs.set_latency(0).await;
-    let status = wait_exit(&mut once, Duration::from_secs(120));
+    let status = wait_exit(&mut once, support::timing::RUN_BOUND);
     let (_, log) = output_of(once);
     assert!(status.success(), "{status}: {log}");
     assert!(

@@ -100,7 +100,8 @@ async fn a_crash_during_the_flag_reset_is_resumed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_rebuild_completes_on_the_next_run() {
     let env = Env::new("rb_stop").await;
-    let now = seed(&env, 20_000, 200).await;
+    // Three ranges of the flag reset (2,000 each): the stop falls inside it.
+    let now = seed(&env, 6_000, 200).await;
     let messages = env.uid(Collection::Messages);
     env.create_index(&messages, "id").await;
     env.db

@@ -134,7 +134,7 @@ async fn killed_after(step: &str) {
     assert!(!swapped, "the changes must land before the swap");
     knobs.set_per_document_cost(0).await;
 
-    reindex.await_pause(step, Duration::from_secs(120)).await;
+    reindex.await_pause(step, support::timing::RUN_BOUND).await;
     reindex.child.kill().expect("SIGKILL the reindex");
     reindex.child.wait().unwrap();
 

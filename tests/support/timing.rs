@@ -30,6 +30,13 @@ use std::time::Duration;
 
 use meili_reconciler::lease::LeaseOptions;
 
+/// How long a test lets one run of its small data set (or a step of one:
+/// up to a pause point, a process's exit) take before it calls the run hung.
+/// Generous on purpose: on a 2-core machine running three suites at once a
+/// run that takes seconds alone can take minutes, and a bound that is only
+/// a hang detector costs nothing when the run is done sooner.
+pub const RUN_BOUND: Duration = Duration::from_secs(600);
+
 /// The default of [`headroom`].
 pub const DEFAULT_HEADROOM: Duration = Duration::from_secs(3);
 
