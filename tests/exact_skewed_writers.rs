@@ -203,12 +203,12 @@ async fn writes_during_a_sync_end_exact(tag: &str, skew_ms: i64, hook: bool) {
         .with_meili(&standin.host, &standin.key)
         .set("RECONCILER__SYNC__BATCH_DOCS", "100");
     let env = Env::for_target(&target).await;
-    seed(&env, 3_000, 300).await;
+    seed(&env, 1_500, 150).await;
     let mut writer = Writer::new(&env, skew_ms, hook).await;
 
     // Each document costs Meilisearch 4 ms, so a batch of 100 stays in
-    // flight 400 ms while the writer writes (about 35 batches: the sync
-    // takes 15 s or more), while the save hook's one-document tasks stay
+    // flight 400 ms while the writer writes (about 17 batches: the sync
+    // takes 7 s or more), while the save hook's one-document tasks stay
     // cheap, as they are for a real Meilisearch.
     knobs.set_per_document_cost(4_000).await;
     let mut sync = target.spawn("sync", &["once", "--force"]);

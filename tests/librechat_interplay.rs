@@ -121,9 +121,10 @@ async fn mixed_fleet(tag: &str, rounds: usize, follow: bool) {
             // Clocks off by up to 300 ms, inside the 500 ms allowance.
             let offset = rand::rng().random_range(-300..=300);
             let replica = librechat(&db, offset).await;
-            // One in five works longer than our ttl: a lease of ours left in
-            // the document would have expired under it.
-            let work = if rand::rng().random_ratio(1, 5) {
+            // One in ten (about ten over fifty rounds) works longer than our
+            // ttl: a lease of ours left in the document would have expired
+            // under it.
+            let work = if rand::rng().random_ratio(1, 10) {
                 our_ttl + Duration::from_millis(rand::rng().random_range(100..1_000))
             } else {
                 Duration::from_millis(rand::rng().random_range(20..300))
