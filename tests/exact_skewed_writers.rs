@@ -206,11 +206,12 @@ async fn writes_during_a_sync_end_exact(tag: &str, skew_ms: i64, hook: bool) {
     seed(&env, 1_500, 150).await;
     let mut writer = Writer::new(&env, skew_ms, hook).await;
 
-    // Each document costs Meilisearch 4 ms, so a batch of 100 stays in
-    // flight 400 ms while the writer writes (about 17 batches: the sync
-    // takes 7 s or more), while the save hook's one-document tasks stay
-    // cheap, as they are for a real Meilisearch.
-    knobs.set_per_document_cost(4_000).await;
+    // Each document costs Meilisearch 12 ms, so a batch of 100 stays in
+    // flight 1.2 s while the writer writes (about 17 batches: the sync
+    // takes 20 s or more, time for well over 30 writes on a loaded
+    // machine), while the save hook's one-document tasks stay cheap, as
+    // they are for a real Meilisearch.
+    knobs.set_per_document_cost(12_000).await;
     let mut sync = target.spawn("sync", &["once", "--force"]);
     let documents_path = format!("/indexes/{}messages/documents", target.prefix);
     eventually(
@@ -231,7 +232,7 @@ async fn writes_during_a_sync_end_exact(tag: &str, skew_ms: i64, hook: bool) {
             break status;
         }
         writer.step().await;
-        // A write every 50 ms is about a hundred while the sync runs;
+        // A write every 50 ms is hundreds while the sync runs;
         // faster, the writer would only crowd a stand-in MongoDB that
         // answers one request at a time.
         tokio::time::sleep(Duration::from_millis(50)).await;
