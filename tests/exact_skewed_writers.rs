@@ -232,9 +232,9 @@ async fn writes_during_a_sync_end_exact(tag: &str, skew_ms: i64, hook: bool) {
             break status;
         }
         writer.step().await;
-        // A write every 50 ms is hundreds while the sync runs;
-        // faster, the writer would only crowd a stand-in MongoDB that
-        // answers one request at a time.
+        // A write every 50 ms is hundreds while the sync runs; faster, the
+        // writer would only crowd a stand-in MongoDB that answers one
+        // request at a time.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     if let Some(task) = writer.last_hook_task {

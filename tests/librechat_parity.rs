@@ -30,15 +30,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::cli::{eventually, terminate, wait_exit, Target};
+use support::timing::RUN_BOUND;
 
 /// The tests share LibreChat's fixed index names: one at a time on a
 /// Meilisearch, whichever process they run in.
 async fn indexes_turn() -> support::turn::Turn {
     support::turn::take("librechat-indexes", &support::meili().host).await
 }
-
-/// How long a reconciliation of the small history may take, generously.
-const RUN_LIMIT: Duration = support::timing::RUN_BOUND;
 
 fn harness_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/librechat"))
@@ -63,7 +61,7 @@ fn harness(target: &Target, args: &[&str]) -> Value {
         // has queued: as long as a reconciliation may take.
         .env(
             "HARNESS_SETTLE_TIMEOUT_MS",
-            RUN_LIMIT.as_millis().to_string(),
+            RUN_BOUND.as_millis().to_string(),
         )
         .output()
         .expect("run node (Node.js must be on PATH)");
@@ -138,7 +136,7 @@ async fn meili_documents(target: &Target, index: &str, pk: &str) -> BTreeMap<Str
 /// indexes' tasks (other tests', on a shared Meilisearch) are not waited for.
 async fn meili_settled(target: &Target) {
     eventually(
-        RUN_LIMIT,
+        RUN_BOUND,
         "Meilisearch's queue on LibreChat's indexes to drain",
         || async {
             let tasks = target
@@ -387,7 +385,7 @@ async fn following_while_librechat_writes_ends_as_librechat_would_index() {
         .set("RECONCILER__FOLLOW__ORPHAN_CHECK_EVERY", "1s");
     let mut replica = run_target.spawn("follower", &["run"]);
     let state = eventually(
-        RUN_LIMIT,
+        RUN_BOUND,
         "the replica to follow (or say it cannot)",
         || async {
             let status = support::follow::status(&base).await;
@@ -405,12 +403,12 @@ async fn following_while_librechat_writes_ends_as_librechat_would_index() {
     // without them (only the follower indexes those).
     harness(&target, &["history", "--phase", "on", "--seed", "2"]);
     harness(&target, &["history", "--phase", "off", "--seed", "3"]);
-    let outcome = eventually(RUN_LIMIT, "LibreChat's progress to be complete", || async {
+    let outcome = eventually(RUN_BOUND, "LibreChat's progress to be complete", || async {
         let progress = librechat_progress(&target);
         complete(&progress).then_some(progress)
     })
     .await;
-    eventually(RUN_LIMIT, "the index to be LibreChat's own", || async {
+    eventually(RUN_BOUND, "the index to be LibreChat's own", || async {
         differences(&target).await.is_empty().then_some(())
     })
     .await;
