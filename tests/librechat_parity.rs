@@ -93,19 +93,16 @@ async fn delete_indexes(target: &Target) {
             .send()
             .await;
     }
-    // Deletions are tasks: wait until the indexes are gone.
-    eventually(
-        Duration::from_secs(30),
-        "the indexes to be deleted",
-        || async {
-            let mut gone = true;
-            for index in ["messages", "convos"] {
-                let answer = target.meili_get(&format!("/indexes/{index}")).await;
-                gone &= answer["code"] == "index_not_found";
-            }
-            gone.then_some(())
-        },
-    )
+    // Deletions are tasks, queued on a shared Meilisearch behind every
+    // other test's: wait until the indexes are gone.
+    eventually(RUN_BOUND, "the indexes to be deleted", || async {
+        let mut gone = true;
+        for index in ["messages", "convos"] {
+            let answer = target.meili_get(&format!("/indexes/{index}")).await;
+            gone &= answer["code"] == "index_not_found";
+        }
+        gone.then_some(())
+    })
     .await;
 }
 

@@ -6,7 +6,9 @@ CARGO_LOG is cargo's output (stdout and stderr), SKIP_LOG the lines tests
 wrote through tests/support/skip.rs (`SKIPPED <binary>::<test>: <reason>`).
 A test is named `<binary>::<test path>` here and there alike: in the
 `suite` binary the path is `<file>::<test>` (`suite::lease_protocol::…`).
-Prints the failed tests, the skipped ones with their reasons, then one line:
+Prints the skipped tests with their reasons, then the failed ones, each
+with where it panicked and the first line of what it said (CI shows the
+end of a log), then one line:
 
     tests: 250 passed, 0 failed, 12 skipped (1021 s)
 
@@ -25,6 +27,10 @@ RESULT = re.compile(
 )
 FAILED_LINE = re.compile(r"^test (\S+) \.\.\. .*FAILED\s*$")
 SKIPPED = re.compile(r"^SKIPPED (\S+?): (.*)$")
+SECTION = re.compile(r"^---- (\S+) stdout ----$")
+PANIC = re.compile(r"^thread '[^']*'(?: \(\d+\))? panicked at (\S+?):?$")
+# How much of a panic's message the closing list repeats.
+MESSAGE_CHARS = 300
 
 
 def binary_name(source):
@@ -42,6 +48,9 @@ def main():
     current = None
     has_result = False
     in_failures_list = False
+    section = None  # the test whose captured output is being read
+    panics = {}  # "binary::test" -> "file:line: first line of the message"
+    panic_at = None
     with open(cargo_log, errors="replace") as log:
         for line in log:
             line = line.rstrip("\n")
@@ -59,6 +68,19 @@ def main():
                 passed += int(result.group(2))
                 failed += int(result.group(3))
                 in_failures_list = False
+                continue
+            opened = SECTION.match(line)
+            if opened:
+                section = f"{current}::{opened.group(1)}"
+                continue
+            if panic_at is not None:
+                if line.strip():
+                    panics.setdefault(section, f"{panic_at}: {line.strip()[:MESSAGE_CHARS]}")
+                    panic_at = None
+                continue
+            panicked = PANIC.match(line)
+            if panicked and section is not None:
+                panic_at = panicked.group(1)
                 continue
             failed_test = FAILED_LINE.match(line)
             if failed_test and current is not None:
@@ -93,16 +115,18 @@ def main():
     failed += len(crashed)
 
     print()
-    if failures or crashed:
-        print("failed:")
-        for name in failures:
-            print(f"  {name}")
-        for binary in crashed:
-            print(f"  {binary} (the test binary ended without a result)")
     if skipped:
         print("skipped (could not run on the given servers):")
         for name, why in sorted(skipped.items()):
             print(f"  {name}: {why}")
+    if failures or crashed:
+        print("failed:")
+        for name in failures:
+            print(f"  {name}")
+            if name in panics:
+                print(f"      panicked at {panics[name]}")
+        for binary in crashed:
+            print(f"  {binary} (the test binary ended without a result)")
     if status != 0 and failed == 0:
         print(
             f"tests: none failed, but cargo test exited {status} "
