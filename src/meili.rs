@@ -7,8 +7,8 @@
 //! request, a second copy of every batch; our request hands hyper the
 //! batch's own bytes.
 //!
-//! Every call goes through one place ([`Meili::call`], and the same retry and
-//! error mapping for document batches) that retries transient
+//! Every call, document batches included, goes through one place
+//! ([`Meili::retried`], with [`Meili::classify`] mapping errors) that retries transient
 //! failures (connection refused, timeouts, 5xx, 429) as
 //! [`crate::retry::meili_calls`] says, turns 4xx answers into errors naming Meilisearch's
 //! error code, and checks the lease [`Guard`] before each attempt of a write.
@@ -17,12 +17,14 @@
 //! lives only in the two clients' default headers (marked sensitive in ours):
 //! it never appears in an error or a log line.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
+use backon::{BackoffBuilder, Retryable};
 use bytes::Bytes;
+use futures::TryFutureExt;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorType};
 use meilisearch_sdk::request::{HttpClient, Method};
 use meilisearch_sdk::reqwest::{qualified_version, ReqwestClient};
@@ -98,15 +100,15 @@ pub(crate) struct TaskOutcome {
 impl TaskOutcome {
     /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
     pub(crate) fn into_result(self, what: &str) -> Result<TaskOutcome, MeiliError> {
-        match &self.error {
-            None => Ok(self),
-            Some(error) => Err(MeiliError::TaskFailed {
-                uid: self.uid,
-                what: what.to_string(),
-                code: error.code.clone(),
-                message: error.message.clone(),
-            }),
-        }
+        let Some(error) = &self.error else {
+            return Ok(self);
+        };
+        Err(MeiliError::TaskFailed {
+            uid: self.uid,
+            what: what.to_string(),
+            code: error.code.clone(),
+            message: error.message.clone(),
+        })
     }
 }
 
@@ -166,12 +168,10 @@ impl Meili {
     /// bearer token.
     pub fn new(host: &str, key: Option<&str>) -> Result<Meili, MeiliError> {
         let key = key.filter(|k| !k.is_empty());
-        let bad_key = || MeiliError::Unexpected {
-            what: "client setup".into(),
-            detail: "the master key is not a valid HTTP header value".into(),
+        let (Ok(http), Some(ndjson_http)) = (ReqwestClient::new(key), ndjson_client(key)) else {
+            let detail = "the master key is not a valid HTTP header value";
+            return Err(unexpected("client setup", detail));
         };
-        let http = ReqwestClient::new(key).map_err(|_| bad_key())?;
-        let ndjson_http = ndjson_client(key).ok_or_else(bad_key)?;
         let host = host.trim_end_matches('/').to_string();
         Ok(Meili {
             http,
@@ -190,11 +190,6 @@ impl Meili {
     /// timeout) by this client and its clones so far.
     pub fn retries(&self) -> u64 {
         self.retries.load(Ordering::Relaxed)
-    }
-
-    fn retrying(&self, what: &str, error: &MeiliError, wait: Duration) {
-        self.retries.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(error = %error, retry_in = ?wait, "retrying {what}");
     }
 
     /// How long transient failures are retried before a call fails with
@@ -225,52 +220,29 @@ impl Meili {
     async fn timed<T>(
         &self,
         what: &str,
-        exchange: impl std::future::Future<Output = Result<T, MeiliError>>,
+        exchange: impl Future<Output = Result<T, MeiliError>>,
     ) -> Result<T, MeiliError> {
-        tokio::time::timeout(self.request_timeout, exchange)
-            .await
-            .unwrap_or_else(|_| {
-                Err(MeiliError::Unreachable {
-                    host: self.shown_host.clone(),
-                    what: what.to_string(),
-                    detail: format!("no answer within {:?}", self.request_timeout),
-                })
-            })
-    }
-
-    /// The host as errors and logs may show it (credentials hidden).
-    #[cfg(test)]
-    fn shown_host(&self) -> &str {
-        &self.shown_host
+        let answer = tokio::time::timeout(self.request_timeout, exchange).await;
+        answer.unwrap_or_else(|_| {
+            let detail = format!("no answer within {:?}", self.request_timeout);
+            Err(self.unreachable(what, detail))
+        })
     }
 
     /// One attempt at `GET /health`: `Ok(status)` (normally `available`).
     pub(crate) async fn health(&self) -> Result<String, MeiliError> {
         let url = format!("{}/health", self.host);
-        let answer: Value = self
-            .timed("health", async {
-                self.http
-                    .request::<(), (), Value>(&url, Method::Get { query: () }, 200)
-                    .await
-                    .map_err(|e| self.classify("health", e))
-            })
-            .await?;
+        let get = self
+            .http
+            .request::<(), (), Value>(&url, Method::Get { query: () }, 200)
+            .map_err(|e| self.classify("health", e));
+        let answer = self.timed("health", get).await?;
         Ok(answer["status"].as_str().unwrap_or("unknown").to_string())
     }
 
     /// The index, or `None` when it does not exist.
     pub async fn index(&self, uid: &str) -> Result<Option<IndexInfo>, MeiliError> {
-        match self
-            .call(
-                "get index",
-                Verb::Get,
-                &format!("/indexes/{uid}"),
-                None::<&()>,
-                200,
-                None,
-            )
-            .await
-        {
+        match self.get("get index", &format!("/indexes/{uid}")).await {
             Ok(v) => Ok(Some(IndexInfo {
                 uid: v["uid"].as_str().unwrap_or(uid).to_string(),
                 primary_key: v["primaryKey"].as_str().map(str::to_string),
@@ -288,45 +260,21 @@ impl Meili {
         guard: &Guard,
     ) -> Result<u64, MeiliError> {
         let body = json!({ "uid": uid, "primaryKey": primary_key });
-        let v = self
-            .call(
-                "create index",
-                Verb::Post,
-                "/indexes",
-                Some(&body),
-                202,
-                Some(guard),
-            )
-            .await?;
-        task_uid("create index", &v)
+        self.enqueue("create index", Verb::Post, "/indexes", &body, guard)
+            .await
     }
 
     /// Enqueues the deletion of `uid`; returns the task uid.
     pub async fn delete_index(&self, uid: &str, guard: &Guard) -> Result<u64, MeiliError> {
-        let v = self
-            .call(
-                "delete index",
-                Verb::Delete,
-                &format!("/indexes/{uid}"),
-                None::<&()>,
-                202,
-                Some(guard),
-            )
-            .await?;
-        task_uid("delete index", &v)
+        let path = format!("/indexes/{uid}");
+        self.enqueue("delete index", Verb::Delete, &path, &(), guard)
+            .await
     }
 
     /// The whole settings object of `uid`.
     pub async fn settings(&self, uid: &str) -> Result<Value, MeiliError> {
-        self.call(
-            "get settings",
-            Verb::Get,
-            &format!("/indexes/{uid}/settings"),
-            None::<&()>,
-            200,
-            None,
-        )
-        .await
+        self.get("get settings", &format!("/indexes/{uid}/settings"))
+            .await
     }
 
     /// Enqueues a settings update (only the keys given); returns the task uid.
@@ -336,17 +284,9 @@ impl Meili {
         settings: &Value,
         guard: &Guard,
     ) -> Result<u64, MeiliError> {
-        let v = self
-            .call(
-                "update settings",
-                Verb::Patch,
-                &format!("/indexes/{uid}/settings"),
-                Some(settings),
-                202,
-                Some(guard),
-            )
-            .await?;
-        task_uid("update settings", &v)
+        let path = format!("/indexes/{uid}/settings");
+        self.enqueue("update settings", Verb::Patch, &path, settings, guard)
+            .await
     }
 
     /// Enqueues an add-or-replace of already serialized NDJSON documents;
@@ -360,33 +300,23 @@ impl Meili {
     ) -> Result<u64, MeiliError> {
         let url = format!("{}/indexes/{uid}/documents", self.host);
         let what = "add documents";
-        let attempt = || {
-            let url = url.clone();
-            let request = self
-                .ndjson_http
-                .post(&url)
-                .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
-                .body(ndjson.clone());
-            async move {
-                guard.check()?;
-                self.timed(what, async {
-                    let answer = async {
-                        let response = request.send().await?;
-                        let status = response.status().as_u16();
-                        let text = response.text().await?;
-                        let text = if text.is_empty() { "null".into() } else { text };
-                        meilisearch_sdk::request::parse_response::<Value>(status, 202, &text, url)
-                    };
-                    answer.await.map_err(|e| self.classify(what, e))
-                })
-                .await
+        let send = || {
+            async {
+                let response = self
+                    .ndjson_http
+                    .post(&url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
+                    .body(ndjson.clone())
+                    .send()
+                    .await?;
+                let status = response.status().as_u16();
+                let text = response.text().await?;
+                let text = if text.is_empty() { "null".into() } else { text };
+                meilisearch_sdk::request::parse_response::<Value>(status, 202, &text, url.clone())
             }
+            .map_err(|e| self.classify(what, e))
         };
-        let v = attempt
-            .retry(self.backoff())
-            .when(is_transient)
-            .notify(|e, wait| self.retrying(what, e, wait))
-            .await?;
+        let v = self.retried(what, Some(guard), send).await?;
         task_uid(what, &v)
     }
 
@@ -397,17 +327,9 @@ impl Meili {
         ids: &[String],
         guard: &Guard,
     ) -> Result<u64, MeiliError> {
-        let v = self
-            .call(
-                "delete documents",
-                Verb::Post,
-                &format!("/indexes/{uid}/documents/delete-batch"),
-                Some(&ids),
-                202,
-                Some(guard),
-            )
-            .await?;
-        task_uid("delete documents", &v)
+        let path = format!("/indexes/{uid}/documents/delete-batch");
+        self.enqueue("delete documents", Verb::Post, &path, &ids, guard)
+            .await
     }
 
     /// One page of document ids (only the primary-key field is fetched), and
@@ -421,25 +343,9 @@ impl Meili {
     ) -> Result<(Vec<String>, u64), MeiliError> {
         let path =
             format!("/indexes/{uid}/documents?offset={offset}&limit={limit}&fields={primary_key}");
-        let v = self
-            .call(
-                "list document ids",
-                Verb::Get,
-                &path,
-                None::<&()>,
-                200,
-                None,
-            )
-            .await?;
-        let ids = v["results"]
-            .as_array()
-            .map(|docs| {
-                docs.iter()
-                    .filter_map(|d| id_string(&d[primary_key]))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok((ids, v["total"].as_u64().unwrap_or(0)))
+        let (docs, total) = self.page("list document ids", &path).await?;
+        let ids = docs.iter().filter_map(|d| id_string(&d[primary_key]));
+        Ok((ids.collect(), total))
     }
 
     /// One page of documents with only `fields` (a field a document lacks
@@ -451,14 +357,10 @@ impl Meili {
         offset: u64,
         limit: u64,
     ) -> Result<Vec<Value>, MeiliError> {
-        let path = format!(
-            "/indexes/{uid}/documents?offset={offset}&limit={limit}&fields={}",
-            fields.join(",")
-        );
-        let v = self
-            .call("get documents", Verb::Get, &path, None::<&()>, 200, None)
-            .await?;
-        Ok(v["results"].as_array().cloned().unwrap_or_default())
+        let fields = fields.join(",");
+        let path =
+            format!("/indexes/{uid}/documents?offset={offset}&limit={limit}&fields={fields}");
+        Ok(self.page("get documents", &path).await?.0)
     }
 
     /// For tests: full documents, a page of them.
@@ -469,24 +371,13 @@ impl Meili {
         limit: u64,
     ) -> Result<Vec<Value>, MeiliError> {
         let path = format!("/indexes/{uid}/documents?offset={offset}&limit={limit}");
-        let v = self
-            .call("get documents", Verb::Get, &path, None::<&()>, 200, None)
-            .await?;
-        Ok(v["results"].as_array().cloned().unwrap_or_default())
+        Ok(self.page("get documents", &path).await?.0)
     }
 
     /// The number of documents in the index (from its stats).
     pub async fn document_count(&self, uid: &str) -> Result<u64, MeiliError> {
-        let v = self
-            .call(
-                "index stats",
-                Verb::Get,
-                &format!("/indexes/{uid}/stats"),
-                None::<&()>,
-                200,
-                None,
-            )
-            .await?;
+        let path = format!("/indexes/{uid}/stats");
+        let v = self.get("index stats", &path).await?;
         Ok(v["numberOfDocuments"].as_u64().unwrap_or(0))
     }
 
@@ -498,30 +389,13 @@ impl Meili {
         guard: &Guard,
     ) -> Result<u64, MeiliError> {
         let body = json!([{ "indexes": [a, b] }]);
-        let v = self
-            .call(
-                "swap indexes",
-                Verb::Post,
-                "/swap-indexes",
-                Some(&body),
-                202,
-                Some(guard),
-            )
-            .await?;
-        task_uid("swap indexes", &v)
+        self.enqueue("swap indexes", Verb::Post, "/swap-indexes", &body, guard)
+            .await
     }
 
     /// `GET /tasks?{query}` as Meilisearch answers it (for diagnostics and tests).
     pub async fn tasks(&self, query: &str) -> Result<Value, MeiliError> {
-        self.call(
-            "list tasks",
-            Verb::Get,
-            &format!("/tasks?{query}"),
-            None::<&()>,
-            200,
-            None,
-        )
-        .await
+        self.get("list tasks", &format!("/tasks?{query}")).await
     }
 
     /// Polls task `uid` until it ends (interval growing from 10 ms to 250 ms,
@@ -535,43 +409,12 @@ impl Meili {
         let path = format!("/tasks/{uid}");
         let mut intervals = crate::retry::task_polling(self.poll_min, self.poll_max).build();
         loop {
-            let task = tokio::select! {
-                task = self.call("get task", Verb::Get, &path, None::<&()>, 200, None) => task?,
-                _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
-            };
-            match task["status"].as_str() {
-                Some("succeeded") => {
-                    return Ok(TaskOutcome {
-                        uid,
-                        error: None,
-                        raw: task,
-                    })
-                }
-                Some("failed") | Some("canceled") => {
-                    let error = TaskError {
-                        code: task["error"]["code"]
-                            .as_str()
-                            .unwrap_or(if task["status"] == "canceled" {
-                                "canceled"
-                            } else {
-                                "unknown"
-                            })
-                            .to_string(),
-                        message: task["error"]["message"].as_str().unwrap_or("").to_string(),
-                    };
-                    return Ok(TaskOutcome {
-                        uid,
-                        error: Some(error),
-                        raw: task,
-                    });
-                }
-                _ => {}
+            let task = cancellable(guard, self.get("get task", &path)).await??;
+            if let Some(outcome) = task_outcome(uid, task) {
+                return Ok(outcome);
             }
             let interval = intervals.next().unwrap_or(self.poll_max);
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {},
-                _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
-            }
+            cancellable(guard, tokio::time::sleep(interval)).await?;
         }
     }
 
@@ -581,74 +424,103 @@ impl Meili {
         Ok(())
     }
 
-    fn backoff(&self) -> ExponentialBuilder {
-        crate::retry::meili_calls(self.retry_for)
+    /// `GET path`: a read, never guarded.
+    async fn get(&self, what: &str, path: &str) -> Result<Value, MeiliError> {
+        self.call(what, Verb::Get, path, &(), 200, None).await
     }
 
-    /// One JSON request, retried while the failure is transient. Writes pass
-    /// the guard, checked before every attempt.
+    /// A write Meilisearch answers by enqueueing a task, guarded; returns the
+    /// task uid.
+    async fn enqueue<B: Serialize + Send + Sync>(
+        &self,
+        what: &str,
+        verb: Verb,
+        path: &str,
+        body: &B,
+        guard: &Guard,
+    ) -> Result<u64, MeiliError> {
+        let v = self.call(what, verb, path, body, 202, Some(guard)).await?;
+        task_uid(what, &v)
+    }
+
+    /// A page of a document listing: its documents and the index's total.
+    async fn page(&self, what: &str, path: &str) -> Result<(Vec<Value>, u64), MeiliError> {
+        let v = self.get(what, path).await?;
+        let docs = v["results"].as_array().cloned().unwrap_or_default();
+        Ok((docs, v["total"].as_u64().unwrap_or(0)))
+    }
+
+    /// One JSON request over the SDK's client, retried while the failure is
+    /// transient. Writes pass the guard.
     async fn call<B: Serialize + Send + Sync>(
         &self,
         what: &str,
         verb: Verb,
         path: &str,
-        body: Option<&B>,
+        body: &B,
         expected: u16,
         guard: Option<&Guard>,
     ) -> Result<Value, MeiliError> {
         let url = format!("{}{}", self.host, path);
-        let attempt = || async {
-            if let Some(guard) = guard {
-                guard.check()?;
-            }
-            let exchange = async {
-                let result = self
-                    .http
-                    .request::<(), Option<&B>, Value>(&url, verb.method(body), expected)
-                    .await;
-                match result {
-                    Err(SdkError::ParseError(_)) => Err(self.unexpected(what, "unparsable answer")),
-                    Err(e) => Err(self.classify(what, e)),
-                    Ok(v) => Ok(v),
-                }
-            };
-            self.timed(what, exchange).await
-        };
-        attempt
-            .retry(self.backoff())
-            .when(is_transient)
-            .notify(|e, wait| self.retrying(what, e, wait))
-            .await
+        self.retried(what, guard, || {
+            self.http
+                .request::<(), Option<&B>, Value>(&url, verb.method(Some(body)), expected)
+                .map_err(|e| match e {
+                    SdkError::ParseError(_) => unexpected(what, "unparsable answer"),
+                    e => self.classify(what, e),
+                })
+        })
+        .await
     }
 
-    fn unexpected(&self, what: &str, detail: &str) -> MeiliError {
-        MeiliError::Unexpected {
+    /// Runs `exchange` until it succeeds or fails for good. Each attempt
+    /// first checks the guard, if any (so no write is sent once the lease
+    /// is lost), and is answered within the request timeout; transient
+    /// failures are retried as [`crate::retry::meili_calls`] says.
+    fn retried<'a, Fut: Future<Output = Result<Value, MeiliError>> + 'a>(
+        &'a self,
+        what: &'a str,
+        guard: Option<&'a Guard>,
+        exchange: impl Fn() -> Fut + 'a,
+    ) -> impl Future<Output = Result<Value, MeiliError>> + 'a {
+        let attempt = move || {
+            let exchange = exchange();
+            async move {
+                guard.map_or(Ok(()), Guard::check)?;
+                self.timed(what, exchange).await
+            }
+        };
+        attempt
+            .retry(crate::retry::meili_calls(self.retry_for))
+            .when(|e| matches!(e, MeiliError::Unreachable { .. }))
+            .notify(move |error, wait| {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %error, retry_in = ?wait, "retrying {what}");
+            })
+    }
+
+    /// A transient failure of `what`, naming the host without credentials.
+    fn unreachable(&self, what: &str, detail: String) -> MeiliError {
+        MeiliError::Unreachable {
+            host: self.shown_host.clone(),
             what: what.to_string(),
-            detail: detail.to_string(),
+            detail,
         }
     }
 
     /// Maps an SDK error to ours. Transient failures become `Unreachable`;
     /// the retry loop retries exactly those.
     fn classify(&self, what: &str, error: SdkError) -> MeiliError {
-        let unreachable = |detail: String| MeiliError::Unreachable {
-            host: self.shown_host.clone(),
-            what: what.to_string(),
-            detail,
-        };
         match error {
-            SdkError::HttpError(e) => unreachable(http_cause(&e)),
-            SdkError::MeilisearchCommunication(e) => {
-                if e.status_code >= 500 || e.status_code == 429 || e.status_code == 408 {
-                    unreachable(format!("HTTP {}", e.status_code))
-                } else {
-                    MeiliError::Refused {
-                        what: what.to_string(),
-                        code: format!("http_{}", e.status_code),
-                        message: e.message.unwrap_or_default(),
-                    }
-                }
+            SdkError::HttpError(e) => self.unreachable(what, http_cause(&e)),
+            SdkError::MeilisearchCommunication(e) if matches!(e.status_code, 408 | 429 | 500..) => {
+                self.unreachable(what, format!("HTTP {}", e.status_code))
             }
+            SdkError::MeilisearchCommunication(e) => MeiliError::Refused {
+                what: what.to_string(),
+                code: format!("http_{}", e.status_code),
+                message: e.message.unwrap_or_default(),
+            },
             SdkError::Meilisearch(e) => {
                 let code = serde_json::to_value(&e.error_code)
                     .ok()
@@ -660,13 +532,38 @@ impl Meili {
                         code: known_code(&code, &e.error_message),
                         message: e.error_message,
                     },
-                    _ => unreachable(format!("{code}: {}", e.error_message)),
+                    _ => self.unreachable(what, format!("{code}: {}", e.error_message)),
                 }
             }
-            SdkError::ParseError(e) => self.unexpected(what, &e.to_string()),
-            other => self.unexpected(what, &other.to_string()),
+            SdkError::ParseError(e) => unexpected(what, &e.to_string()),
+            other => unexpected(what, &other.to_string()),
         }
     }
+}
+
+/// Runs `work` unless the guard is cancelled first, which ends it with why
+/// (the lease lost, or shutdown).
+async fn cancellable<T>(guard: &Guard, work: impl Future<Output = T>) -> Result<T, MeiliError> {
+    tokio::select! {
+        done = work => Ok(done),
+        _ = guard.cancelled() => Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+    }
+}
+
+/// How task `uid` ended, or `None` while it has not.
+fn task_outcome(uid: u64, raw: Value) -> Option<TaskOutcome> {
+    let code_unless_given = match raw["status"].as_str()? {
+        "succeeded" => None,
+        "failed" => Some("unknown"),
+        "canceled" => Some("canceled"),
+        _ => return None,
+    };
+    let given = &raw["error"];
+    let error = code_unless_given.map(|fallback| TaskError {
+        code: given["code"].as_str().unwrap_or(fallback).to_string(),
+        message: given["message"].as_str().unwrap_or("").to_string(),
+    });
+    Some(TaskOutcome { uid, error, raw })
 }
 
 /// A reqwest client sending what the SDK's does (its user agent, the key as
@@ -674,46 +571,39 @@ impl Meili {
 fn ndjson_client(key: Option<&str>) -> Option<reqwest::Client> {
     use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, USER_AGENT};
     let mut headers = HeaderMap::new();
-    headers.insert(
-        USER_AGENT,
-        HeaderValue::from_str(&qualified_version()).ok()?,
-    );
+    let agent = HeaderValue::from_str(&qualified_version()).ok()?;
+    headers.insert(USER_AGENT, agent);
     if let Some(key) = key {
         let mut bearer = HeaderValue::from_str(&format!("Bearer {key}")).ok()?;
         bearer.set_sensitive(true);
         headers.insert(AUTHORIZATION, bearer);
     }
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .ok()
+    let client = reqwest::Client::builder().default_headers(headers);
+    client.build().ok()
 }
 
 /// The SDK maps codes it does not know to `unknown`; recover the ones we act
 /// on from the message so reports stay precise.
 fn known_code(code: &str, message: &str) -> String {
-    if code != "unknown" {
-        return code.to_string();
+    if code == "unknown" && message.contains("already has a primary key") {
+        return "index_primary_key_already_exists".into();
     }
-    if message.contains("already has a primary key") {
-        "index_primary_key_already_exists".into()
-    } else {
-        code.to_string()
-    }
+    code.to_string()
 }
 
-fn is_transient(e: &MeiliError) -> bool {
-    matches!(e, MeiliError::Unreachable { .. })
+/// An answer we could not make sense of.
+fn unexpected(what: &str, detail: &str) -> MeiliError {
+    MeiliError::Unexpected {
+        what: what.to_string(),
+        detail: detail.to_string(),
+    }
 }
 
 fn task_uid(what: &str, v: &Value) -> Result<u64, MeiliError> {
     v["taskUid"]
         .as_u64()
         .or_else(|| v["uid"].as_u64())
-        .ok_or_else(|| MeiliError::Unexpected {
-            what: what.to_string(),
-            detail: "no taskUid in the answer".into(),
-        })
+        .ok_or_else(|| unexpected(what, "no taskUid in the answer"))
 }
 
 /// Why an HTTP exchange failed, as an operator says it ("connection refused"):
@@ -757,7 +647,7 @@ mod tests {
         for secret in ["s3cret-pw", "the-master-key"] {
             assert!(!error.contains(secret), "{secret} leaked: {error}");
         }
-        assert_eq!(meili.shown_host(), "http://***@127.0.0.1:1");
+        assert_eq!(meili.shown_host, "http://***@127.0.0.1:1");
     }
 
     #[tokio::test]
