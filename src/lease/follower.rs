@@ -191,10 +191,29 @@ pub(crate) struct Claimed {
     pub(crate) deadline: Instant,
 }
 
+impl Claimed {
+    /// Our turn: `record` shows the lease held under our owner id and
+    /// `epoch`, safely ours until `deadline`.
+    fn turn(opts: &LeaseOptions, epoch: i64, record: JobRecord, deadline: Instant) -> Turn {
+        Turn::Claimed(Box::new(Claimed {
+            fence: our_fence(opts, epoch),
+            record,
+            deadline,
+        }))
+    }
+}
+
 /// Where waiting ended.
 pub(crate) enum Turn {
     Finished(Done),
     Claimed(Box<Claimed>),
+}
+
+fn our_fence(opts: &LeaseOptions, epoch: i64) -> Fence {
+    Fence {
+        owner: opts.owner.clone(),
+        epoch,
+    }
 }
 
 /// The local instant before which a lease ending at server time
@@ -219,77 +238,15 @@ pub(crate) async fn wait_for_turn(
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
 ) -> Result<Turn, Failure> {
-    let mut claims = AmbiguousClaims::default();
-    let result = poll_until_turn(store, opts, shutdown, &mut claims).await;
-    if result.is_err() && claims.any {
-        claims.release_if_ours(store, opts).await;
+    let mut wait = Wait::new(store, opts, shutdown);
+    let result = wait.until_turn().await;
+    if result.is_err() && wait.claim_unsure {
+        release_if_ours(store, opts).await;
     }
     result
 }
 
-async fn poll_until_turn(
-    store: &JobStore,
-    opts: &LeaseOptions,
-    shutdown: &CancellationToken,
-    claims: &mut AmbiguousClaims,
-) -> Result<Turn, Failure> {
-    let mut wait = Wait::new(store, opts, shutdown);
-    loop {
-        if shutdown.is_cancelled() {
-            return Err(LeaseError::ShutDown { released: false });
-        }
-        wait.check_time_left()?;
-        let Some(Poll {
-            before_now,
-            now,
-            record,
-        }) = wait.poll().await?
-        else {
-            continue;
-        };
-        let wait_started = *wait.wait_started.get_or_insert(now);
-        match judge(record.as_ref(), now, wait_started, opts) {
-            Verdict::Done(outcome) => {
-                log_done(opts, &outcome);
-                return Ok(Turn::Finished(outcome));
-            }
-            Verdict::Adopt => {
-                let record = record.expect("only a document can be adopted");
-                if let Some(turn) = adopt(opts, record, before_now, now) {
-                    return Ok(turn);
-                }
-                // Too close to its end to work under: it expires within the
-                // safety margin, then it is claimed as usual.
-                wait.pause_one_poll().await;
-            }
-            Verdict::Wait => {
-                wait.observe(record.as_ref(), now);
-                wait.pause_one_poll().await;
-            }
-            Verdict::RequestHandover => {
-                wait.observe(record.as_ref(), now);
-                wait.request_handover(now).await?;
-                wait.pause_one_poll().await;
-            }
-            Verdict::Claim => {
-                let claimed = wait.claim(record.as_ref(), before_now, now, claims).await?;
-                if let Some(turn) = claimed {
-                    return Ok(turn);
-                }
-            }
-        }
-    }
-}
-
-/// One poll's reading: the server's time, read after the local instant
-/// `before_now`, and the lease document.
-struct Poll {
-    before_now: Instant,
-    now: DateTime,
-    record: Option<JobRecord>,
-}
-
-/// One wait for our turn: what [`poll_until_turn`] keeps between polls.
+/// One wait for our turn: what [`Wait::until_turn`] keeps between polls.
 struct Wait<'w> {
     store: &'w JobStore,
     opts: &'w LeaseOptions,
@@ -301,8 +258,14 @@ struct Wait<'w> {
     /// Since when MongoDB has failed every request.
     unreachable_since: Option<Instant>,
     error_delays: backon::ExponentialBackoff,
-    watch: OwnerWatch,
     polled_once: bool,
+    /// A claim was sent whose outcome was an error: it may have been
+    /// applied, now or later.
+    claim_unsure: bool,
+    /// The holder last seen waited for (logged when it changes, named if the
+    /// wait times out), and when its progress was last logged at info level.
+    seen: Option<(Option<String>, Option<i64>, JobStatus)>,
+    last_logged: Option<Instant>,
 }
 
 impl<'w> Wait<'w> {
@@ -317,8 +280,51 @@ impl<'w> Wait<'w> {
             wait_started: None,
             unreachable_since: None,
             error_delays: crate::retry::lease_store(opts.poll_every).build(),
-            watch: OwnerWatch::default(),
             polled_once: false,
+            claim_unsure: false,
+            seen: None,
+            last_logged: None,
+        }
+    }
+
+    async fn until_turn(&mut self) -> Result<Turn, Failure> {
+        let opts = self.opts;
+        loop {
+            if self.shutdown.is_cancelled() {
+                return Err(LeaseError::ShutDown { released: false });
+            }
+            self.check_time_left()?;
+            let Some((before_now, now, record)) = self.poll().await? else {
+                continue;
+            };
+            let wait_started = *self.wait_started.get_or_insert(now);
+            match judge(record.as_ref(), now, wait_started, opts) {
+                Verdict::Done(outcome) => {
+                    log_done(opts, &outcome);
+                    return Ok(Turn::Finished(outcome));
+                }
+                Verdict::Adopt => {
+                    let record = record.expect("only a document can be adopted");
+                    if let Some(turn) = adopt(opts, record, before_now, now) {
+                        return Ok(turn);
+                    }
+                    // Too close to its end to work under: it expires within the
+                    // safety margin, then it is claimed as usual.
+                    self.pause_one_poll().await;
+                }
+                verdict @ (Verdict::Wait | Verdict::RequestHandover) => {
+                    self.observe(record.as_ref(), now);
+                    if verdict == Verdict::RequestHandover {
+                        self.request_handover(now).await?;
+                    }
+                    self.pause_one_poll().await;
+                }
+                Verdict::Claim => {
+                    if let Some(turn) = self.claim(record.as_ref(), before_now, now).await? {
+                        return Ok(turn);
+                    }
+                }
+            }
         }
     }
 
@@ -328,22 +334,22 @@ impl<'w> Wait<'w> {
         if self.polled_once && self.give_up_at.is_some_and(|at| Instant::now() >= at) {
             return Err(LeaseError::WaitTimedOut {
                 waited: self.began.elapsed(),
-                owner: self.watch.owner(),
+                owner: self.seen.as_ref().and_then(|(owner, _, _)| owner.clone()),
             });
         }
         Ok(())
     }
 
-    /// Reads the server's clock and the lease. `None`: nothing read (a
-    /// shutdown or the timeout came first, or the read failed and the
-    /// retry delay has passed).
-    async fn poll(&mut self) -> Result<Option<Poll>, Failure> {
+    /// Reads the server's clock and the lease: the local instant before the
+    /// clock read, the server's time and the lease document. `None`: nothing
+    /// read (a shutdown or the timeout came first, or the read failed and
+    /// the retry delay has passed).
+    async fn poll(&mut self) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, Failure> {
         let before_now = Instant::now();
         let store = self.store;
         let poll = async {
             let now = store.server_now().await?;
-            let record = store.read().await?;
-            Ok::<_, mongodb::error::Error>((now, record))
+            Ok::<_, mongodb::error::Error>((before_now, now, store.read().await?))
         };
         // Reads are safe to abandon on shutdown or timeout.
         let polled = tokio::select! {
@@ -353,32 +359,16 @@ impl<'w> Wait<'w> {
         };
         self.polled_once = true;
         match polled {
-            Ok((now, record)) => {
+            Ok(polled) => {
                 self.unreachable_since = None;
-                Ok(Some(Poll {
-                    before_now,
-                    now,
-                    record,
-                }))
+                Ok(Some(polled))
             }
             Err(error) => {
                 refused(self.opts, "read", &error)?;
-                unreachable(
-                    self.opts,
-                    &mut self.unreachable_since,
-                    "read the lease",
-                    &error,
-                )?;
+                self.unreachable("read", &error)?;
                 self.pause_after_error().await;
                 Ok(None)
             }
-        }
-    }
-
-    /// Notes who holds the lease we wait for (named if the wait times out).
-    fn observe(&mut self, record: Option<&JobRecord>, now: DateTime) {
-        if let Some(record) = record {
-            self.watch.observe(self.opts, record, now);
         }
     }
 
@@ -394,12 +384,7 @@ impl<'w> Wait<'w> {
             Ok(false) => {}
             Err(error) => {
                 refused(opts, "ask for", &error)?;
-                unreachable(
-                    opts,
-                    &mut self.unreachable_since,
-                    "ask for the lease",
-                    &error,
-                )?;
+                self.unreachable("ask for", &error)?;
             }
         }
         Ok(())
@@ -415,22 +400,14 @@ impl<'w> Wait<'w> {
         record: Option<&JobRecord>,
         before_now: Instant,
         now: DateTime,
-        claims: &mut AmbiguousClaims,
     ) -> Result<Option<Turn>, Failure> {
         let opts = self.opts;
         match self.store.claim(&opts.owner, now, record).await {
             Ok(ClaimResult::Won(claimed)) => {
-                let claimed = *claimed;
                 log_claim(opts, record, &claimed, now);
                 let epoch = claimed.epoch.unwrap_or_default();
-                Ok(Some(Turn::Claimed(Box::new(Claimed {
-                    fence: Fence {
-                        owner: opts.owner.clone(),
-                        epoch,
-                    },
-                    record: claimed,
-                    deadline: before_now + opts.holds_for(),
-                }))))
+                let deadline = before_now + opts.holds_for();
+                Ok(Some(Claimed::turn(opts, epoch, *claimed, deadline)))
             }
             Ok(ClaimResult::Lost) => {
                 // A driver retry of a claim that was applied also ends here.
@@ -440,30 +417,80 @@ impl<'w> Wait<'w> {
             Err(error) => {
                 refused(opts, "claim", &error)?;
                 // Maybe applied: the next poll tells.
-                claims.any = true;
+                self.claim_unsure = true;
                 warn!(job = %opts.job, owner = %opts.owner, %error,
                     "the claim's outcome is unknown; reading the lease again");
-                unreachable(opts, &mut self.unreachable_since, "claim the lease", &error)?;
+                self.unreachable("claim", &error)?;
                 self.pause_after_error().await;
                 Ok(None)
             }
         }
     }
 
+    /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
+    fn unreachable(&mut self, verb: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
+        let since = *self.unreachable_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= self.opts.unreachable_timeout {
+            return Err(LeaseError::MongoUnavailable(error.to_string()));
+        }
+        let opts = self.opts;
+        warn!(job = %opts.job, owner = %opts.owner, %error, "could not {verb} the lease; retrying");
+        Ok(())
+    }
+
     /// One poll period, jittered (ended early by shutdown or the timeout).
     async fn pause_one_poll(&self) {
-        pause(
-            jittered(self.opts.poll_every),
-            self.shutdown,
-            self.give_up_at,
-        )
-        .await;
+        self.pause(jittered(self.opts.poll_every)).await;
     }
 
     /// The next retry delay after a failed request.
     async fn pause_after_error(&mut self) {
-        let delay = next_delay(&mut self.error_delays);
-        pause(delay, self.shutdown, self.give_up_at).await;
+        let delay = self.error_delays.next().unwrap_or(Duration::from_secs(1));
+        self.pause(delay).await;
+    }
+
+    /// Sleeps for `delay`, waking early on shutdown or when the wait times out.
+    async fn pause(&self, delay: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = self.shutdown.cancelled() => {}
+            _ = sleep_until_opt(self.give_up_at) => {}
+        }
+    }
+
+    /// Logs the holder we wait for when it changes, and its progress now and
+    /// then.
+    fn observe(&mut self, record: Option<&JobRecord>, now: DateTime) {
+        let Some(record) = record else {
+            return;
+        };
+        let opts = self.opts;
+        let key = (record.owner.clone(), record.epoch, record.status.clone());
+        let changed = self.seen.as_ref() != Some(&key);
+        let due = self
+            .last_logged
+            .is_none_or(|at| at.elapsed() >= PROGRESS_LOG_EVERY);
+        let expires_in_ms = record
+            .holds_until(opts.librechat_clock_skew)
+            .map(|at| clock::millis_between(now, at));
+        let phase = record.progress.as_ref().map(|p| p.phase.as_str());
+        let done = record.progress.as_ref().map(|p| p.done);
+        let total = record.progress.as_ref().map(|p| p.total);
+        if changed && record.holder() == Holder::LibreChat {
+            info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
+                expires_in_ms, "waiting: a LibreChat replica holds the job (its own start-up sync)");
+            self.last_logged = Some(Instant::now());
+        } else if changed || due {
+            info!(job = %opts.job, me = %opts.owner, owner = record.owner.as_deref().unwrap_or("-"),
+                epoch = record.epoch.unwrap_or(0),
+                status = ?record.status, expires_in_ms, phase, done, total,
+                retry_at = record.retry_at.and_then(|at| at.try_to_rfc3339_string().ok()),
+                "waiting: another replica holds the job");
+            self.last_logged = Some(Instant::now());
+        } else {
+            debug!(job = %opts.job, owner = record.owner.as_deref(), epoch = record.epoch, expires_in_ms, "still waiting");
+        }
+        self.seen = Some(key);
     }
 }
 
@@ -483,74 +510,38 @@ fn adopt(
     warn!(job = %opts.job, owner = %opts.owner, epoch,
         "adopting a claim of ours whose answer was lost");
     crate::metrics::lease_claimed(false);
-    Some(Turn::Claimed(Box::new(Claimed {
-        fence: Fence {
-            owner: opts.owner.clone(),
-            epoch,
-        },
-        record,
-        deadline,
-    })))
+    Some(Claimed::turn(opts, epoch, record, deadline))
 }
 
-/// Claims sent whose outcome was an error: any of them may have been
-/// applied, now or later.
-#[derive(Default)]
-struct AmbiguousClaims {
-    any: bool,
-}
-
-impl AmbiguousClaims {
-    /// On the way out (timeout, shutdown, unreachable): a claim of ours
-    /// found running is released so another replica claims at once, rather
-    /// than left to expire. Best effort: if MongoDB does not answer, the
-    /// lease expires by itself.
-    async fn release_if_ours(&self, store: &JobStore, opts: &LeaseOptions) {
-        let attempt = async {
-            let now = store.server_now().await?;
-            let Some(record) = store.read().await? else {
-                return Ok(false);
-            };
-            if !(record.is_running_for(&opts.owner)
-                && record.is_live(now, opts.librechat_clock_skew))
-            {
-                return Ok(false);
-            }
-            let fence = Fence {
-                owner: opts.owner.clone(),
-                epoch: record.epoch.unwrap_or_default(),
-            };
-            let progress = crate::progress::Progress::new().snapshot();
-            store.release(&fence, now, &progress, None).await
+/// On the way out (timeout, shutdown, unreachable) after a claim whose
+/// outcome was an error: a claim of ours found running is released so
+/// another replica claims at once, rather than left to expire. Best effort:
+/// if MongoDB does not answer, the lease expires by itself.
+async fn release_if_ours(store: &JobStore, opts: &LeaseOptions) {
+    let attempt = async {
+        let now = store.server_now().await?;
+        let Some(record) = store.read().await? else {
+            return Ok(false);
         };
-        match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
-            Ok(Ok(true)) => {
-                warn!(job = %opts.job, owner = %opts.owner, "released a claim of ours whose answer was lost")
-            }
-            Ok(Ok(false)) => {}
-            Ok(Err(error)) => {
-                debug!(job = %opts.job, %error, "could not check for a claim of ours; it expires by itself")
-            }
-            Err(_) => {
-                debug!(job = %opts.job, "could not check for a claim of ours in time; it expires by itself")
-            }
+        if !(record.is_running_for(&opts.owner) && record.is_live(now, opts.librechat_clock_skew)) {
+            return Ok(false);
+        }
+        let fence = our_fence(opts, record.epoch.unwrap_or_default());
+        let progress = crate::progress::Progress::new().snapshot();
+        store.release(&fence, now, &progress, None).await
+    };
+    match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
+        Ok(Ok(true)) => {
+            warn!(job = %opts.job, owner = %opts.owner, "released a claim of ours whose answer was lost")
+        }
+        Ok(Ok(false)) => {}
+        Ok(Err(error)) => {
+            debug!(job = %opts.job, %error, "could not check for a claim of ours; it expires by itself")
+        }
+        Err(_) => {
+            debug!(job = %opts.job, "could not check for a claim of ours in time; it expires by itself")
         }
     }
-}
-
-/// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
-fn unreachable(
-    opts: &LeaseOptions,
-    since: &mut Option<Instant>,
-    what: &str,
-    error: &mongodb::error::Error,
-) -> Result<(), Failure> {
-    let since = *since.get_or_insert_with(Instant::now);
-    if since.elapsed() >= opts.unreachable_timeout {
-        return Err(LeaseError::MongoUnavailable(error.to_string()));
-    }
-    warn!(job = %opts.job, owner = %opts.owner, %error, "could not {what}; retrying");
-    Ok(())
 }
 
 /// Server error codes that refuse an operation for good: no retry changes a
@@ -584,70 +575,15 @@ fn refused(opts: &LeaseOptions, what: &str, error: &mongodb::error::Error) -> Re
     Ok(())
 }
 
-fn next_delay(delays: &mut impl Iterator<Item = Duration>) -> Duration {
-    delays.next().unwrap_or(Duration::from_secs(1))
-}
-
 /// A sleep within `[½, 1] × period`, so replicas do not poll in lockstep.
 fn jittered(period: Duration) -> Duration {
     period.mul_f64(rand::rng().random_range(0.5..=1.0))
-}
-
-/// Sleeps for `delay`, waking early on shutdown or when the wait times out.
-async fn pause(delay: Duration, shutdown: &CancellationToken, give_up_at: Option<Instant>) {
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = shutdown.cancelled() => {}
-        _ = sleep_until_opt(give_up_at) => {}
-    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Logs the owner we wait for when it changes, and its progress now and then.
-#[derive(Default)]
-struct OwnerWatch {
-    seen: Option<(Option<String>, Option<i64>, JobStatus)>,
-    last_logged: Option<Instant>,
-}
-
-impl OwnerWatch {
-    fn observe(&mut self, opts: &LeaseOptions, record: &JobRecord, now: DateTime) {
-        let key = (record.owner.clone(), record.epoch, record.status.clone());
-        let changed = self.seen.as_ref() != Some(&key);
-        let due = self
-            .last_logged
-            .is_none_or(|at| at.elapsed() >= PROGRESS_LOG_EVERY);
-        let expires_in_ms = record
-            .holds_until(opts.librechat_clock_skew)
-            .map(|at| clock::millis_between(now, at));
-        let phase = record.progress.as_ref().map(|p| p.phase.as_str());
-        let done = record.progress.as_ref().map(|p| p.done);
-        let total = record.progress.as_ref().map(|p| p.total);
-        if changed && record.holder() == Holder::LibreChat {
-            info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
-                expires_in_ms, "waiting: a LibreChat replica holds the job (its own start-up sync)");
-            self.last_logged = Some(Instant::now());
-        } else if changed || due {
-            info!(job = %opts.job, me = %opts.owner, owner = record.owner.as_deref().unwrap_or("-"),
-                epoch = record.epoch.unwrap_or(0),
-                status = ?record.status, expires_in_ms, phase, done, total,
-                retry_at = record.retry_at.and_then(|at| at.try_to_rfc3339_string().ok()),
-                "waiting: another replica holds the job");
-            self.last_logged = Some(Instant::now());
-        } else {
-            debug!(job = %opts.job, owner = record.owner.as_deref(), epoch = record.epoch, expires_in_ms, "still waiting");
-        }
-        self.seen = Some(key);
-    }
-
-    fn owner(&self) -> Option<String> {
-        self.seen.as_ref().and_then(|(owner, _, _)| owner.clone())
     }
 }
 
