@@ -54,12 +54,12 @@ use tracing::{debug, info, warn};
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
+use super::store::{error_code, ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// What the follower ends with: no job of ours ran, so no job output or
 /// error can be in it.
 type Done = Outcome<Infallible>;
 type Failure = LeaseError<Infallible>;
-use super::store::{ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -560,13 +560,7 @@ const REFUSALS: &[i32] = &[
 /// the operation was not applied, and asking again at a poll's rate would
 /// only get the same answer, so waiting ends with it.
 fn refused(opts: &LeaseOptions, what: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    let code = match &*error.kind {
-        ErrorKind::Command(command) => Some(command.code),
-        ErrorKind::Write(WriteFailure::WriteError(write)) => Some(write.code),
-        _ => None,
-    };
-    if code.is_some_and(|code| REFUSALS.contains(&code)) {
+    if error_code(error).is_some_and(|code| REFUSALS.contains(&code)) {
         return Err(LeaseError::Refused {
             what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
             detail: error.to_string(),
