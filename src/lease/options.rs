@@ -236,9 +236,9 @@ impl LeaseOptions {
     /// How long after its `attempt`-th consecutive failure (1-based) a job
     /// may be retried: `failure_backoff × 2^(attempt-1)`, capped.
     pub(crate) fn failure_backoff_for(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(32);
+        let doublings = attempt.saturating_sub(1).min(31);
         self.failure_backoff
-            .saturating_mul(1_u32 << doublings.min(31))
+            .saturating_mul(1_u32 << doublings)
             .min(self.failure_backoff_max)
     }
 

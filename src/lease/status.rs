@@ -127,15 +127,10 @@ impl LeaseStatus {
         now: DateTime,
         librechat_clock_skew: std::time::Duration,
     ) -> Self {
-        let rfc3339 = |at: Option<DateTime>| {
-            at.map(|at| {
-                at.try_to_rfc3339_string()
-                    .unwrap_or_else(|_| at.to_string())
-            })
-        };
+        let rfc3339 = |at: Option<DateTime>| at.as_ref().map(clock::rfc3339);
         let secs_until =
             |at: Option<DateTime>| at.map(|at| clock::millis_between(now, at) as f64 / 1000.0);
-        let server_time = rfc3339(Some(now)).unwrap_or_default();
+        let server_time = clock::rfc3339(&now);
         let Some(record) = record else {
             return LeaseStatus {
                 job: job.to_string(),
