@@ -120,12 +120,6 @@ pub(crate) fn judge(
     }
 }
 
-/// How long a lease released for the replica that asked for it (a handover)
-/// is left to that replica before anyone may claim it.
-pub(crate) fn handover_grace(opts: &LeaseOptions) -> Duration {
-    (opts.poll_every * 5).max(Duration::from_secs(1))
-}
-
 /// Released for another replica that asked for it, recently enough that it
 /// is still coming to claim it.
 fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) -> bool {
@@ -133,9 +127,12 @@ fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) 
         .released_for
         .as_deref()
         .is_some_and(|to| to != opts.owner);
+    // How long a lease released for the replica that asked for it (a
+    // handover) is left to that replica before anyone may claim it.
+    let grace = (opts.poll_every * 5).max(Duration::from_secs(1));
     let recent = record
         .released_at
-        .is_some_and(|at| at > clock::earlier(now, handover_grace(opts)));
+        .is_some_and(|at| at > clock::earlier(now, grace));
     for_another && recent
 }
 
@@ -150,7 +147,7 @@ fn completion_satisfies(
     let completed_at = record.completed_at?;
     let done = |age: Option<Duration>| {
         let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
-        Some(Verdict::Done(match age {
+        Verdict::Done(match age {
             None => Outcome::CompletedByOther {
                 owner,
                 epoch,
@@ -162,20 +159,18 @@ fn completion_satisfies(
                 age,
                 summary,
             },
-        }))
+        })
     };
     if opts.own_run_only {
         None
     } else if opts.force {
         // Only a run that began after we were asked satisfies --force.
-        match record.claimed_at {
-            Some(claimed_at) if claimed_at >= wait_started && !record.following => done(None),
-            _ => None,
-        }
+        let claimed_since = record.claimed_at.is_some_and(|at| at >= wait_started);
+        (claimed_since && !record.following).then(|| done(None))
     } else if completed_at >= wait_started {
-        done(None)
+        Some(done(None))
     } else if completed_at > clock::earlier(wait_started, opts.reuse_completion_for) {
-        done(Some(now.saturating_duration_since(completed_at)))
+        Some(done(Some(now.saturating_duration_since(completed_at))))
     } else {
         None
     }
@@ -305,7 +300,7 @@ impl<'w> Wait<'w> {
                 }
                 Verdict::Adopt => {
                     let record = record.expect("only a document can be adopted");
-                    if let Some(turn) = adopt(opts, record, before_now, now) {
+                    if let Some(turn) = self.adopt(record, before_now, now) {
                         return Ok(turn);
                     }
                     // Too close to its end to work under: it expires within the
@@ -370,6 +365,21 @@ impl<'w> Wait<'w> {
                 Ok(None)
             }
         }
+    }
+
+    /// Adopts a claim of ours whose answer was lost, unless it ends within the
+    /// safety margin (`None`).
+    fn adopt(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn> {
+        let opts = self.opts;
+        let deadline = record
+            .lease_expires_at
+            .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin))
+            .filter(|deadline| *deadline > Instant::now())?;
+        let epoch = record.epoch?;
+        warn!(job = %opts.job, owner = %opts.owner, epoch,
+            "adopting a claim of ours whose answer was lost");
+        crate::metrics::lease_claimed(false);
+        Some(Claimed::turn(opts, epoch, record, deadline))
     }
 
     /// Asks the owner following change streams to hand the lease over:
@@ -492,25 +502,6 @@ impl<'w> Wait<'w> {
         }
         self.seen = Some(key);
     }
-}
-
-/// Adopts a claim of ours whose answer was lost, unless it ends within the
-/// safety margin (`None`).
-fn adopt(
-    opts: &LeaseOptions,
-    record: JobRecord,
-    before_now: Instant,
-    now: DateTime,
-) -> Option<Turn> {
-    let deadline = record
-        .lease_expires_at
-        .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin))
-        .filter(|deadline| *deadline > Instant::now())?;
-    let epoch = record.epoch?;
-    warn!(job = %opts.job, owner = %opts.owner, epoch,
-        "adopting a claim of ours whose answer was lost");
-    crate::metrics::lease_claimed(false);
-    Some(Claimed::turn(opts, epoch, record, deadline))
 }
 
 /// On the way out (timeout, shutdown, unreachable) after a claim whose

@@ -54,8 +54,9 @@ pub struct Guard {
 
 impl Guard {
     /// A guard that holds until `deadline` (`None`: until cancelled) unless
-    /// extended or cancelled.
-    fn new(deadline: Option<Instant>, lease: Option<LeaseHandle>) -> Self {
+    /// extended or cancelled; an owner's with its handle on the lease
+    /// document.
+    pub(crate) fn new(deadline: Option<Instant>, lease: Option<LeaseHandle>) -> Self {
         Guard {
             token: CancellationToken::new(),
             state: Arc::new(Mutex::new(State {
@@ -64,11 +65,6 @@ impl Guard {
             })),
             lease: lease.map(Arc::new),
         }
-    }
-
-    /// The owner's guard, with its handle on the lease document.
-    pub(crate) fn for_owner(deadline: Instant, lease: LeaseHandle) -> Self {
-        Guard::new(Some(deadline), Some(lease))
     }
 
     /// The owner's handle on its lease document (`None` for guards with no
@@ -241,11 +237,8 @@ impl LeaseHandle {
     /// Who asked for the lease while we keep it, if anyone did since we
     /// claimed it (one read of the document).
     pub async fn handover_requested_by(&self) -> Result<Option<String>, LeaseWriteError> {
-        Ok(self
-            .read()
-            .await?
-            .filter(|r| r.is_held_under(&self.fence))
-            .and_then(|r| r.handover_requested_by))
+        let record = self.read().await?.filter(|r| r.is_held_under(&self.fence));
+        Ok(record.and_then(|r| r.handover_requested_by))
     }
 
     /// One fenced write at a fresh server time, after the guard's check. A

@@ -53,7 +53,6 @@ struct Renewal {
     renew_every: Duration,
     /// `ttl - safety_margin`.
     holds_for: Duration,
-    stop: CancellationToken,
 }
 
 impl Renewer {
@@ -76,11 +75,10 @@ impl Renewer {
             progress: progress.clone(),
             renew_every: opts.renew_every,
             holds_for: opts.holds_for(),
-            stop: stop.clone(),
         };
         Renewer {
+            task: Some(tokio::spawn(renewal.run(deadline, stop.clone()))),
             stop,
-            task: Some(tokio::spawn(renewal.run(deadline))),
         }
     }
 
@@ -95,14 +93,14 @@ impl Renewer {
 }
 
 impl Renewal {
-    async fn run(self, mut deadline: Instant) {
+    async fn run(self, mut deadline: Instant, stop: CancellationToken) {
         loop {
             // Due `renew_every` after the send time of the last good renewal.
             let due = deadline
                 .checked_sub(self.holds_for - self.renew_every)
                 .unwrap_or_else(Instant::now);
             tokio::select! {
-                _ = self.stop.cancelled() => return,
+                _ = stop.cancelled() => return,
                 _ = self.guard.cancelled() => return,
                 _ = tokio::time::sleep_until(due.into()) => {}
             }
@@ -117,7 +115,7 @@ impl Renewal {
                 };
                 let result = tokio::select! {
                     biased;
-                    _ = self.stop.cancelled() => return,
+                    _ = stop.cancelled() => return,
                     _ = tokio::time::sleep_until(deadline.into()) => {
                         error!(owner = %self.fence.owner, epoch = self.fence.epoch,
                             "lease renewals failed for ttl - safety_margin; stopping the job before the lease can expire");
@@ -146,7 +144,7 @@ impl Renewal {
                             "lease renewal failed (its outcome is unknown); reading the lease, then retrying");
                         let still_ours = tokio::select! {
                             biased;
-                            _ = self.stop.cancelled() => return,
+                            _ = stop.cancelled() => return,
                             _ = tokio::time::sleep_until(deadline.into()) => continue,
                             read = self.store.still_held(&self.fence) => read,
                         };
@@ -157,7 +155,7 @@ impl Renewal {
                             return;
                         }
                         tokio::select! {
-                            _ = self.stop.cancelled() => return,
+                            _ = stop.cancelled() => return,
                             _ = tokio::time::sleep(delay) => {}
                             // The deadline branch above fires on the next pass.
                             _ = tokio::time::sleep_until(deadline.into()) => {}

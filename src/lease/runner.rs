@@ -77,7 +77,8 @@ pub async fn run_single_flight<J: LeasedJob>(
     // The owner's run: the job under renewals, then the write that records
     // how it ended.
     let (fence, deadline) = (&claimed.fence, claimed.deadline);
-    let guard = Guard::for_owner(deadline, LeaseHandle::new(store.clone(), fence.clone()));
+    let lease = LeaseHandle::new(store.clone(), fence.clone());
+    let guard = Guard::new(Some(deadline), Some(lease));
     let renewer = Renewer::start(&store, fence, &guard, &progress, opts, deadline);
     let owner = Owner {
         store: &store,
@@ -311,10 +312,8 @@ fn deadline_of(guard: &Guard) -> Instant {
 
 fn lost<T, E>(fence: &Fence, reason: LeaseLost) -> Result<Outcome<T>, LeaseError<E>> {
     error!(owner = %fence.owner, epoch = fence.epoch, %reason, "lease lost");
-    Err(LeaseError::LeaseLost {
-        epoch: fence.epoch,
-        reason,
-    })
+    let epoch = fence.epoch;
+    Err(LeaseError::LeaseLost { epoch, reason })
 }
 
 fn unconfirmed<T, E>(fence: &Fence, what: &str, err: String) -> Result<Outcome<T>, LeaseError<E>> {

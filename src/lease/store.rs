@@ -129,7 +129,6 @@ pub struct JobRecord {
     /// A replica that needs the lease (`once`, `reindex`) asked the owner
     /// that keeps it to hand it over.
     pub(crate) handover_requested_by: Option<String>,
-    handover_requested_at: Option<DateTime>,
     /// The whole document as read: the job's own fields are the job's to
     /// read (the lease reads only its [`LEASE_FIELDS`]); a claim compares
     /// its [`JUDGED_FIELDS`] exactly as read here.
@@ -182,6 +181,7 @@ impl JobRecord {
             _ => None,
         };
         let text = |key: &str| doc.get_str(key).ok().map(str::to_string);
+        let progress = doc.get_document("progress").ok().cloned();
         JobRecord {
             owner: text("owner"),
             epoch: int("epoch"),
@@ -199,10 +199,7 @@ impl JobRecord {
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(0),
             retry_at: time("retryAt"),
-            progress: doc
-                .get("progress")
-                .filter(|p| matches!(p, Bson::Document(_)))
-                .and_then(|p| bson::from_bson(p.clone()).ok()),
+            progress: progress.and_then(|p| bson::from_document(p).ok()),
             summary: doc
                 .get("summary")
                 .filter(|s| !matches!(s, Bson::Null))
@@ -210,7 +207,6 @@ impl JobRecord {
             following: doc.get_bool("following").unwrap_or(false),
             released_for: text("releasedFor"),
             handover_requested_by: text("handoverRequestedBy"),
-            handover_requested_at: time("handoverRequestedAt"),
             document: doc.clone(),
         }
     }
@@ -341,11 +337,11 @@ impl JobStore {
     ) -> mongodb::error::Result<ClaimResult> {
         let mut filter = doc! { "_id": &self.job };
         for field in JUDGED_FIELDS {
-            let value = seen.and_then(|record| record.document.get(field).cloned());
-            filter.insert(
-                field,
-                value.unwrap_or_else(|| doc! { "$exists": false }.into()),
-            );
+            let value = seen.and_then(|record| record.document.get(field));
+            let pinned = value
+                .cloned()
+                .unwrap_or_else(|| doc! { "$exists": false }.into());
+            filter.insert(field, pinned);
         }
         // The state is pinned; its liveness is checked here too, so no
         // caller's misjudgement can take a live lease.
@@ -355,13 +351,8 @@ impl JobStore {
             },
             _ => doc! { "leaseExpiresAt": { "$lte": now } },
         };
-        filter.insert(
-            "$or",
-            vec![
-                doc! { "status": { "$ne": "running" }, "following": { "$ne": true } },
-                expired,
-            ],
-        );
+        let not_held = doc! { "status": { "$ne": "running" }, "following": { "$ne": true } };
+        filter.insert("$or", vec![not_held, expired]);
         let lease_expires_at = clock::later(now, self.ttl);
         let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
         let claim = vec![doc! { "$set": {
@@ -387,16 +378,12 @@ impl JobStore {
             .return_document(ReturnDocument::After)
             .await;
         match result {
-            Ok(Some(doc)) => {
-                let record = JobRecord::from_document(&doc);
-                Ok(if record.owner.as_deref() == Some(owner) {
-                    ClaimResult::Won(Box::new(record))
-                } else {
-                    ClaimResult::Lost
-                })
+            Ok(Some(doc)) if doc.get_str("owner").ok() == Some(owner) => {
+                Ok(ClaimResult::Won(Box::new(JobRecord::from_document(&doc))))
             }
-            // Upsert always returns the document; be defensive anyway.
-            Ok(None) => Ok(ClaimResult::Lost),
+            // Another owner in the document. Upsert always returns the
+            // document; be defensive anyway.
+            Ok(_) => Ok(ClaimResult::Lost),
             Err(error) if error_code(&error) == Some(DUPLICATE_KEY) => Ok(ClaimResult::Lost),
             Err(error) => Err(error),
         }
@@ -436,17 +423,14 @@ impl JobStore {
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
     ) -> mongodb::error::Result<bool> {
-        let summary = summary_bson(summary);
-        let expires_at = clock::later(
-            clock::later(now, self.completion_visible_for),
-            self.librechat_clock_skew,
-        );
+        let visible_until = clock::later(now, self.completion_visible_for);
+        let expires_at = clock::later(visible_until, self.librechat_clock_skew);
         let update = doc! {
             "$set": {
                 "status": "completed",
                 "following": false,
                 "completedAt": now,
-                "summary": summary,
+                "summary": summary_bson(summary),
                 "progress": progress_bson(progress),
                 "attempt": 0_i32,
                 "expiresAt": expires_at,
@@ -528,10 +512,8 @@ impl JobStore {
 
     /// Whether the document still shows the lease held under `fence`.
     pub(crate) async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
-        Ok(self
-            .read()
-            .await?
-            .is_some_and(|record| record.is_held_under(fence)))
+        let record = self.read().await?;
+        Ok(record.is_some_and(|record| record.is_held_under(fence)))
     }
 
     /// The run's work is done (`summary`; `None` when a fresh completion by
