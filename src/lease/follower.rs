@@ -282,6 +282,8 @@ impl<'w> Wait<'w> {
         }
     }
 
+    /// Polls, judges (the module's tables) and acts on the verdict until the
+    /// job is done for us or we hold the lease.
     async fn until_turn(&mut self) -> Result<Turn, Failure> {
         let opts = self.opts;
         loop {

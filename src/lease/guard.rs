@@ -54,7 +54,7 @@ pub struct Guard {
 
 impl Guard {
     /// A guard that holds until `deadline` (`None`: until cancelled) unless
-    /// extended or cancelled; an owner's with its handle on the lease
+    /// extended or cancelled; `lease`: an owner's handle on its lease
     /// document.
     pub(crate) fn new(deadline: Option<Instant>, lease: Option<LeaseHandle>) -> Self {
         Guard {

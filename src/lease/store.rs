@@ -336,12 +336,10 @@ impl JobStore {
         seen: Option<&JobRecord>,
     ) -> mongodb::error::Result<ClaimResult> {
         let mut filter = doc! { "_id": &self.job };
+        let absent = Bson::Document(doc! { "$exists": false });
         for field in JUDGED_FIELDS {
             let value = seen.and_then(|record| record.document.get(field));
-            let pinned = value
-                .cloned()
-                .unwrap_or_else(|| doc! { "$exists": false }.into());
-            filter.insert(field, pinned);
+            filter.insert(field, value.unwrap_or(&absent).clone());
         }
         // The state is pinned; its liveness is checked here too, so no
         // caller's misjudgement can take a live lease.
