@@ -66,6 +66,12 @@ pub fn millis_between(from: DateTime, to: DateTime) -> i64 {
         .saturating_sub(from.timestamp_millis())
 }
 
+/// A MongoDB time as an operator reads it: `2026-12-01T12:54:35.764Z`.
+pub(crate) fn rfc3339(at: &DateTime) -> String {
+    at.try_to_rfc3339_string()
+        .unwrap_or_else(|_| at.to_string())
+}
+
 /// `hello` answered without a usable `localTime`.
 #[derive(Debug, thiserror::Error)]
 #[error("the server's hello reply has no usable localTime (found {0:?})")]

@@ -54,12 +54,12 @@ use tracing::{debug, info, warn};
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
+use super::store::{error_code, ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// What the follower ends with: no job of ours ran, so no job output or
 /// error can be in it.
 type Done = Outcome<Infallible>;
 type Failure = LeaseError<Infallible>;
-use super::store::{ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -120,12 +120,6 @@ pub(crate) fn judge(
     }
 }
 
-/// How long a lease released for the replica that asked for it (a handover)
-/// is left to that replica before anyone may claim it.
-pub(crate) fn handover_grace(opts: &LeaseOptions) -> Duration {
-    (opts.poll_every * 5).max(Duration::from_secs(1))
-}
-
 /// Released for another replica that asked for it, recently enough that it
 /// is still coming to claim it.
 fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) -> bool {
@@ -133,9 +127,12 @@ fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) 
         .released_for
         .as_deref()
         .is_some_and(|to| to != opts.owner);
+    // How long a lease released for the replica that asked for it (a
+    // handover) is left to that replica before anyone may claim it.
+    let grace = (opts.poll_every * 5).max(Duration::from_secs(1));
     let recent = record
         .released_at
-        .is_some_and(|at| at > clock::earlier(now, handover_grace(opts)));
+        .is_some_and(|at| at > clock::earlier(now, grace));
     for_another && recent
 }
 
@@ -150,7 +147,7 @@ fn completion_satisfies(
     let completed_at = record.completed_at?;
     let done = |age: Option<Duration>| {
         let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
-        Some(Verdict::Done(match age {
+        Verdict::Done(match age {
             None => Outcome::CompletedByOther {
                 owner,
                 epoch,
@@ -162,20 +159,18 @@ fn completion_satisfies(
                 age,
                 summary,
             },
-        }))
+        })
     };
     if opts.own_run_only {
         None
     } else if opts.force {
         // Only a run that began after we were asked satisfies --force.
-        match record.claimed_at {
-            Some(claimed_at) if claimed_at >= wait_started && !record.following => done(None),
-            _ => None,
-        }
+        let claimed_since = record.claimed_at.is_some_and(|at| at >= wait_started);
+        (claimed_since && !record.following).then(|| done(None))
     } else if completed_at >= wait_started {
-        done(None)
+        Some(done(None))
     } else if completed_at > clock::earlier(wait_started, opts.reuse_completion_for) {
-        done(Some(now.saturating_duration_since(completed_at)))
+        Some(done(Some(now.saturating_duration_since(completed_at))))
     } else {
         None
     }
@@ -191,10 +186,29 @@ pub(crate) struct Claimed {
     pub(crate) deadline: Instant,
 }
 
+impl Claimed {
+    /// Our turn: `record` shows the lease held under our owner id and
+    /// `epoch`, safely ours until `deadline`.
+    fn turn(opts: &LeaseOptions, epoch: i64, record: JobRecord, deadline: Instant) -> Turn {
+        Turn::Claimed(Box::new(Claimed {
+            fence: our_fence(opts, epoch),
+            record,
+            deadline,
+        }))
+    }
+}
+
 /// Where waiting ended.
 pub(crate) enum Turn {
     Finished(Done),
     Claimed(Box<Claimed>),
+}
+
+fn our_fence(opts: &LeaseOptions, epoch: i64) -> Fence {
+    Fence {
+        owner: opts.owner.clone(),
+        epoch,
+    }
 }
 
 /// The local instant before which a lease ending at server time
@@ -219,77 +233,15 @@ pub(crate) async fn wait_for_turn(
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
 ) -> Result<Turn, Failure> {
-    let mut claims = AmbiguousClaims::default();
-    let result = poll_until_turn(store, opts, shutdown, &mut claims).await;
-    if result.is_err() && claims.any {
-        claims.release_if_ours(store, opts).await;
+    let mut wait = Wait::new(store, opts, shutdown);
+    let result = wait.until_turn().await;
+    if result.is_err() && wait.claim_unsure {
+        release_if_ours(store, opts).await;
     }
     result
 }
 
-async fn poll_until_turn(
-    store: &JobStore,
-    opts: &LeaseOptions,
-    shutdown: &CancellationToken,
-    claims: &mut AmbiguousClaims,
-) -> Result<Turn, Failure> {
-    let mut wait = Wait::new(store, opts, shutdown);
-    loop {
-        if shutdown.is_cancelled() {
-            return Err(LeaseError::ShutDown { released: false });
-        }
-        wait.check_time_left()?;
-        let Some(Poll {
-            before_now,
-            now,
-            record,
-        }) = wait.poll().await?
-        else {
-            continue;
-        };
-        let wait_started = *wait.wait_started.get_or_insert(now);
-        match judge(record.as_ref(), now, wait_started, opts) {
-            Verdict::Done(outcome) => {
-                log_done(opts, &outcome);
-                return Ok(Turn::Finished(outcome));
-            }
-            Verdict::Adopt => {
-                let record = record.expect("only a document can be adopted");
-                if let Some(turn) = adopt(opts, record, before_now, now) {
-                    return Ok(turn);
-                }
-                // Too close to its end to work under: it expires within the
-                // safety margin, then it is claimed as usual.
-                wait.pause_one_poll().await;
-            }
-            Verdict::Wait => {
-                wait.observe(record.as_ref(), now);
-                wait.pause_one_poll().await;
-            }
-            Verdict::RequestHandover => {
-                wait.observe(record.as_ref(), now);
-                wait.request_handover(now).await?;
-                wait.pause_one_poll().await;
-            }
-            Verdict::Claim => {
-                let claimed = wait.claim(record.as_ref(), before_now, now, claims).await?;
-                if let Some(turn) = claimed {
-                    return Ok(turn);
-                }
-            }
-        }
-    }
-}
-
-/// One poll's reading: the server's time, read after the local instant
-/// `before_now`, and the lease document.
-struct Poll {
-    before_now: Instant,
-    now: DateTime,
-    record: Option<JobRecord>,
-}
-
-/// One wait for our turn: what [`poll_until_turn`] keeps between polls.
+/// One wait for our turn: what [`Wait::until_turn`] keeps between polls.
 struct Wait<'w> {
     store: &'w JobStore,
     opts: &'w LeaseOptions,
@@ -301,8 +253,14 @@ struct Wait<'w> {
     /// Since when MongoDB has failed every request.
     unreachable_since: Option<Instant>,
     error_delays: backon::ExponentialBackoff,
-    watch: OwnerWatch,
     polled_once: bool,
+    /// A claim was sent whose outcome was an error: it may have been
+    /// applied, now or later.
+    claim_unsure: bool,
+    /// The holder last seen waited for (logged when it changes, named if the
+    /// wait times out), and when its progress was last logged at info level.
+    seen: Option<(Option<String>, Option<i64>, JobStatus)>,
+    last_logged: Option<Instant>,
 }
 
 impl<'w> Wait<'w> {
@@ -317,8 +275,53 @@ impl<'w> Wait<'w> {
             wait_started: None,
             unreachable_since: None,
             error_delays: crate::retry::lease_store(opts.poll_every).build(),
-            watch: OwnerWatch::default(),
             polled_once: false,
+            claim_unsure: false,
+            seen: None,
+            last_logged: None,
+        }
+    }
+
+    /// Polls, judges (the module's tables) and acts on the verdict until the
+    /// job is done for us or we hold the lease.
+    async fn until_turn(&mut self) -> Result<Turn, Failure> {
+        let opts = self.opts;
+        loop {
+            if self.shutdown.is_cancelled() {
+                return Err(LeaseError::ShutDown { released: false });
+            }
+            self.check_time_left()?;
+            let Some((before_now, now, record)) = self.poll().await? else {
+                continue;
+            };
+            let wait_started = *self.wait_started.get_or_insert(now);
+            match judge(record.as_ref(), now, wait_started, opts) {
+                Verdict::Done(outcome) => {
+                    log_done(opts, &outcome);
+                    return Ok(Turn::Finished(outcome));
+                }
+                Verdict::Adopt => {
+                    let record = record.expect("only a document can be adopted");
+                    if let Some(turn) = self.adopt(record, before_now, now) {
+                        return Ok(turn);
+                    }
+                    // Too close to its end to work under: it expires within the
+                    // safety margin, then it is claimed as usual.
+                    self.pause_one_poll().await;
+                }
+                verdict @ (Verdict::Wait | Verdict::RequestHandover) => {
+                    self.observe(record.as_ref(), now);
+                    if verdict == Verdict::RequestHandover {
+                        self.request_handover(now).await?;
+                    }
+                    self.pause_one_poll().await;
+                }
+                Verdict::Claim => {
+                    if let Some(turn) = self.claim(record.as_ref(), before_now, now).await? {
+                        return Ok(turn);
+                    }
+                }
+            }
         }
     }
 
@@ -328,22 +331,22 @@ impl<'w> Wait<'w> {
         if self.polled_once && self.give_up_at.is_some_and(|at| Instant::now() >= at) {
             return Err(LeaseError::WaitTimedOut {
                 waited: self.began.elapsed(),
-                owner: self.watch.owner(),
+                owner: self.seen.as_ref().and_then(|(owner, _, _)| owner.clone()),
             });
         }
         Ok(())
     }
 
-    /// Reads the server's clock and the lease. `None`: nothing read (a
-    /// shutdown or the timeout came first, or the read failed and the
-    /// retry delay has passed).
-    async fn poll(&mut self) -> Result<Option<Poll>, Failure> {
+    /// Reads the server's clock and the lease: the local instant before the
+    /// clock read, the server's time and the lease document. `None`: nothing
+    /// read (a shutdown or the timeout came first, or the read failed and
+    /// the retry delay has passed).
+    async fn poll(&mut self) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, Failure> {
         let before_now = Instant::now();
         let store = self.store;
         let poll = async {
             let now = store.server_now().await?;
-            let record = store.read().await?;
-            Ok::<_, mongodb::error::Error>((now, record))
+            Ok::<_, mongodb::error::Error>((before_now, now, store.read().await?))
         };
         // Reads are safe to abandon on shutdown or timeout.
         let polled = tokio::select! {
@@ -353,33 +356,32 @@ impl<'w> Wait<'w> {
         };
         self.polled_once = true;
         match polled {
-            Ok((now, record)) => {
+            Ok(polled) => {
                 self.unreachable_since = None;
-                Ok(Some(Poll {
-                    before_now,
-                    now,
-                    record,
-                }))
+                Ok(Some(polled))
             }
             Err(error) => {
                 refused(self.opts, "read", &error)?;
-                unreachable(
-                    self.opts,
-                    &mut self.unreachable_since,
-                    "read the lease",
-                    &error,
-                )?;
+                self.unreachable("read", &error)?;
                 self.pause_after_error().await;
                 Ok(None)
             }
         }
     }
 
-    /// Notes who holds the lease we wait for (named if the wait times out).
-    fn observe(&mut self, record: Option<&JobRecord>, now: DateTime) {
-        if let Some(record) = record {
-            self.watch.observe(self.opts, record, now);
-        }
+    /// Adopts a claim of ours whose answer was lost, unless it ends within the
+    /// safety margin (`None`).
+    fn adopt(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn> {
+        let opts = self.opts;
+        let deadline = record
+            .lease_expires_at
+            .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin))
+            .filter(|deadline| *deadline > Instant::now())?;
+        let epoch = record.epoch?;
+        warn!(job = %opts.job, owner = %opts.owner, epoch,
+            "adopting a claim of ours whose answer was lost");
+        crate::metrics::lease_claimed(false);
+        Some(Claimed::turn(opts, epoch, record, deadline))
     }
 
     /// Asks the owner following change streams to hand the lease over:
@@ -394,12 +396,7 @@ impl<'w> Wait<'w> {
             Ok(false) => {}
             Err(error) => {
                 refused(opts, "ask for", &error)?;
-                unreachable(
-                    opts,
-                    &mut self.unreachable_since,
-                    "ask for the lease",
-                    &error,
-                )?;
+                self.unreachable("ask for", &error)?;
             }
         }
         Ok(())
@@ -415,22 +412,14 @@ impl<'w> Wait<'w> {
         record: Option<&JobRecord>,
         before_now: Instant,
         now: DateTime,
-        claims: &mut AmbiguousClaims,
     ) -> Result<Option<Turn>, Failure> {
         let opts = self.opts;
         match self.store.claim(&opts.owner, now, record).await {
             Ok(ClaimResult::Won(claimed)) => {
-                let claimed = *claimed;
                 log_claim(opts, record, &claimed, now);
                 let epoch = claimed.epoch.unwrap_or_default();
-                Ok(Some(Turn::Claimed(Box::new(Claimed {
-                    fence: Fence {
-                        owner: opts.owner.clone(),
-                        epoch,
-                    },
-                    record: claimed,
-                    deadline: before_now + opts.holds_for(),
-                }))))
+                let deadline = before_now + opts.holds_for();
+                Ok(Some(Claimed::turn(opts, epoch, *claimed, deadline)))
             }
             Ok(ClaimResult::Lost) => {
                 // A driver retry of a claim that was applied also ends here.
@@ -440,184 +429,54 @@ impl<'w> Wait<'w> {
             Err(error) => {
                 refused(opts, "claim", &error)?;
                 // Maybe applied: the next poll tells.
-                claims.any = true;
+                self.claim_unsure = true;
                 warn!(job = %opts.job, owner = %opts.owner, %error,
                     "the claim's outcome is unknown; reading the lease again");
-                unreachable(opts, &mut self.unreachable_since, "claim the lease", &error)?;
+                self.unreachable("claim", &error)?;
                 self.pause_after_error().await;
                 Ok(None)
             }
         }
     }
 
+    /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
+    fn unreachable(&mut self, verb: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
+        let since = *self.unreachable_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= self.opts.unreachable_timeout {
+            return Err(LeaseError::MongoUnavailable(error.to_string()));
+        }
+        let opts = self.opts;
+        warn!(job = %opts.job, owner = %opts.owner, %error, "could not {verb} the lease; retrying");
+        Ok(())
+    }
+
     /// One poll period, jittered (ended early by shutdown or the timeout).
     async fn pause_one_poll(&self) {
-        pause(
-            jittered(self.opts.poll_every),
-            self.shutdown,
-            self.give_up_at,
-        )
-        .await;
+        self.pause(jittered(self.opts.poll_every)).await;
     }
 
     /// The next retry delay after a failed request.
     async fn pause_after_error(&mut self) {
-        let delay = next_delay(&mut self.error_delays);
-        pause(delay, self.shutdown, self.give_up_at).await;
+        let delay = self.error_delays.next().unwrap_or(Duration::from_secs(1));
+        self.pause(delay).await;
     }
-}
 
-/// Adopts a claim of ours whose answer was lost, unless it ends within the
-/// safety margin (`None`).
-fn adopt(
-    opts: &LeaseOptions,
-    record: JobRecord,
-    before_now: Instant,
-    now: DateTime,
-) -> Option<Turn> {
-    let deadline = record
-        .lease_expires_at
-        .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin))
-        .filter(|deadline| *deadline > Instant::now())?;
-    let epoch = record.epoch?;
-    warn!(job = %opts.job, owner = %opts.owner, epoch,
-        "adopting a claim of ours whose answer was lost");
-    crate::metrics::lease_claimed(false);
-    Some(Turn::Claimed(Box::new(Claimed {
-        fence: Fence {
-            owner: opts.owner.clone(),
-            epoch,
-        },
-        record,
-        deadline,
-    })))
-}
-
-/// Claims sent whose outcome was an error: any of them may have been
-/// applied, now or later.
-#[derive(Default)]
-struct AmbiguousClaims {
-    any: bool,
-}
-
-impl AmbiguousClaims {
-    /// On the way out (timeout, shutdown, unreachable): a claim of ours
-    /// found running is released so another replica claims at once, rather
-    /// than left to expire. Best effort: if MongoDB does not answer, the
-    /// lease expires by itself.
-    async fn release_if_ours(&self, store: &JobStore, opts: &LeaseOptions) {
-        let attempt = async {
-            let now = store.server_now().await?;
-            let Some(record) = store.read().await? else {
-                return Ok(false);
-            };
-            if !(record.is_running_for(&opts.owner)
-                && record.is_live(now, opts.librechat_clock_skew))
-            {
-                return Ok(false);
-            }
-            let fence = Fence {
-                owner: opts.owner.clone(),
-                epoch: record.epoch.unwrap_or_default(),
-            };
-            let progress = crate::progress::Progress::new().snapshot();
-            store.release(&fence, now, &progress, None).await
-        };
-        match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
-            Ok(Ok(true)) => {
-                warn!(job = %opts.job, owner = %opts.owner, "released a claim of ours whose answer was lost")
-            }
-            Ok(Ok(false)) => {}
-            Ok(Err(error)) => {
-                debug!(job = %opts.job, %error, "could not check for a claim of ours; it expires by itself")
-            }
-            Err(_) => {
-                debug!(job = %opts.job, "could not check for a claim of ours in time; it expires by itself")
-            }
+    /// Sleeps for `delay`, waking early on shutdown or when the wait times out.
+    async fn pause(&self, delay: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = self.shutdown.cancelled() => {}
+            _ = sleep_until_opt(self.give_up_at) => {}
         }
     }
-}
 
-/// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
-fn unreachable(
-    opts: &LeaseOptions,
-    since: &mut Option<Instant>,
-    what: &str,
-    error: &mongodb::error::Error,
-) -> Result<(), Failure> {
-    let since = *since.get_or_insert_with(Instant::now);
-    if since.elapsed() >= opts.unreachable_timeout {
-        return Err(LeaseError::MongoUnavailable(error.to_string()));
-    }
-    warn!(job = %opts.job, owner = %opts.owner, %error, "could not {what}; retrying");
-    Ok(())
-}
-
-/// Server error codes that refuse an operation for good: no retry changes a
-/// validator on the collection, a missing privilege or a bad value.
-const REFUSALS: &[i32] = &[
-    2,    // BadValue
-    9,    // FailedToParse
-    13,   // Unauthorized
-    14,   // TypeMismatch
-    18,   // AuthenticationFailed
-    121,  // DocumentValidationFailure
-    8000, // AtlasError (Atlas's "user is not allowed to do action")
-];
-
-/// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
-/// the operation was not applied, and asking again at a poll's rate would
-/// only get the same answer, so waiting ends with it.
-fn refused(opts: &LeaseOptions, what: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    let code = match &*error.kind {
-        ErrorKind::Command(command) => Some(command.code),
-        ErrorKind::Write(WriteFailure::WriteError(write)) => Some(write.code),
-        _ => None,
-    };
-    if code.is_some_and(|code| REFUSALS.contains(&code)) {
-        return Err(LeaseError::Refused {
-            what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
-            detail: error.to_string(),
-        });
-    }
-    Ok(())
-}
-
-fn next_delay(delays: &mut impl Iterator<Item = Duration>) -> Duration {
-    delays.next().unwrap_or(Duration::from_secs(1))
-}
-
-/// A sleep within `[½, 1] × period`, so replicas do not poll in lockstep.
-fn jittered(period: Duration) -> Duration {
-    period.mul_f64(rand::rng().random_range(0.5..=1.0))
-}
-
-/// Sleeps for `delay`, waking early on shutdown or when the wait times out.
-async fn pause(delay: Duration, shutdown: &CancellationToken, give_up_at: Option<Instant>) {
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = shutdown.cancelled() => {}
-        _ = sleep_until_opt(give_up_at) => {}
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Logs the owner we wait for when it changes, and its progress now and then.
-#[derive(Default)]
-struct OwnerWatch {
-    seen: Option<(Option<String>, Option<i64>, JobStatus)>,
-    last_logged: Option<Instant>,
-}
-
-impl OwnerWatch {
-    fn observe(&mut self, opts: &LeaseOptions, record: &JobRecord, now: DateTime) {
+    /// Logs the holder we wait for when it changes, and its progress now and
+    /// then.
+    fn observe(&mut self, record: Option<&JobRecord>, now: DateTime) {
+        let Some(record) = record else {
+            return;
+        };
+        let opts = self.opts;
         let key = (record.owner.clone(), record.epoch, record.status.clone());
         let changed = self.seen.as_ref() != Some(&key);
         let due = self
@@ -645,9 +504,73 @@ impl OwnerWatch {
         }
         self.seen = Some(key);
     }
+}
 
-    fn owner(&self) -> Option<String> {
-        self.seen.as_ref().and_then(|(owner, _, _)| owner.clone())
+/// On the way out (timeout, shutdown, unreachable) after a claim whose
+/// outcome was an error: a claim of ours found running is released so
+/// another replica claims at once, rather than left to expire. Best effort:
+/// if MongoDB does not answer, the lease expires by itself.
+async fn release_if_ours(store: &JobStore, opts: &LeaseOptions) {
+    let attempt = async {
+        let now = store.server_now().await?;
+        let Some(record) = store.read().await? else {
+            return Ok(false);
+        };
+        if !(record.is_running_for(&opts.owner) && record.is_live(now, opts.librechat_clock_skew)) {
+            return Ok(false);
+        }
+        let fence = our_fence(opts, record.epoch.unwrap_or_default());
+        let progress = crate::progress::Progress::new().snapshot();
+        store.release(&fence, now, &progress, None).await
+    };
+    match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
+        Ok(Ok(true)) => {
+            warn!(job = %opts.job, owner = %opts.owner, "released a claim of ours whose answer was lost")
+        }
+        Ok(Ok(false)) => {}
+        Ok(Err(error)) => {
+            debug!(job = %opts.job, %error, "could not check for a claim of ours; it expires by itself")
+        }
+        Err(_) => {
+            debug!(job = %opts.job, "could not check for a claim of ours in time; it expires by itself")
+        }
+    }
+}
+
+/// Server error codes that refuse an operation for good: no retry changes a
+/// validator on the collection, a missing privilege or a bad value.
+const REFUSALS: &[i32] = &[
+    2,    // BadValue
+    9,    // FailedToParse
+    13,   // Unauthorized
+    14,   // TypeMismatch
+    18,   // AuthenticationFailed
+    121,  // DocumentValidationFailure
+    8000, // AtlasError (Atlas's "user is not allowed to do action")
+];
+
+/// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
+/// the operation was not applied, and asking again at a poll's rate would
+/// only get the same answer, so waiting ends with it.
+fn refused(opts: &LeaseOptions, what: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
+    if error_code(error).is_some_and(|code| REFUSALS.contains(&code)) {
+        return Err(LeaseError::Refused {
+            what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
+            detail: error.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A sleep within `[½, 1] × period`, so replicas do not poll in lockstep.
+fn jittered(period: Duration) -> Duration {
+    period.mul_f64(rand::rng().random_range(0.5..=1.0))
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 

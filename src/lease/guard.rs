@@ -53,23 +53,17 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// A guard that holds until `deadline` unless extended or cancelled.
-    fn with_deadline(deadline: Instant) -> Self {
+    /// A guard that holds until `deadline` (`None`: until cancelled) unless
+    /// extended or cancelled; `lease`: an owner's handle on its lease
+    /// document.
+    pub(crate) fn new(deadline: Option<Instant>, lease: Option<LeaseHandle>) -> Self {
         Guard {
             token: CancellationToken::new(),
             state: Arc::new(Mutex::new(State {
-                deadline: Some(deadline),
+                deadline,
                 reason: None,
             })),
-            lease: None,
-        }
-    }
-
-    /// The owner's guard, with its handle on the lease document.
-    pub(crate) fn for_owner(deadline: Instant, lease: LeaseHandle) -> Self {
-        Guard {
-            lease: Some(Arc::new(lease)),
-            ..Guard::with_deadline(deadline)
+            lease: lease.map(Arc::new),
         }
     }
 
@@ -82,14 +76,7 @@ impl Guard {
     /// A guard with no lease behind it (read-only work, unit tests): it only
     /// fails once cancelled.
     pub fn unfenced() -> Self {
-        Guard {
-            token: CancellationToken::new(),
-            state: Arc::new(Mutex::new(State {
-                deadline: None,
-                reason: None,
-            })),
-            lease: None,
-        }
+        Guard::new(None, None)
     }
 
     /// Ok while the lease is held and the local deadline has not passed.
@@ -135,12 +122,6 @@ impl Guard {
     /// Resolves once the guard is cancelled.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.token.cancelled()
-    }
-
-    /// The token behind the guard, for APIs that take one.
-    #[cfg(test)]
-    fn token(&self) -> &CancellationToken {
-        &self.token
     }
 
     /// The local deadline, if any.
@@ -256,10 +237,8 @@ impl LeaseHandle {
     /// Who asked for the lease while we keep it, if anyone did since we
     /// claimed it (one read of the document).
     pub async fn handover_requested_by(&self) -> Result<Option<String>, LeaseWriteError> {
-        let record = self.store.read().await.map_err(unconfirmed)?;
-        Ok(record
-            .filter(|r| r.is_held_under(&self.fence))
-            .and_then(|r| r.handover_requested_by))
+        let record = self.read().await?.filter(|r| r.is_held_under(&self.fence));
+        Ok(record.and_then(|r| r.handover_requested_by))
     }
 
     /// One fenced write at a fresh server time, after the guard's check. A
@@ -295,12 +274,12 @@ mod tests {
 
     #[test]
     fn fails_after_deadline_and_after_cancel() {
-        let guard = Guard::with_deadline(Instant::now() + Duration::from_secs(60));
+        let guard = Guard::new(Some(Instant::now() + Duration::from_secs(60)), None);
         assert!(guard.check().is_ok());
         guard.extend_to(Instant::now() - Duration::from_millis(1));
         assert_eq!(guard.check(), Err(LeaseLost::SelfFenced));
         assert!(
-            guard.token().is_cancelled(),
+            guard.token.is_cancelled(),
             "a check past the deadline cancels the guard"
         );
 

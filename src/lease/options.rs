@@ -24,7 +24,7 @@ pub struct LeaseOptions {
     #[serde(deserialize_with = "name")]
     pub job: String,
     /// This replica's id, written as `owner`: read from the operator's
-    /// `lease.owner` label ([`labelled_owner_id`]), or [`default_owner_id`]
+    /// `lease.owner` label ([`owner_id`]), or [`default_owner_id`]
     /// without one.
     #[serde(deserialize_with = "owner_id")]
     pub owner: String,
@@ -102,13 +102,19 @@ fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     })
 }
 
-/// `lease.owner`, the operator's label, read into this replica's id.
+/// `lease.owner`, the operator's label, read into this replica's id:
+/// `label:random`, or [`default_owner_id`] without a label.
+///
+/// A label may be shared — every replica reads the same `.env` — but an id
+/// must not be: a replica that finds the lease running under its own id
+/// adopts it as a claim of its own whose reply was lost (§5.11), and would
+/// work beside the twin that really holds it.
 fn owner_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let label = setting::text(d)?;
     Ok(if label.is_empty() {
         default_owner_id()
     } else {
-        labelled_owner_id(&label)
+        format!("{label}:{}", random_suffix())
     })
 }
 
@@ -142,42 +148,20 @@ impl<'de> Deserialize<'de> for LeaseWriteConcern {
 /// A lease timing that cannot keep an owner safe, or a backoff that cannot
 /// be kept ([`LeaseOptions::check_timings`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum TimingError {
-    /// `safety_margin ≥ ttl`: the owner would stop before it starts.
-    MarginNotBelowTtl { ttl: Duration },
-    /// `renew_every ≥ ttl - safety_margin`: the first renewal would come
-    /// after the owner's own deadline.
-    RenewalTooLate { holds_for: Duration },
-    /// `failure_backoff_max < failure_backoff`: the cap below the first step.
-    BackoffCapBelowBackoff { failure_backoff: Duration },
+pub(crate) struct TimingError {
+    key: &'static str,
+    allowed: String,
 }
 
 impl TimingError {
     /// The setting to change.
     pub(crate) fn key(&self) -> &'static str {
-        match self {
-            TimingError::MarginNotBelowTtl { .. } => "lease.safety_margin",
-            TimingError::RenewalTooLate { .. } => "lease.renew_every",
-            TimingError::BackoffCapBelowBackoff { .. } => "lease.failure_backoff_max",
-        }
+        self.key
     }
 
     /// What the setting may be.
     pub(crate) fn allowed(&self) -> String {
-        match self {
-            TimingError::MarginNotBelowTtl { ttl } => format!(
-                "a duration shorter than lease.ttl ({})",
-                humantime::format_duration(*ttl)
-            ),
-            TimingError::RenewalTooLate { holds_for } => format!(
-                "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
-                humantime::format_duration(*holds_for)
-            ),
-            TimingError::BackoffCapBelowBackoff { failure_backoff } => format!(
-                "a duration at least lease.failure_backoff ({})",
-                humantime::format_duration(*failure_backoff)
-            ),
-        }
+        self.allowed.clone()
     }
 }
 
@@ -186,11 +170,9 @@ impl LeaseOptions {
     /// (the service takes its options from the configuration).
     pub fn new(owner: impl Into<String>) -> Self {
         let defaults = setting::defaults().get::<LeaseOptions>("lease");
-        let opts = defaults.expect("the compiled-in [lease] defaults deserialize");
-        LeaseOptions {
-            owner: owner.into(),
-            ..opts
-        }
+        let mut opts = defaults.expect("the compiled-in [lease] defaults deserialize");
+        opts.owner = owner.into();
+        opts
     }
 
     /// The renewal rule the protocol's safety rests on (§5): the owner stops
@@ -201,16 +183,26 @@ impl LeaseOptions {
     /// Configuration reports a violation as bad configuration;
     /// [`LeaseOptions::assert_sane`] refuses to run with one.
     pub(crate) fn check_timings(&self) -> Result<(), TimingError> {
+        let broken = |key, allowed| Err(TimingError { key, allowed });
+        let shown = humantime::format_duration;
         if self.safety_margin >= self.ttl {
-            return Err(TimingError::MarginNotBelowTtl { ttl: self.ttl });
+            // The owner would stop before it starts.
+            let allowed = format!("a duration shorter than lease.ttl ({})", shown(self.ttl));
+            return broken("lease.safety_margin", allowed);
         }
         if self.renew_every >= self.holds_for() {
-            let holds_for = self.holds_for();
-            return Err(TimingError::RenewalTooLate { holds_for });
+            // The first renewal would come after the owner's own deadline.
+            let allowed = format!(
+                "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
+                shown(self.holds_for())
+            );
+            return broken("lease.renew_every", allowed);
         }
         if self.failure_backoff_max < self.failure_backoff {
-            let failure_backoff = self.failure_backoff;
-            return Err(TimingError::BackoffCapBelowBackoff { failure_backoff });
+            // The cap below the first step.
+            let bound = shown(self.failure_backoff);
+            let allowed = format!("a duration at least lease.failure_backoff ({bound})");
+            return broken("lease.failure_backoff_max", allowed);
         }
         Ok(())
     }
@@ -223,22 +215,20 @@ impl LeaseOptions {
         if let Err(error) = self.check_timings() {
             panic!("{} must be {}", error.key(), error.allowed());
         }
-        assert!(
-            !self.renew_every.is_zero(),
-            "lease renew_every must be above zero"
-        );
-        assert!(
-            !self.poll_every.is_zero(),
-            "lease poll_every must be above zero"
-        );
+        for (name, period) in [
+            ("renew_every", self.renew_every),
+            ("poll_every", self.poll_every),
+        ] {
+            assert!(!period.is_zero(), "lease {name} must be above zero");
+        }
     }
 
     /// How long after its `attempt`-th consecutive failure (1-based) a job
     /// may be retried: `failure_backoff × 2^(attempt-1)`, capped.
     pub(crate) fn failure_backoff_for(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(32);
+        let doublings = attempt.saturating_sub(1).min(31);
         self.failure_backoff
-            .saturating_mul(1_u32 << doublings.min(31))
+            .saturating_mul(1_u32 << doublings)
             .min(self.failure_backoff_max)
     }
 
@@ -262,16 +252,6 @@ fn default_owner_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "replica".into());
     format!("{host}:{}:{}", std::process::id(), random_suffix())
-}
-
-/// The replica id for an operator's `lease.owner` label: `label:random`.
-///
-/// A label may be shared — every replica reads the same `.env` — but an id
-/// must not be: a replica that finds the lease running under its own id
-/// adopts it as a claim of its own whose reply was lost (§5.11), and would
-/// work beside the twin that really holds it.
-fn labelled_owner_id(label: &str) -> String {
-    format!("{label}:{}", random_suffix())
 }
 
 fn random_suffix() -> String {

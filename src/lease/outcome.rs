@@ -88,7 +88,7 @@ pub enum LeaseError<E = anyhow::Error> {
     /// `retryAt`).
     #[error(
         "the job failed (attempt {attempt}; no retry before {}): {error:#}",
-        rfc3339(retry_at)
+        super::clock::rfc3339(retry_at)
     )]
     JobFailed {
         epoch: i64,
@@ -129,12 +129,6 @@ pub enum LeaseError<E = anyhow::Error> {
     Refused { what: String, detail: String },
 }
 
-/// A MongoDB time as an operator reads it: `2026-12-01T12:54:35.764Z`.
-fn rfc3339(at: &DateTime) -> String {
-    at.try_to_rfc3339_string()
-        .unwrap_or_else(|_| at.to_string())
-}
-
 /// A wait as an operator reads it: `5s 2ms`.
 fn waited_for(waited: &Duration) -> humantime::FormattedDuration {
     humantime::format_duration(Duration::from_millis(waited.as_millis() as u64))
@@ -142,10 +136,9 @@ fn waited_for(waited: &Duration) -> humantime::FormattedDuration {
 
 /// Who held the job when we gave up, if anyone did.
 fn held_by(owner: &Option<String>) -> String {
-    match owner {
-        Some(owner) => format!(" (held by {owner})"),
-        None => String::new(),
-    }
+    owner
+        .as_ref()
+        .map_or(String::new(), |owner| format!(" (held by {owner})"))
 }
 
 impl LeaseError<Infallible> {

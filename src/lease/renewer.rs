@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use super::guard::{Guard, LeaseLost};
+use super::options::LeaseOptions;
 use super::store::{Fence, JobStore};
 use crate::progress::Progress;
 
@@ -43,12 +44,15 @@ impl Drop for Renewer {
     }
 }
 
-/// The timing the renewer needs.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RenewTiming {
-    pub(crate) renew_every: Duration,
+/// What the renewal timer works with.
+struct Renewal {
+    store: JobStore,
+    fence: Fence,
+    guard: Guard,
+    progress: Progress,
+    renew_every: Duration,
     /// `ttl - safety_margin`.
-    pub(crate) holds_for: Duration,
+    holds_for: Duration,
 }
 
 impl Renewer {
@@ -56,26 +60,25 @@ impl Renewer {
     /// `deadline` (the first renewal is due `renew_every` after the send
     /// time that deadline implies).
     pub(crate) fn start(
-        store: JobStore,
-        fence: Fence,
-        guard: Guard,
-        progress: Progress,
-        timing: RenewTiming,
+        store: &JobStore,
+        fence: &Fence,
+        guard: &Guard,
+        progress: &Progress,
+        opts: &LeaseOptions,
         deadline: Instant,
     ) -> Self {
         let stop = CancellationToken::new();
-        let task = tokio::spawn(renew_until_stopped(
-            store,
-            fence,
-            guard,
-            progress,
-            timing,
-            deadline,
-            stop.clone(),
-        ));
+        let renewal = Renewal {
+            store: store.clone(),
+            fence: fence.clone(),
+            guard: guard.clone(),
+            progress: progress.clone(),
+            renew_every: opts.renew_every,
+            holds_for: opts.holds_for(),
+        };
         Renewer {
+            task: Some(tokio::spawn(renewal.run(deadline, stop.clone()))),
             stop,
-            task: Some(task),
         }
     }
 
@@ -89,78 +92,74 @@ impl Renewer {
     }
 }
 
-async fn renew_until_stopped(
-    store: JobStore,
-    fence: Fence,
-    guard: Guard,
-    progress: Progress,
-    timing: RenewTiming,
-    mut deadline: Instant,
-    stop: CancellationToken,
-) {
-    loop {
-        // Due `renew_every` after the send time of the last good renewal.
-        let due = deadline
-            .checked_sub(timing.holds_for - timing.renew_every)
-            .unwrap_or_else(Instant::now);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = guard.cancelled() => return,
-            _ = tokio::time::sleep_until(due.into()) => {}
-        }
-        let mut delays = crate::retry::lease_store(timing.renew_every).build();
+impl Renewal {
+    async fn run(self, mut deadline: Instant, stop: CancellationToken) {
         loop {
-            let sent = Instant::now();
-            let attempt = async {
-                let now = store.server_now().await?;
-                store.renew(&fence, now, &progress.snapshot()).await
-            };
-            let result = tokio::select! {
-                biased;
+            // Due `renew_every` after the send time of the last good renewal.
+            let due = deadline
+                .checked_sub(self.holds_for - self.renew_every)
+                .unwrap_or_else(Instant::now);
+            tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep_until(deadline.into()) => {
-                    error!(owner = %fence.owner, epoch = fence.epoch,
-                        "lease renewals failed for ttl - safety_margin; stopping the job before the lease can expire");
-                    guard.cancel(LeaseLost::SelfFenced);
-                    return;
-                }
-                result = attempt => result,
-            };
-            match result {
-                Ok(true) => {
-                    debug!(owner = %fence.owner, epoch = fence.epoch, "lease renewed");
-                    deadline = sent + timing.holds_for;
-                    guard.extend_to(deadline);
-                    break;
-                }
-                Ok(false) => {
-                    error!(owner = %fence.owner, epoch = fence.epoch,
-                        "lease lost: the renewal matched nothing (taken over or expired); stopping the job");
-                    guard.cancel(LeaseLost::TakenOver);
-                    return;
-                }
-                Err(err) => {
-                    let delay = delays.next().unwrap_or(timing.renew_every);
-                    warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
-                        left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
-                        "lease renewal failed (its outcome is unknown); reading the lease, then retrying");
-                    let still_ours = tokio::select! {
-                        biased;
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep_until(deadline.into()) => continue,
-                        read = store.still_held(&fence) => read,
-                    };
-                    if let Ok(false) = still_ours {
-                        error!(owner = %fence.owner, epoch = fence.epoch,
-                            "lease lost: the document no longer shows our claim; stopping the job");
-                        guard.cancel(LeaseLost::TakenOver);
+                _ = self.guard.cancelled() => return,
+                _ = tokio::time::sleep_until(due.into()) => {}
+            }
+            let mut delays = crate::retry::lease_store(self.renew_every).build();
+            loop {
+                let sent = Instant::now();
+                let attempt = async {
+                    let now = self.store.server_now().await?;
+                    self.store
+                        .renew(&self.fence, now, &self.progress.snapshot())
+                        .await
+                };
+                let result = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        error!(owner = %self.fence.owner, epoch = self.fence.epoch,
+                            "lease renewals failed for ttl - safety_margin; stopping the job before the lease can expire");
+                        self.guard.cancel(LeaseLost::SelfFenced);
                         return;
                     }
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
-                        // The deadline branch above fires on the next pass.
-                        _ = tokio::time::sleep_until(deadline.into()) => {}
+                    result = attempt => result,
+                };
+                match result {
+                    Ok(true) => {
+                        debug!(owner = %self.fence.owner, epoch = self.fence.epoch, "lease renewed");
+                        deadline = sent + self.holds_for;
+                        self.guard.extend_to(deadline);
+                        break;
+                    }
+                    Ok(false) => {
+                        error!(owner = %self.fence.owner, epoch = self.fence.epoch,
+                            "lease lost: the renewal matched nothing (taken over or expired); stopping the job");
+                        self.guard.cancel(LeaseLost::TakenOver);
+                        return;
+                    }
+                    Err(err) => {
+                        let delay = delays.next().unwrap_or(self.renew_every);
+                        warn!(owner = %self.fence.owner, epoch = self.fence.epoch, error = %err,
+                            left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+                            "lease renewal failed (its outcome is unknown); reading the lease, then retrying");
+                        let still_ours = tokio::select! {
+                            biased;
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep_until(deadline.into()) => continue,
+                            read = self.store.still_held(&self.fence) => read,
+                        };
+                        if let Ok(false) = still_ours {
+                            error!(owner = %self.fence.owner, epoch = self.fence.epoch,
+                                "lease lost: the document no longer shows our claim; stopping the job");
+                            self.guard.cancel(LeaseLost::TakenOver);
+                            return;
+                        }
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(delay) => {}
+                            // The deadline branch above fires on the next pass.
+                            _ = tokio::time::sleep_until(deadline.into()) => {}
+                        }
                     }
                 }
             }

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::clock;
-use super::follower::{self, Claimed, Turn};
+use super::follower::{self, Turn};
 use super::guard::{Guard, LeaseHandle, LeaseLost};
 use super::job::{JobEnd, LeasedJob};
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
-use super::renewer::{RenewTiming, Renewer};
+use super::renewer::Renewer;
 use super::store::{Fence, JobStatus, JobStore};
 use crate::progress::Progress;
 
@@ -70,46 +70,25 @@ pub async fn run_single_flight<J: LeasedJob>(
     let turn = follower::wait_for_turn(&store, opts, &shutdown)
         .await
         .map_err(LeaseError::widen)?;
-    match turn {
-        Turn::Finished(outcome) => Ok(outcome.widen()),
-        Turn::Claimed(claimed) => {
-            run_as_owner(&store, opts, *claimed, job, progress, shutdown).await
-        }
-    }
-}
-
-/// The owner's run: the job under renewals, then the write that records
-/// how it ended.
-async fn run_as_owner<J: LeasedJob>(
-    store: &JobStore,
-    opts: &LeaseOptions,
-    claimed: Claimed,
-    job: &mut J,
-    progress: Progress,
-    shutdown: CancellationToken,
-) -> Result<Outcome<J::Output>, LeaseError<J::Error>> {
+    let claimed = match turn {
+        Turn::Finished(outcome) => return Ok(outcome.widen()),
+        Turn::Claimed(claimed) => *claimed,
+    };
+    // The owner's run: the job under renewals, then the write that records
+    // how it ended.
     let (fence, deadline) = (&claimed.fence, claimed.deadline);
-    let guard = Guard::for_owner(deadline, LeaseHandle::new(store.clone(), fence.clone()));
-    let renewer = Renewer::start(
-        store.clone(),
-        fence.clone(),
-        guard.clone(),
-        progress.clone(),
-        RenewTiming {
-            renew_every: opts.renew_every,
-            holds_for: opts.holds_for(),
-        },
-        deadline,
-    );
-    let ran = run_job(job, &guard, &progress, &shutdown, opts.drain_patience).await;
-    renewer.stop().await;
+    let lease = LeaseHandle::new(store.clone(), fence.clone());
+    let guard = Guard::new(Some(deadline), Some(lease));
+    let renewer = Renewer::start(&store, fence, &guard, &progress, opts, deadline);
     let owner = Owner {
-        store,
+        store: &store,
         opts,
         fence,
         guard: &guard,
         progress: &progress,
     };
+    let ran = owner.run_job(job, &shutdown).await;
+    renewer.stop().await;
     owner.record_end(ran, claimed.record.attempt).await
 }
 
@@ -123,37 +102,7 @@ enum Ran<T, E> {
     StillRunning(Duration),
 }
 
-/// Runs `job` until it returns, the lease is lost or shutdown is asked for.
-async fn run_job<J: LeasedJob>(
-    job: &mut J,
-    guard: &Guard,
-    progress: &Progress,
-    shutdown: &CancellationToken,
-    drain_patience: Duration,
-) -> Ran<J::Output, J::Error> {
-    let work = job.run(guard.clone(), progress.clone());
-    tokio::pin!(work);
-    tokio::select! {
-        biased;
-        // Lost: someone else may own the work now; drop the job at once.
-        _ = guard.cancelled() => Ran::Stopped,
-        _ = shutdown.cancelled() => {
-            // Shutdown: every further write fails the guard check, but a write
-            // already sent (an acknowledgement `update_many`) is let finish, so
-            // none of ours lands after the release hands the work to another
-            // replica. Bounded by the lease's own deadline.
-            guard.cancel(LeaseLost::ShuttingDown);
-            let patience = drain_patience.min(deadline_of(guard).saturating_duration_since(Instant::now()));
-            match tokio::time::timeout(patience, &mut work).await {
-                Ok(_) => Ran::Stopped,
-                Err(_) => Ran::StillRunning(patience),
-            }
-        }
-        result = &mut work => Ran::Returned(result),
-    }
-}
-
-/// The owner after its run of the job: what its final write needs.
+/// The owner: what its run of the job and its final write need.
 struct Owner<'a> {
     store: &'a JobStore,
     opts: &'a LeaseOptions,
@@ -163,6 +112,35 @@ struct Owner<'a> {
 }
 
 impl Owner<'_> {
+    /// Runs `job` until it returns, the lease is lost or shutdown is asked for.
+    async fn run_job<J: LeasedJob>(
+        &self,
+        job: &mut J,
+        shutdown: &CancellationToken,
+    ) -> Ran<J::Output, J::Error> {
+        let guard = self.guard;
+        let work = job.run(guard.clone(), self.progress.clone());
+        tokio::pin!(work);
+        tokio::select! {
+            biased;
+            // Lost: someone else may own the work now; drop the job at once.
+            _ = guard.cancelled() => Ran::Stopped,
+            _ = shutdown.cancelled() => {
+                // Shutdown: every further write fails the guard check, but a write
+                // already sent (an acknowledgement `update_many`) is let finish, so
+                // none of ours lands after the release hands the work to another
+                // replica. Bounded by the lease's own deadline.
+                guard.cancel(LeaseLost::ShuttingDown);
+                let patience = self.opts.drain_patience.min(deadline_of(guard).saturating_duration_since(Instant::now()));
+                match tokio::time::timeout(patience, &mut work).await {
+                    Ok(_) => Ran::Stopped,
+                    Err(_) => Ran::StillRunning(patience),
+                }
+            }
+            result = &mut work => Ran::Returned(result),
+        }
+    }
+
     /// Records how the run ended (`attempt`: the failures before it), or,
     /// when the lease was lost, nothing.
     async fn record_end<T: Serialize, E: Display>(
@@ -205,8 +183,8 @@ impl Owner<'_> {
         let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(self.guard));
         let snapshot = self.progress.snapshot();
         let write = |now| store.release(fence, now, &snapshot, to);
-        match fenced_write(store, fence, JobStatus::Released, until, write).await {
-            Written::Yes => match to {
+        match self.fenced_write(JobStatus::Released, until, write).await {
+            Ok(true) => match to {
                 Some(to) => {
                     info!(owner = %fence.owner, epoch = fence.epoch, to, "lease handed over");
                     Ok(Outcome::HandedOver { to: to.to_string() })
@@ -216,8 +194,8 @@ impl Owner<'_> {
                     Err(LeaseError::ShutDown { released: true })
                 }
             },
-            Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
-            Written::Unconfirmed(err) => {
+            Ok(false) => lost(fence, LeaseLost::TakenOver),
+            Err(err) => {
                 warn!(owner = %fence.owner, epoch = fence.epoch, error = %err,
                     "shut down; could not release the lease (it will expire)");
                 Err(LeaseError::ShutDown { released: false })
@@ -234,14 +212,14 @@ impl Owner<'_> {
         });
         let write = |now| store.complete(fence, now, &stored, &snapshot);
         let until = deadline_of(self.guard);
-        match fenced_write(store, fence, JobStatus::Completed, until, write).await {
-            Written::Yes => {
+        match self.fenced_write(JobStatus::Completed, until, write).await {
+            Ok(true) => {
                 info!(owner = %fence.owner, epoch = fence.epoch, summary = %stored, "job completed");
                 let epoch = fence.epoch;
                 Ok(Outcome::Ran { epoch, summary })
             }
-            Written::MatchedNothing => lost(fence, LeaseLost::TakenOver),
-            Written::Unconfirmed(err) => unconfirmed(fence, "completion", err),
+            Ok(false) => lost(fence, LeaseLost::TakenOver),
+            Err(err) => unconfirmed(fence, "completion", err),
         }
     }
 
@@ -261,8 +239,8 @@ impl Owner<'_> {
             store.fail(fence, now, &message, attempt, retry_at)
         };
         let until = deadline_of(self.guard);
-        match fenced_write(store, fence, JobStatus::Failed, until, write).await {
-            Written::Yes => {
+        match self.fenced_write(JobStatus::Failed, until, write).await {
+            Ok(true) => {
                 error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
                     retry_in_ms = backoff.as_millis() as u64, "job failed");
                 Err(LeaseError::JobFailed {
@@ -272,13 +250,59 @@ impl Owner<'_> {
                     retry_at,
                 })
             }
-            Written::MatchedNothing => {
+            Ok(false) => {
                 warn!(owner = %fence.owner, epoch = fence.epoch, error = %message,
                     "the job failed and the lease is lost");
                 lost(fence, LeaseLost::TakenOver)
             }
-            Written::Unconfirmed(err) => unconfirmed(fence, "failure", err),
+            Err(err) => unconfirmed(fence, "failure", err),
         }
+    }
+
+    /// One of the owner's final fenced writes (ending the run in `to`), with a
+    /// fresh server time per attempt, retried on errors until `until` (never
+    /// past the lease's local deadline: after it the lease may belong to
+    /// someone else).
+    ///
+    /// An error leaves the outcome unknown (a write-concern error or a lost
+    /// reply may hide an applied write), so the next attempt first reads the
+    /// document: if it already shows `to` under our fence, the write is done.
+    /// Writing again would match nothing; the store re-reads in that case too.
+    /// `Ok(false)`: the lease is lost; `Err`: unconfirmed by `until`.
+    async fn fenced_write<F, Fut>(
+        &self,
+        to: JobStatus,
+        until: Instant,
+        mut write: F,
+    ) -> Result<bool, String>
+    where
+        F: FnMut(DateTime) -> Fut,
+        Fut: std::future::Future<Output = mongodb::error::Result<bool>>,
+    {
+        let mut delays = crate::retry::lease_store(Duration::from_secs(1)).build();
+        let mut last_error = String::from("the lease's local deadline passed before the write");
+        let mut unsure = false;
+        while Instant::now() < until {
+            let attempt = async {
+                if unsure && self.store.shows(self.fence, &to).await? {
+                    return Ok(true);
+                }
+                let now = self.store.server_now().await?;
+                write(now).await
+            };
+            match tokio::time::timeout_at(until.into(), attempt).await {
+                Ok(Ok(written)) => return Ok(written),
+                Ok(Err(err)) => {
+                    unsure = true;
+                    last_error = err.to_string();
+                    warn!(error = %last_error, "fenced lease write failed (its outcome is unknown); reading the lease, then retrying");
+                }
+                Err(_elapsed) => break,
+            }
+            let delay = delays.next().unwrap_or(Duration::from_secs(1));
+            tokio::time::sleep(delay.min(until.saturating_duration_since(Instant::now()))).await;
+        }
+        Err(last_error)
     }
 }
 
@@ -288,66 +312,11 @@ fn deadline_of(guard: &Guard) -> Instant {
 
 fn lost<T, E>(fence: &Fence, reason: LeaseLost) -> Result<Outcome<T>, LeaseError<E>> {
     error!(owner = %fence.owner, epoch = fence.epoch, %reason, "lease lost");
-    Err(LeaseError::LeaseLost {
-        epoch: fence.epoch,
-        reason,
-    })
+    let epoch = fence.epoch;
+    Err(LeaseError::LeaseLost { epoch, reason })
 }
 
 fn unconfirmed<T, E>(fence: &Fence, what: &str, err: String) -> Result<Outcome<T>, LeaseError<E>> {
     error!(owner = %fence.owner, epoch = fence.epoch, error = %err, "could not record the job's {what}");
     Err(LeaseError::MongoUnavailable(err))
-}
-
-enum Written {
-    Yes,
-    MatchedNothing,
-    Unconfirmed(String),
-}
-
-/// One of the owner's final fenced writes (ending the run in `to`), with a
-/// fresh server time per attempt, retried on errors until `until` (never
-/// past the lease's local deadline: after it the lease may belong to
-/// someone else).
-///
-/// An error leaves the outcome unknown (a write-concern error or a lost
-/// reply may hide an applied write), so the next attempt first reads the
-/// document: if it already shows `to` under our fence, the write is done.
-/// Writing again would match nothing; the store re-reads in that case too.
-async fn fenced_write<F, Fut>(
-    store: &JobStore,
-    fence: &Fence,
-    to: JobStatus,
-    until: Instant,
-    mut write: F,
-) -> Written
-where
-    F: FnMut(DateTime) -> Fut,
-    Fut: std::future::Future<Output = mongodb::error::Result<bool>>,
-{
-    let mut delays = crate::retry::lease_store(Duration::from_secs(1)).build();
-    let mut last_error = String::from("the lease's local deadline passed before the write");
-    let mut unsure = false;
-    while Instant::now() < until {
-        let attempt = async {
-            if unsure && store.shows(fence, &to).await? {
-                return Ok(true);
-            }
-            let now = store.server_now().await?;
-            write(now).await
-        };
-        match tokio::time::timeout_at(until.into(), attempt).await {
-            Ok(Ok(true)) => return Written::Yes,
-            Ok(Ok(false)) => return Written::MatchedNothing,
-            Ok(Err(err)) => {
-                unsure = true;
-                last_error = err.to_string();
-                warn!(error = %last_error, "fenced lease write failed (its outcome is unknown); reading the lease, then retrying");
-            }
-            Err(_elapsed) => break,
-        }
-        let delay = delays.next().unwrap_or(Duration::from_secs(1));
-        tokio::time::sleep(delay.min(until.saturating_duration_since(Instant::now()))).await;
-    }
-    Written::Unconfirmed(last_error)
 }

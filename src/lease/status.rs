@@ -127,21 +127,16 @@ impl LeaseStatus {
         now: DateTime,
         librechat_clock_skew: std::time::Duration,
     ) -> Self {
-        let rfc3339 = |at: Option<DateTime>| {
-            at.map(|at| {
-                at.try_to_rfc3339_string()
-                    .unwrap_or_else(|_| at.to_string())
-            })
-        };
+        let rfc3339 = |at: Option<DateTime>| at.as_ref().map(clock::rfc3339);
         let secs_until =
             |at: Option<DateTime>| at.map(|at| clock::millis_between(now, at) as f64 / 1000.0);
-        let server_time = rfc3339(Some(now)).unwrap_or_default();
+        let never_run = LeaseStatus {
+            job: job.to_string(),
+            server_time: clock::rfc3339(&now),
+            ..LeaseStatus::default()
+        };
         let Some(record) = record else {
-            return LeaseStatus {
-                job: job.to_string(),
-                server_time,
-                ..LeaseStatus::default()
-            };
+            return never_run;
         };
         let live = record.is_live(now, librechat_clock_skew);
         let following = record.following && record.holder() == Holder::Reconciler;
@@ -156,12 +151,10 @@ impl LeaseStatus {
             JobStatus::Other(_) => LeaseState::Unknown,
         };
         LeaseStatus {
-            job: job.to_string(),
             state,
             holder: Some(record.holder()),
             owner: record.owner.clone(),
             epoch: record.epoch,
-            server_time,
             claimed_at: rfc3339(record.claimed_at),
             renewed_at: rfc3339(record.renewed_at),
             expires_at: rfc3339(record.holds_until(librechat_clock_skew)),
@@ -176,7 +169,7 @@ impl LeaseStatus {
             retry_in_secs: secs_until(record.retry_at),
             released_at: rfc3339(record.released_at),
             handover_requested_by: record.handover_requested_by.clone().filter(|_| following),
-            job_fields: JobFields::default(),
+            ..never_run
         }
     }
 }

@@ -84,16 +84,6 @@ impl JobStatus {
             other => JobStatus::Other(other.to_string()),
         }
     }
-
-    fn as_str(&self) -> &str {
-        match self {
-            JobStatus::Running => "running",
-            JobStatus::Completed => "completed",
-            JobStatus::Failed => "failed",
-            JobStatus::Released => "released",
-            JobStatus::Other(other) => other,
-        }
-    }
 }
 
 /// Which protocol wrote the job document last.
@@ -139,12 +129,10 @@ pub struct JobRecord {
     /// A replica that needs the lease (`once`, `reindex`) asked the owner
     /// that keeps it to hand it over.
     pub(crate) handover_requested_by: Option<String>,
-    handover_requested_at: Option<DateTime>,
     /// The whole document as read: the job's own fields are the job's to
-    /// read (the lease reads only its [`LEASE_FIELDS`]).
+    /// read (the lease reads only its [`LEASE_FIELDS`]); a claim compares
+    /// its [`JUDGED_FIELDS`] exactly as read here.
     pub document: Document,
-    /// The fields a claim compares, exactly as read (see [`JobStore::claim`]).
-    judged: Document,
 }
 
 /// The fields of the document the lease reads and writes; every other field
@@ -193,12 +181,7 @@ impl JobRecord {
             _ => None,
         };
         let text = |key: &str| doc.get_str(key).ok().map(str::to_string);
-        let mut judged = Document::new();
-        for field in JUDGED_FIELDS {
-            if let Some(value) = doc.get(field) {
-                judged.insert(field, value.clone());
-            }
-        }
+        let progress = doc.get_document("progress").ok().cloned();
         JobRecord {
             owner: text("owner"),
             epoch: int("epoch"),
@@ -216,10 +199,7 @@ impl JobRecord {
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(0),
             retry_at: time("retryAt"),
-            progress: doc
-                .get("progress")
-                .filter(|p| matches!(p, Bson::Document(_)))
-                .and_then(|p| bson::from_bson(p.clone()).ok()),
+            progress: progress.and_then(|p| bson::from_document(p).ok()),
             summary: doc
                 .get("summary")
                 .filter(|s| !matches!(s, Bson::Null))
@@ -227,9 +207,7 @@ impl JobRecord {
             following: doc.get_bool("following").unwrap_or(false),
             released_for: text("releasedFor"),
             handover_requested_by: text("handoverRequestedBy"),
-            handover_requested_at: time("handoverRequestedAt"),
             document: doc.clone(),
-            judged,
         }
     }
 
@@ -358,14 +336,10 @@ impl JobStore {
         seen: Option<&JobRecord>,
     ) -> mongodb::error::Result<ClaimResult> {
         let mut filter = doc! { "_id": &self.job };
-        let empty = Document::new();
-        let judged = seen.map_or(&empty, |record| &record.judged);
+        let absent = Bson::Document(doc! { "$exists": false });
         for field in JUDGED_FIELDS {
-            let value = judged
-                .get(field)
-                .cloned()
-                .unwrap_or_else(|| Bson::Document(doc! { "$exists": false }));
-            filter.insert(field, value);
+            let value = seen.and_then(|record| record.document.get(field));
+            filter.insert(field, value.unwrap_or(&absent).clone());
         }
         // The state is pinned; its liveness is checked here too, so no
         // caller's misjudgement can take a live lease.
@@ -375,13 +349,8 @@ impl JobStore {
             },
             _ => doc! { "leaseExpiresAt": { "$lte": now } },
         };
-        filter.insert(
-            "$or",
-            vec![
-                doc! { "status": { "$ne": "running" }, "following": { "$ne": true } },
-                expired,
-            ],
-        );
+        let not_held = doc! { "status": { "$ne": "running" }, "following": { "$ne": true } };
+        filter.insert("$or", vec![not_held, expired]);
         let lease_expires_at = clock::later(now, self.ttl);
         let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
         let claim = vec![doc! { "$set": {
@@ -407,17 +376,13 @@ impl JobStore {
             .return_document(ReturnDocument::After)
             .await;
         match result {
-            Ok(Some(doc)) => {
-                let record = JobRecord::from_document(&doc);
-                Ok(if record.owner.as_deref() == Some(owner) {
-                    ClaimResult::Won(Box::new(record))
-                } else {
-                    ClaimResult::Lost
-                })
+            Ok(Some(doc)) if doc.get_str("owner").ok() == Some(owner) => {
+                Ok(ClaimResult::Won(Box::new(JobRecord::from_document(&doc))))
             }
-            // Upsert always returns the document; be defensive anyway.
-            Ok(None) => Ok(ClaimResult::Lost),
-            Err(error) if is_duplicate_key(&error) => Ok(ClaimResult::Lost),
+            // Another owner in the document. Upsert always returns the
+            // document; be defensive anyway.
+            Ok(_) => Ok(ClaimResult::Lost),
+            Err(error) if error_code(&error) == Some(DUPLICATE_KEY) => Ok(ClaimResult::Lost),
             Err(error) => Err(error),
         }
     }
@@ -441,7 +406,7 @@ impl JobStore {
             "updatedAt": now,
             "progress": progress_bson(progress),
         } };
-        self.fenced_update(fence, now, update).await
+        self.fenced_update(fence, now, update, None).await
     }
 
     /// Records a successful run. `Ok(false)`: the lease is lost.
@@ -456,17 +421,14 @@ impl JobStore {
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
     ) -> mongodb::error::Result<bool> {
-        let summary = summary_bson(summary);
-        let expires_at = clock::later(
-            clock::later(now, self.completion_visible_for),
-            self.librechat_clock_skew,
-        );
+        let visible_until = clock::later(now, self.completion_visible_for);
+        let expires_at = clock::later(visible_until, self.librechat_clock_skew);
         let update = doc! {
             "$set": {
                 "status": "completed",
                 "following": false,
                 "completedAt": now,
-                "summary": summary,
+                "summary": summary_bson(summary),
                 "progress": progress_bson(progress),
                 "attempt": 0_i32,
                 "expiresAt": expires_at,
@@ -475,7 +437,7 @@ impl JobStore {
             },
             "$unset": { "error": "", "retryAt": "" },
         };
-        self.terminal_update(fence, now, update, JobStatus::Completed)
+        self.fenced_update(fence, now, update, Some(JobStatus::Completed))
             .await
     }
 
@@ -502,7 +464,7 @@ impl JobStore {
             "writtenExpiresAt": expires_at,
             "updatedAt": now,
         } };
-        self.terminal_update(fence, now, update, JobStatus::Failed)
+        self.fenced_update(fence, now, update, Some(JobStatus::Failed))
             .await
     }
 
@@ -526,24 +488,8 @@ impl JobStore {
             "updatedAt": now,
             "progress": progress_bson(progress),
         } };
-        self.terminal_update(fence, now, update, JobStatus::Released)
+        self.fenced_update(fence, now, update, Some(JobStatus::Released))
             .await
-    }
-
-    /// A fenced write that ends the run in `to`. Matching nothing is only a
-    /// loss when the document does not already show `to` under our fence: an
-    /// earlier attempt whose reply was lost may have landed.
-    async fn terminal_update(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        update: Document,
-        to: JobStatus,
-    ) -> mongodb::error::Result<bool> {
-        if self.fenced_update(fence, now, update).await? {
-            return Ok(true);
-        }
-        self.shows(fence, &to).await
     }
 
     /// Whether the document shows `status` under `fence` (owner and epoch),
@@ -564,10 +510,8 @@ impl JobStore {
 
     /// Whether the document still shows the lease held under `fence`.
     pub(crate) async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
-        Ok(self
-            .read()
-            .await?
-            .is_some_and(|record| record.is_held_under(fence)))
+        let record = self.read().await?;
+        Ok(record.is_some_and(|record| record.is_held_under(fence)))
     }
 
     /// The run's work is done (`summary`; `None` when a fresh completion by
@@ -590,12 +534,8 @@ impl JobStore {
             set.insert("completedAt", now);
             set.insert("summary", summary_bson(summary));
         }
-        self.fenced_update(
-            fence,
-            now,
-            doc! { "$set": set, "$unset": { "error": "", "retryAt": "" } },
-        )
-        .await
+        let update = doc! { "$set": set, "$unset": { "error": "", "retryAt": "" } };
+        self.fenced_update(fence, now, update, None).await
     }
 
     /// Another completion by an owner that keeps the lease (it stays held).
@@ -606,7 +546,8 @@ impl JobStore {
         summary: &serde_json::Value,
     ) -> mongodb::error::Result<bool> {
         let set = doc! { "completedAt": now, "summary": summary_bson(summary), "updatedAt": now };
-        self.fenced_update(fence, now, doc! { "$set": set }).await
+        self.fenced_update(fence, now, doc! { "$set": set }, None)
+            .await
     }
 
     /// The job's own write: `update` (update operators over the job's
@@ -671,18 +612,25 @@ impl JobStore {
         Ok(self.jobs.update_one(filter, update).await?.matched_count == 1)
     }
 
-    /// The one fence every owner write goes through.
+    /// The one fence every owner write goes through. Matching nothing is a
+    /// loss, unless the write ends the run in `to` and the document already
+    /// shows `to` under our fence: an earlier attempt whose reply was lost
+    /// may have landed.
     async fn fenced_update(
         &self,
         fence: &Fence,
         now: DateTime,
         update: Document,
+        to: Option<JobStatus>,
     ) -> mongodb::error::Result<bool> {
-        let result = self
-            .jobs
-            .update_one(self.fence_filter(fence, now), update)
-            .await?;
-        Ok(result.matched_count == 1)
+        let filter = self.fence_filter(fence, now);
+        if self.jobs.update_one(filter, update).await?.matched_count == 1 {
+            return Ok(true);
+        }
+        match to {
+            Some(to) => self.shows(fence, &to).await,
+            None => Ok(false),
+        }
     }
 
     /// The lease document as long as `fence` holds it at `now`.
@@ -692,7 +640,7 @@ impl JobStore {
             "owner": &fence.owner,
             "epoch": fence.epoch,
             "leaseExpiresAt": { "$gt": now },
-            "$or": [ { "status": JobStatus::Running.as_str() }, { "following": true } ],
+            "$or": [ { "status": "running" }, { "following": true } ],
         }
     }
 }
@@ -731,12 +679,14 @@ fn progress_bson(progress: &ProgressSnapshot) -> Bson {
 }
 
 /// E11000: the upsert's insert collided with an existing `_id`.
-fn is_duplicate_key(error: &mongodb::error::Error) -> bool {
-    const DUPLICATE_KEY: i32 = 11000;
+const DUPLICATE_KEY: i32 = 11000;
+
+/// The code a server error carries, if it is one.
+pub(super) fn error_code(error: &mongodb::error::Error) -> Option<i32> {
     match &*error.kind {
-        ErrorKind::Command(command) => command.code == DUPLICATE_KEY,
-        ErrorKind::Write(WriteFailure::WriteError(write)) => write.code == DUPLICATE_KEY,
-        _ => false,
+        ErrorKind::Command(command) => Some(command.code),
+        ErrorKind::Write(WriteFailure::WriteError(write)) => Some(write.code),
+        _ => None,
     }
 }
 
