@@ -32,6 +32,9 @@ const FLAG_WRITE_RETRIES: &str = "reconciler_flag_write_retries_total";
 const SYNC_PHASE_MILLISECONDS: &str = "reconciler_sync_phase_milliseconds_total";
 const FOLLOW_EVENTS: &str = "reconciler_follow_events_total";
 const FOLLOW_LAG: &str = "reconciler_follow_lag_seconds";
+const FOLLOW_STAGE_SECONDS: &str = "reconciler_follow_stage_seconds";
+const FOLLOW_BATCH_STAGE_SECONDS: &str = "reconciler_follow_batch_stage_seconds";
+const FOLLOW_IN_FLIGHT: &str = "reconciler_follow_micro_batches_in_flight";
 
 /// Every value of the `op` label of [`FOLLOW_EVENTS`]: the kind of a
 /// document's last change in its micro-batch, or `skipped` (already indexed).
@@ -63,10 +66,39 @@ pub(crate) const RUN_OUTCOMES: &[&str] = &[
     "handed_over",
 ];
 
+/// Every value of the `stage` label of [`FOLLOW_STAGE_SECONDS`]: where a
+/// document's delay from MongoDB to Meilisearch goes, in the order it
+/// happens (`follow::latency` says what each one is).
+pub(crate) const FOLLOW_STAGES: &[&str] = &[
+    "delivery",
+    "gathering",
+    "behind_settle",
+    "room_wait",
+    "prepare",
+    "enqueue",
+    "meili_queued",
+    "meili_processing",
+    "detection",
+    "total",
+];
+
+/// Every value of the `stage` label of [`FOLLOW_BATCH_STAGE_SECONDS`]: what
+/// each micro-batch took after its tasks ended.
+pub(crate) const FOLLOW_BATCH_STAGES: &[&str] = &["settle", "token_save"];
+
 /// Batch latencies span milliseconds (stand-in) to minutes (a busy server).
 const BATCH_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
+
+/// Follow mode's stages span under 10 ms to tens of seconds (a backlog);
+/// finer around its target (p99 ≤ 2 s, docs/design.md §7).
+const FOLLOW_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Micro-batches in flight: 1 to `follow::pipeline::DEPTH` (32).
+const IN_FLIGHT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 /// When the recorder was installed, and when a run last succeeded.
@@ -99,9 +131,7 @@ pub(crate) struct KnownLabels {
 pub(crate) fn install(known: &KnownLabels) -> PrometheusHandle {
     let handle = HANDLE
         .get_or_init(|| {
-            let handle = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Full(BATCH_SECONDS.into()), BATCH_BUCKETS)
-                .expect("static buckets are valid")
+            let handle = builder()
                 .install_recorder()
                 .expect("install the Prometheus recorder");
             clock();
@@ -111,6 +141,23 @@ pub(crate) fn install(known: &KnownLabels) -> PrometheusHandle {
         .clone();
     register_at_zero(known);
     handle
+}
+
+/// The exporter, with each histogram's buckets (without them it renders
+/// summaries).
+fn builder() -> PrometheusBuilder {
+    [
+        (BATCH_SECONDS, BATCH_BUCKETS),
+        (FOLLOW_STAGE_SECONDS, FOLLOW_BUCKETS),
+        (FOLLOW_BATCH_STAGE_SECONDS, FOLLOW_BUCKETS),
+        (FOLLOW_IN_FLIGHT, IN_FLIGHT_BUCKETS),
+    ]
+    .into_iter()
+    .fold(PrometheusBuilder::new(), |builder, (name, buckets)| {
+        builder
+            .set_buckets_for_metric(Matcher::Full(name.into()), buckets)
+            .expect("static buckets are valid")
+    })
 }
 
 fn describe() {
@@ -168,6 +215,20 @@ fn describe() {
         Unit::Seconds,
         "How far (MongoDB's clock) this replica's change stream is behind; 0 when caught up or not following."
     );
+    describe_histogram!(
+        FOLLOW_STAGE_SECONDS,
+        Unit::Seconds,
+        "Per document follow mode wrote to Meilisearch, the time each stage took, from MongoDB applying the change to this replica seeing its task end (total)."
+    );
+    describe_histogram!(
+        FOLLOW_BATCH_STAGE_SECONDS,
+        Unit::Seconds,
+        "Per micro-batch follow mode applied, the time settling it (settle) and saving its resume token (token_save) took."
+    );
+    describe_histogram!(
+        FOLLOW_IN_FLIGHT,
+        "Per micro-batch follow mode applied, how many micro-batches were in flight (it included) when it was enqueued."
+    );
 }
 
 /// Creates every series whose labels are known, without changing a value
@@ -198,6 +259,13 @@ fn register_at_zero(known: &KnownLabels) {
         counter!(FOLLOW_EVENTS, "op" => *op).increment(0);
     }
     gauge!(FOLLOW_LAG).increment(0.0);
+    for stage in FOLLOW_STAGES {
+        let _ = histogram!(FOLLOW_STAGE_SECONDS, "stage" => *stage);
+    }
+    for stage in FOLLOW_BATCH_STAGES {
+        let _ = histogram!(FOLLOW_BATCH_STAGE_SECONDS, "stage" => *stage);
+    }
+    let _ = histogram!(FOLLOW_IN_FLIGHT);
 }
 
 /// The text for `/metrics`, with the time-since-success gauge brought up to date.
@@ -269,6 +337,60 @@ pub(crate) fn follow_lag(secs: f64) {
     gauge!(FOLLOW_LAG).set(secs);
 }
 
+/// `docs` documents took `took` in `stage`, one of [`FOLLOW_STAGES`].
+pub(crate) fn follow_stage(stage: &'static str, took: Duration, docs: usize) {
+    debug_assert!(FOLLOW_STAGES.contains(&stage), "unlisted stage {stage}");
+    histogram!(FOLLOW_STAGE_SECONDS, "stage" => stage).record_many(took.as_secs_f64(), docs);
+}
+
+/// A micro-batch took `took` in `stage`, one of [`FOLLOW_BATCH_STAGES`].
+pub(crate) fn follow_batch_stage(stage: &'static str, took: Duration) {
+    debug_assert!(
+        FOLLOW_BATCH_STAGES.contains(&stage),
+        "unlisted stage {stage}"
+    );
+    histogram!(FOLLOW_BATCH_STAGE_SECONDS, "stage" => stage).record(took.as_secs_f64());
+}
+
+/// A micro-batch was applied that was enqueued with `depth` in flight.
+pub(crate) fn follow_in_flight(depth: usize) {
+    histogram!(FOLLOW_IN_FLIGHT).record(depth as f64);
+}
+
 pub(crate) fn unindexed_backlog(collection: &str, count: u64) {
     gauge!(UNINDEXED, "collection" => collection.to_string()).set(count as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The follow histograms are there at zero for every stage before
+    /// anything is recorded, and in the buckets set for them.
+    #[test]
+    fn follow_stages_are_registered_at_zero_and_bucketed() {
+        let recorder = builder().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            register_at_zero(&KnownLabels::default());
+            follow_stage("total", Duration::from_millis(15), 2);
+            follow_batch_stage("token_save", Duration::from_secs(90));
+            follow_in_flight(3);
+        });
+        let text = handle.render();
+        let line = |l: &str| assert!(text.lines().any(|x| x == l), "{l} missing:\n{text}");
+        line("# TYPE reconciler_follow_stage_seconds histogram");
+        for stage in FOLLOW_STAGES.iter().filter(|s| **s != "total") {
+            line(&format!(
+                "reconciler_follow_stage_seconds_count{{stage=\"{stage}\"}} 0"
+            ));
+        }
+        line("reconciler_follow_stage_seconds_bucket{stage=\"total\",le=\"0.01\"} 0");
+        line("reconciler_follow_stage_seconds_bucket{stage=\"total\",le=\"0.025\"} 2");
+        line("reconciler_follow_batch_stage_seconds_count{stage=\"settle\"} 0");
+        line("reconciler_follow_batch_stage_seconds_bucket{stage=\"token_save\",le=\"60\"} 0");
+        line("reconciler_follow_batch_stage_seconds_bucket{stage=\"token_save\",le=\"+Inf\"} 1");
+        line("reconciler_follow_micro_batches_in_flight_bucket{le=\"4\"} 1");
+    }
 }

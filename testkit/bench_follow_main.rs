@@ -29,23 +29,24 @@
 //! acknowledgement.
 //!
 //! Per phase it also reports where the delay went, from the follower's
-//! own account (`follow.latency` in its `/status`: per document written to
-//! Meilisearch, histograms of each stage — delivery by the change stream,
-//! gathering into a micro-batch, waiting behind the settling of older
-//! micro-batches, waiting for room in the pipeline, its
+//! own account (`reconciler_follow_stage_seconds` in its `/metrics`: per
+//! document written to Meilisearch, a histogram of each stage — delivery
+//! by the change stream, gathering into a micro-batch, waiting behind the
+//! settling of older micro-batches, waiting for room in the pipeline, its
 //! preparation and enqueueing, waiting behind other tasks in Meilisearch,
 //! Meilisearch's processing, the follower noticing the task's end —
-//! snapshotted before and after the phase and subtracted), and how many
-//! MongoDB requests were made per write (`serverStatus` opcounters before
-//! and after, less the writer's own writes: what the follower asked, on a
-//! server nothing else uses).
+//! scraped before and after the phase and subtracted; percentiles to the
+//! upper bound of their bucket), and how many MongoDB requests were made
+//! per write (`serverStatus` opcounters before and after, less the
+//! writer's own writes: what the follower asked, on a server nothing else
+//! uses).
 //!
 //! Prints one JSON object on stdout; progress goes to stderr.
 
 #[path = "bench_servers.rs"]
 mod bench_servers;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -230,19 +231,18 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The follower's `/status`.
-async fn status(status_url: &str) -> anyhow::Result<Value> {
+/// The body of the follower's `path` (`/status`, `/metrics`).
+async fn get(status_url: &str, path: &str) -> anyhow::Result<String> {
     let authority = status_url
         .trim_start_matches("http://")
         .trim_end_matches('/');
     let mut stream = tokio::net::TcpStream::connect(authority).await?;
     stream
-        .write_all(format!("GET /status HTTP/1.0\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").as_bytes())
         .await?;
     let mut reply = String::new();
     stream.read_to_string(&mut reply).await?;
-    let body = reply.split("\r\n\r\n").nth(1).unwrap_or("");
-    serde_json::from_str(body).context("the follower's /status")
+    Ok(reply.split("\r\n\r\n").nth(1).unwrap_or("").to_string())
 }
 
 /// The follower's count of skipped documents (already indexed by the hook).
@@ -250,93 +250,121 @@ fn skipped(status: &Value) -> u64 {
     status["follow"]["applied"]["skipped"].as_u64().unwrap_or(0)
 }
 
-/// One stage's histogram from `follow.latency`: bucket lower bound (ms) →
-/// count, the sum of its durations, and the bucket width.
-fn histogram(stage: &Value) -> (std::collections::BTreeMap<u64, u64>, f64, u64) {
-    let buckets = stage["buckets"]
-        .as_object()
-        .map(|b| {
-            b.iter()
-                .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_u64()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    (
-        buckets,
-        stage["sumSecs"].as_f64().unwrap_or(0.0),
-        stage["bucketMs"].as_u64().unwrap_or(10),
-    )
+/// The follower's stage histograms (`/metrics`).
+const STAGES: &str = "reconciler_follow_stage_seconds";
+const BATCH_STAGES: &str = "reconciler_follow_batch_stage_seconds";
+const IN_FLIGHT: &str = "reconciler_follow_micro_batches_in_flight";
+
+/// One histogram of a Prometheus scrape: its cumulative buckets (upper
+/// bound, count; `+Inf` last, as rendered) and its sum.
+#[derive(Clone, Debug, Default)]
+struct Histogram {
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
 }
 
-/// What happened to each stage between two `follow.latency` snapshots:
-/// count, mean, p50 / p99 / max (to the bucket's upper bound), and each
-/// stage's share of the summed means of the stages that make up `total`.
-fn latency_between(before: &Value, after: &Value) -> Value {
-    let mut out = serde_json::Map::new();
-    for group in ["stages", "batchStages"] {
-        let mut stages = serde_json::Map::new();
-        let Some(names) = after[group].as_object() else {
+/// The histograms of `family` in a scrape (Prometheus text), by their
+/// `stage` label (`""` without one).
+fn histograms(text: &str, family: &str) -> BTreeMap<String, Histogram> {
+    let mut out: BTreeMap<String, Histogram> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };
-        for name in names.keys() {
-            let (b, b_sum, _) = histogram(&before[group][name]);
-            let (a, a_sum, width) = histogram(&after[group][name]);
-            let mut diff: Vec<(u64, u64)> = a
-                .iter()
-                .map(|(k, n)| (*k, n.saturating_sub(b.get(k).copied().unwrap_or(0))))
-                .filter(|(_, n)| *n > 0)
-                .collect();
-            diff.sort();
-            let count: u64 = diff.iter().map(|(_, n)| n).sum();
-            let quantile = |q: f64| {
-                let rank = ((q * count as f64).ceil() as u64).clamp(1, count.max(1));
-                let mut seen = 0;
-                for (k, n) in &diff {
-                    seen += n;
-                    if seen >= rank {
-                        return Some((k + width) as f64 / 1000.0);
-                    }
-                }
-                None
-            };
-            stages.insert(
-                name.clone(),
-                json!({
-                    "count": count,
-                    "meanSecs": (count > 0).then(|| (a_sum - b_sum) / count as f64),
-                    "p50Secs": quantile(0.5),
-                    "p99Secs": quantile(0.99),
-                    "maxSecs": diff.last().map(|(k, _)| (k + width) as f64 / 1000.0),
-                }),
-            );
+        let (name, labels) = series
+            .split_once('{')
+            .map_or((series, ""), |(n, l)| (n, l.trim_end_matches('}')));
+        let Some(part) = name.strip_prefix(family) else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix("=\"")?.strip_suffix('"'))
+        };
+        let histogram = out.entry(label("stage").unwrap_or("").into()).or_default();
+        let value = value.parse().unwrap_or(0.0);
+        match (part, label("le").and_then(|le| le.parse().ok())) {
+            ("_bucket", Some(le)) => histogram.buckets.push((le, value)),
+            ("_sum", _) => histogram.sum = value,
+            _ => {}
         }
-        out.insert(group.to_string(), Value::Object(stages));
     }
-    let micro_batches =
-        after["microBatches"].as_u64().unwrap_or(0) - before["microBatches"].as_u64().unwrap_or(0);
-    out.insert("microBatches".into(), json!(micro_batches));
+    out
+}
+
+/// `after` less `before`: the cumulative buckets of what was recorded in
+/// between, and its sum.
+fn difference(before: Option<&Histogram>, after: &Histogram) -> Histogram {
+    let earlier = |le: f64| {
+        before
+            .and_then(|b| b.buckets.iter().find(|(l, _)| *l == le))
+            .map_or(0.0, |(_, n)| *n)
+    };
+    Histogram {
+        buckets: after
+            .buckets
+            .iter()
+            .map(|(le, n)| (*le, n - earlier(*le)))
+            .collect(),
+        sum: after.sum - before.map_or(0.0, |b| b.sum),
+    }
+}
+
+/// Count, mean, p50 / p99 / max of a histogram's cumulative buckets (each
+/// to its bucket's upper bound; `null` beyond the last finite one).
+fn summary(h: &Histogram) -> Value {
+    let count = h.buckets.last().map_or(0.0, |(_, n)| *n);
+    let quantile = |q: f64| {
+        let rank = (q * count).ceil().max(1.0);
+        h.buckets
+            .iter()
+            .find(|(_, n)| *n >= rank && count > 0.0)
+            .map(|(le, _)| *le)
+            .filter(|le| le.is_finite())
+    };
+    json!({
+        "count": count as u64,
+        "meanSecs": (count > 0.0).then(|| h.sum / count),
+        "p50Secs": quantile(0.5),
+        "p99Secs": quantile(0.99),
+        "maxSecs": quantile(1.0),
+    })
+}
+
+/// What happened to each stage between two scrapes of the follower's
+/// `/metrics`: per stage [`summary`], the micro-batches applied and how
+/// many were in flight when each was enqueued (per bucket), and the stage
+/// whose mean is the largest of those `total` is made of.
+fn latency_between(before: &str, after: &str) -> Value {
+    let mut out = serde_json::Map::new();
+    for (group, family) in [("stages", STAGES), ("batchStages", BATCH_STAGES)] {
+        let earlier = histograms(before, family);
+        let stages: serde_json::Map<String, Value> = histograms(after, family)
+            .iter()
+            .map(|(name, h)| (name.clone(), summary(&difference(earlier.get(name), h))))
+            .collect();
+        out.insert(group.into(), Value::Object(stages));
+    }
+    let in_flight = histograms(after, IN_FLIGHT).remove("").unwrap_or_default();
+    let in_flight = difference(histograms(before, IN_FLIGHT).get(""), &in_flight);
     let mut depth = serde_json::Map::new();
-    if let Some(d) = after["depth"].as_object() {
-        for (k, v) in d {
-            let n = v.as_u64().unwrap_or(0) - before["depth"][k].as_u64().unwrap_or(0);
-            if n > 0 {
-                depth.insert(k.clone(), json!(n));
-            }
+    let mut below = 0.0;
+    for (le, n) in &in_flight.buckets {
+        if n > &below {
+            depth.insert(format!("≤{le}"), json!((n - below) as u64));
         }
+        below = *n;
     }
+    out.insert("microBatches".into(), json!(below as u64));
     out.insert("depth".into(), Value::Object(depth));
-    // The stage that dominates: the largest mean among those `total` is
-    // made of.
-    let dominant = out
-        .get("stages")
-        .and_then(Value::as_object)
-        .and_then(|stages| {
-            stages
-                .iter()
-                .filter(|(name, _)| name.as_str() != "total")
-                .filter_map(|(name, v)| Some((name.clone(), v["meanSecs"].as_f64()?)))
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-        });
+    let dominant = out["stages"].as_object().and_then(|stages| {
+        stages
+            .iter()
+            .filter(|(name, _)| name.as_str() != "total")
+            .filter_map(|(name, v)| Some((name.clone(), v["meanSecs"].as_f64()?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    });
     out.insert(
         "dominantStage".into(),
         json!(dominant.map(|(name, mean)| json!({ "stage": name, "meanSecs": mean }))),
@@ -428,14 +456,16 @@ async fn phase(
     hook_fraction: f64,
 ) -> anyhow::Result<Value> {
     let args = &bench.args;
-    let follower_status = || async {
+    // The follower's `/status` and `/metrics` (empty without a follower).
+    let follower = |path: &'static str| async move {
         if args.writer_only {
-            Ok(Value::Null)
+            Ok(String::new())
         } else {
-            status(&args.status_url).await
+            get(&args.status_url, path).await
         }
     };
-    let status_before = follower_status().await?;
+    let status_before = follower("/status").await?;
+    let metrics_before = follower("/metrics").await?;
     let ops_before = opcounters(&bench.client).await.ok();
     let pending: Arc<Mutex<VecDeque<Pending>>> = Arc::default();
     let seen: Arc<Mutex<Seen>> = Arc::default();
@@ -550,13 +580,12 @@ async fn phase(
     if !args.writer_only {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let status_after = follower_status().await?;
+    let status_after = follower("/status").await?;
+    let metrics_after = follower("/metrics").await?;
     let ops_after = opcounters(&bench.client).await.ok();
-    let skipped = skipped(&status_after).saturating_sub(skipped(&status_before));
-    let latency = latency_between(
-        &status_before["follow"]["latency"],
-        &status_after["follow"]["latency"],
-    );
+    let status = |text: &str| serde_json::from_str(text).unwrap_or(Value::Null);
+    let skipped = skipped(&status(&status_after)).saturating_sub(skipped(&status(&status_before)));
+    let latency = latency_between(&metrics_before, &metrics_after);
     let requests = match (&ops_before, &ops_after) {
         (Some(before), Some(after)) => requests_per_write(
             before,

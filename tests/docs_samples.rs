@@ -43,7 +43,7 @@
 //! so there `run` and `status` are in interval mode whatever the setting,
 //! while a replica following change streams shows in `/status` how the
 //! reconciliation's own flag writes came back through the stream
-//! (micro-batch counts, latency histograms), which vary with timing.
+//! (`applied` counts, the last event's time), which vary with timing.
 
 use crate::support;
 

@@ -316,6 +316,8 @@ async fn metrics_answer_every_family_before_the_first_run_finishes() {
             Some("phase")
         } else if name == "reconciler_follow_events_total" {
             Some("op")
+        } else if name.ends_with("stage_seconds") {
+            Some("stage")
         } else {
             None
         };

@@ -754,7 +754,7 @@ impl Owner {
     ) -> Result<(), ReconcileError> {
         let Some(settled) = pending
             .pipeline
-            .settle_ended(target, self.status(), self.options.max_docs)
+            .settle_ended(target, self.options.max_docs)
             .await?
         else {
             return Ok(());
@@ -785,8 +785,7 @@ impl Owner {
     ) -> Result<(), ReconcileError> {
         let started = Instant::now();
         pending.save_token(guard, lease).await?;
-        self.status()
-            .latency(|l| l.add("tokenSave", started.elapsed()));
+        crate::metrics::follow_batch_stage("token_save", started.elapsed());
         Ok(())
     }
 

@@ -64,8 +64,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::apply::{Enqueued, Group, Target};
-use super::latency::{self, BatchTimes, DocTimes, TaskTimes};
-use super::status::FollowStatus;
+use super::latency::{self, BatchTimes, DocTimes, Settlings, TaskTimes};
 use crate::lease::Guard;
 use crate::meili::{Meili, MeiliError, TaskOutcome};
 use crate::reconcile::ReconcileError;
@@ -113,6 +112,7 @@ pub(crate) struct Pipeline {
     from_waiter: mpsc::UnboundedReceiver<TasksEnded>,
     _waiter: AbortOnDropHandle<()>,
     last_enqueued: Option<Instant>,
+    settlings: Settlings,
 }
 
 impl Pipeline {
@@ -127,6 +127,7 @@ impl Pipeline {
             from_waiter,
             _waiter: AbortOnDropHandle::new(tokio::spawn(wait(meili, guard, tasks, ended))),
             last_enqueued: None,
+            settlings: Settlings::default(),
         }
     }
 
@@ -205,12 +206,11 @@ impl Pipeline {
     /// acknowledgement merges versions across such a late write, and once
     /// it holds `max_docs` documents to acknowledge: nothing else may be
     /// prepared or enqueued while it is settled (module documentation), so
-    /// its size bounds that pause. Adds their times to the latency
-    /// breakdown. `None` when nothing is in flight.
+    /// its size bounds that pause. Records their stages (`latency`).
+    /// `None` when nothing is in flight.
     pub(crate) async fn settle_ended(
         &mut self,
         target: &Target<'_>,
-        status: &FollowStatus,
         max_docs: usize,
     ) -> Result<Option<Settled>, ReconcileError> {
         if self.queue.is_empty() {
@@ -245,7 +245,7 @@ impl Pipeline {
                 .enqueued
                 .settle_tasks(target, &mut by_uid, &mut group)
                 .await?;
-            status.latency(|l| latency::record(l, &oldest.written, &oldest.times, tasks, seen));
+            latency::record(&self.settlings, &oldest.written, &oldest.times, tasks, seen);
             settled.token = oldest.token.or(settled.token);
             for (op, n) in oldest.by_op {
                 *settled.by_op.entry(op).or_default() += n;
@@ -265,10 +265,7 @@ impl Pipeline {
             ms = settling.elapsed().as_millis() as u64,
             "micro-batches settled"
         );
-        status.latency(|l| {
-            l.add("settle", settling.elapsed());
-            l.settled(settling, Instant::now());
-        });
+        self.settlings.settled(settling);
         Ok(Some(settled))
     }
 }

@@ -1,8 +1,8 @@
 //! What follow mode shows: `follow` in `/status` (`state`, `lagSecs`,
 //! `lastEventAt`, `applied`, `deletes`: how each collection's deletes reach
-//! Meilisearch, `nextExpiryAt`, `latency`: where the delay goes, stage by
-//! stage, `follow::latency`) and the metrics `reconciler_follow_events_total`
-//! and `reconciler_follow_lag_seconds`.
+//! Meilisearch, `nextExpiryAt`) and the metrics `reconciler_follow_events_total`
+//! and `reconciler_follow_lag_seconds` (where the delay goes, stage by stage,
+//! is `follow::latency`'s metrics).
 //!
 //! **Lag** is MongoDB's time now minus the point up to which every change is
 //! applied: the time of the last applied change, or the last moment the
@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use mongodb::bson::DateTime;
 use serde::Serialize;
 
-use super::latency::{Latency, LatencyView};
 use crate::metrics;
 use crate::mongo::Collection;
 use crate::views::DeleteRegime;
@@ -71,9 +70,6 @@ pub(crate) struct FollowView {
     /// When (MongoDB's clock, RFC 3339) the next document that may be in
     /// Meilisearch expires: the owner sweeps it out then.
     next_expiry_at: Option<String>,
-    /// Where the delay from a change to Meilisearch went, stage by stage,
-    /// since this replica started (`follow::latency`).
-    latency: LatencyView,
 }
 
 #[derive(Debug)]
@@ -87,7 +83,6 @@ struct Inner {
     applied: BTreeMap<&'static str, u64>,
     deletes: BTreeMap<&'static str, DeleteRegime>,
     next_expiry_at: Option<DateTime>,
-    latency: Latency,
 }
 
 /// Shared between the owner's loop and the HTTP handlers. Cheap to clone.
@@ -112,7 +107,6 @@ impl FollowStatus {
                 applied: metrics::FOLLOW_OPS.iter().map(|op| (*op, 0)).collect(),
                 deletes: BTreeMap::new(),
                 next_expiry_at: None,
-                latency: Latency::default(),
             })),
         }
     }
@@ -139,11 +133,6 @@ impl FollowStatus {
     /// MongoDB's clock minus the local one, in ms, as last measured.
     pub(crate) fn server_offset_ms(&self) -> i64 {
         self.with(|inner| inner.server_offset_ms)
-    }
-
-    /// Adds to the latency breakdown.
-    pub(crate) fn latency(&self, f: impl FnOnce(&mut Latency)) {
-        self.with(|inner| f(&mut inner.latency));
     }
 
     /// The collections whose deletes come with pre-images (the others' go
@@ -236,7 +225,6 @@ impl FollowStatus {
                     at.try_to_rfc3339_string()
                         .unwrap_or_else(|_| at.to_string())
                 }),
-            latency: inner.latency.view(),
         })
     }
 }
