@@ -1,11 +1,12 @@
 //! [`Ctx`]: what every step of one collection's work is handed (the servers,
 //! the options, the lease guard, the progress lane, the collection and its
 //! index, the run's phase clock), with the few helpers the steps share
-//! (progress, deleting documents, dropping an index). Below every step,
+//! (progress, deleting documents, dropping an index); and [`Run`], what
+//! every collection's context in one run is made from. Below every step,
 //! which all take it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mongodb::bson::{Bson, DateTime, RawDocumentBuf};
 use mongodb::Database;
@@ -18,6 +19,50 @@ use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::{self, Collection};
 use crate::progress::Progress;
+
+/// What every collection's work in one run (a reconciliation, a reindex,
+/// `verify`) shares: the servers, the options, the lease guard, the
+/// progress, when the run started and its phase clock.
+pub(crate) struct Run<'a> {
+    pub(crate) db: &'a Database,
+    pub(crate) meili: &'a Meili,
+    pub(crate) opts: &'a SyncOptions,
+    pub(crate) guard: &'a Guard,
+    pub(crate) progress: &'a Progress,
+    pub(crate) started: Instant,
+    pub(crate) phases: Arc<phases::PhaseClock>,
+}
+
+impl<'a> Run<'a> {
+    /// A run starting now.
+    pub(crate) fn new(
+        db: &'a Database,
+        meili: &'a Meili,
+        opts: &'a SyncOptions,
+        guard: &'a Guard,
+        progress: &'a Progress,
+    ) -> Run<'a> {
+        Run {
+            db,
+            meili,
+            opts,
+            guard,
+            progress,
+            started: Instant::now(),
+            phases: Arc::default(),
+        }
+    }
+
+    /// The context of `collection`'s work on its index, reporting through
+    /// `progress` (the run's, or a lane of it) and timed on the run's clock.
+    pub(crate) fn ctx<'b>(&'b self, collection: Collection, progress: &'b Progress) -> Ctx<'b> {
+        let uid = self.opts.index_uid(collection);
+        Ctx::new(
+            self.db, self.meili, self.opts, self.guard, progress, collection, uid,
+        )
+        .with_phases(&self.phases)
+    }
+}
 
 /// Everything one collection's work needs.
 pub(crate) struct Ctx<'a> {

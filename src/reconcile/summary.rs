@@ -9,6 +9,7 @@ use super::exact;
 use super::phases;
 use super::plan::RebuildReason;
 use super::rejects::Rejected;
+use crate::mongo::Collection;
 
 /// What a run did to one collection and its index.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -46,6 +47,15 @@ pub struct CollectionSummary {
 }
 
 impl CollectionSummary {
+    /// Nothing done yet to `collection` and its index `index_uid`.
+    pub(crate) fn new(collection: Collection, index_uid: &str) -> Self {
+        CollectionSummary {
+            collection: collection.name().to_string(),
+            index_uid: index_uid.to_string(),
+            ..Default::default()
+        }
+    }
+
     pub(crate) fn changed_anything(&self) -> bool {
         self.indexed > 0
             || self.deleted > 0
