@@ -29,12 +29,12 @@ use std::collections::HashMap;
 use mongodb::bson::{Bson, DateTime, Document};
 use tokio::sync::mpsc;
 
-use super::ack;
+use super::ack::{self, Tally};
 use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::orphans;
-use super::send::{self, send_batches, Settled};
+use super::send::{self, send_batches};
 use crate::librechat::searchable;
 use crate::meili::TaskOutcome;
 
@@ -45,9 +45,9 @@ pub(crate) async fn index_documents(
     ctx: &Ctx<'_>,
     docs: Vec<Document>,
     now: DateTime,
-) -> Result<Settled, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     if docs.is_empty() {
-        return Ok(Settled::default());
+        return Ok(Tally::default());
     }
     let batches = batches_of(ctx, docs, now)?;
     let (tx, rx) = mpsc::channel(batches.len().max(1));
@@ -236,10 +236,10 @@ pub(crate) async fn settle_enqueued(
 pub(crate) async fn acknowledge_accepted(
     ctx: &Ctx<'_>,
     accepted: Accepted,
-) -> Result<Settled, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     let mut docs = accepted.docs;
     if docs.is_empty() {
-        return Ok(Settled::default());
+        return Ok(Tally::default());
     }
     docs.sort_by(|a, b| {
         let (a, b) = (a.mongo_id(), b.mongo_id());
@@ -248,13 +248,7 @@ pub(crate) async fn acknowledge_accepted(
             .then_with(|| id_order(&a, &b).unwrap_or(Ordering::Equal))
     });
     let refs: Vec<&BatchDoc> = docs.iter().collect();
-    let acked = ack::acknowledge(ctx, &refs).await?;
-    Ok(Settled {
-        deleted: acked.deleted,
-        flags_cleared: acked.flags_cleared,
-        changed: acked.changed,
-        ..Settled::default()
-    })
+    ack::acknowledge(ctx, &refs).await
 }
 
 /// The id-set comparison of the index with the collection (a

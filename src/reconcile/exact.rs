@@ -41,12 +41,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::ack;
+use super::ack::{self, Tally};
 use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::orphans::{id_hash, Partitions};
-use super::rejects::Rejected;
 use super::send::send_batches;
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
@@ -137,20 +136,6 @@ impl Comparison {
     }
 }
 
-/// What a repairing comparison did.
-#[derive(Debug, Default)]
-pub(crate) struct Repairs {
-    /// Missing and stale documents Meilisearch confirmed.
-    pub(crate) indexed: u64,
-    /// Unexpected documents deleted (and documents that went away while
-    /// their repair was in flight).
-    pub(crate) deleted: u64,
-    /// Flags set on documents Meilisearch holds exactly.
-    pub(crate) flags_set: u64,
-    pub(crate) flags_cleared: u64,
-    pub(crate) rejected: Vec<Rejected>,
-}
-
 /// Whether the comparison only reports or also repairs.
 pub(crate) enum Mode<'s> {
     Report,
@@ -162,13 +147,17 @@ pub(crate) enum Mode<'s> {
 }
 
 /// Compares `ctx.uid` with `ctx.collection` (see the module documentation).
+/// Returns what it found and, repairing, what it did: missing and stale
+/// documents Meilisearch confirmed (`indexed`), unexpected ones deleted
+/// (and those that went away while their repair was in flight), flags set
+/// on documents Meilisearch holds exactly, and flags cleared.
 pub(crate) async fn compare(
     ctx: &Ctx<'_>,
     mode: Mode<'_>,
-) -> Result<(Comparison, Repairs), ReconcileError> {
+) -> Result<(Comparison, Tally), ReconcileError> {
     wait_for_pending_tasks(ctx).await?;
     let mut comparison = Comparison::default();
-    let mut repairs = Repairs::default();
+    let mut repairs = Tally::default();
 
     // `None`: no index yet (nothing to read from Meilisearch).
     let in_meili = match ctx.meili.index(&ctx.uid).await? {
@@ -243,7 +232,7 @@ async fn repair_part(
     meili: &mut Digests,
     comparison: &mut Comparison,
     skip: &HashSet<String>,
-    repairs: &mut Repairs,
+    repairs: &mut Tally,
 ) -> Result<(), ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let repair = Repair {
@@ -252,19 +241,14 @@ async fn repair_part(
         to_clear: Vec::new(),
         to_flag: Vec::new(),
         batch: Batch::new(),
-        acked: ack::Acked::default(),
-        flags_cleared: 0,
+        done: Tally::default(),
     };
-    let (tally, settled) = tokio::try_join!(
+    let (done, settled) = tokio::try_join!(
         compare_mongo(ctx, now, part, meili, comparison, Some(repair)),
         send_batches(ctx, true, rx, None)
     )?;
-    repairs.flags_set += tally.acked.flagged;
-    repairs.deleted += tally.acked.deleted + settled.deleted;
-    repairs.flags_cleared +=
-        tally.flags_cleared + tally.acked.flags_cleared + settled.flags_cleared;
-    repairs.indexed += settled.indexed;
-    repairs.rejected.extend(settled.rejected);
+    repairs.add(done);
+    repairs.add(settled);
     Ok(())
 }
 
@@ -408,13 +392,6 @@ async fn read_meili_digests(
     Ok(Digests::new(entries))
 }
 
-/// What a repairing pass 2 did itself (the sender reports the rest).
-#[derive(Default)]
-struct Tally {
-    acked: ack::Acked,
-    flags_cleared: u64,
-}
-
 /// The state of a repairing pass 2.
 struct Repair<'s> {
     skip: &'s HashSet<String>,
@@ -424,18 +401,15 @@ struct Repair<'s> {
     /// Matching unflagged documents to flag.
     to_flag: Vec<BatchDoc>,
     batch: Batch,
-    acked: ack::Acked,
-    flags_cleared: u64,
+    /// What it did itself (the sender reports the rest).
+    done: Tally,
 }
 
 impl Repair<'_> {
     /// Sets the flags of the matching documents collected so far.
     async fn flag(&mut self, ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
         let docs: Vec<&BatchDoc> = self.to_flag.iter().collect();
-        let acked = ack::acknowledge(ctx, &docs).await?;
-        self.acked.flagged += acked.flagged;
-        self.acked.deleted += acked.deleted;
-        self.acked.flags_cleared += acked.flags_cleared;
+        self.done.add(ack::acknowledge(ctx, &docs).await?);
         self.to_flag.clear();
         Ok(())
     }
@@ -443,7 +417,7 @@ impl Repair<'_> {
     /// Clears the flags collected so far, then hands the batch to the sender.
     /// `false`: the sender stopped (its error is reported).
     async fn send(&mut self, ctx: &Ctx<'_>) -> Result<bool, ReconcileError> {
-        self.flags_cleared +=
+        self.done.flags_cleared +=
             mongo::clear_flags(ctx.db, ctx.collection, &self.to_clear, ctx.guard).await?;
         self.to_clear.clear();
         if self.batch.is_empty() {
@@ -511,10 +485,7 @@ async fn compare_mongo(
     };
     r.flag(ctx).await?;
     r.send(ctx).await?;
-    Ok(Tally {
-        acked: r.acked,
-        flags_cleared: r.flags_cleared,
-    })
+    Ok(r.done)
 }
 
 /// Pass 3: names the Meilisearch documents pass 2 never saw.

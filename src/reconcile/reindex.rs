@@ -54,7 +54,7 @@ use super::ctx::{Ctx, Run};
 use super::error::ReconcileError;
 use super::options::{collections, SyncOptions};
 use super::plan::RebuildReason;
-use super::run::{add_indexing, add_repairs, finish, prepare_index, reconcile_collection};
+use super::run::{finish, prepare_index, reconcile_collection};
 use super::summary::{CollectionSummary, RunSummary};
 use super::sync::{self, Feed};
 use super::test_hook::pause_after;
@@ -159,7 +159,7 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
         exact::compare(ctx, exact::Mode::Repair { skip: &rejected }).await?;
     marker::clear(ctx.db, ctx.opts, &live, ctx.guard).await?;
     rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
-    add_repairs(&mut summary, repairs);
+    summary.add(repairs);
     summary.verified = Some(comparison);
     let cleaned = excluded::clean_up(ctx).await?;
     summary.deleted += cleaned.deleted;
@@ -170,8 +170,7 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
     if counts.unindexed > 0 {
         let backlog = mongo::Backlog::of(&counts);
-        let indexed = sync::index_unindexed(ctx, counts.unindexed, backlog, &rejected).await?;
-        add_indexing(&mut summary, indexed);
+        summary.add(sync::index_unindexed(ctx, counts.unindexed, backlog, &rejected).await?);
     }
     pause_after("index").await;
     // 7. The old index goes.
@@ -233,14 +232,14 @@ async fn build(
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
     let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &HashSet::new()).await?;
-    summary.indexed += built.settled.indexed;
     let rejected = built
         .settled
         .rejected
         .iter()
         .map(|r| r.mongo_id_key.clone())
         .collect();
-    summary.rejected.extend(built.settled.rejected);
+    // Not acknowledged: what it indexed and rejected is all it did.
+    summary.add(built.settled);
     Ok(rejected)
 }
 

@@ -316,7 +316,7 @@ async fn compare_or_count(
         summary.compared_ids = true;
         summary.comparison_partitions = comparison.partitions;
         summary.verified = Some(comparison);
-        add_repairs(summary, repairs);
+        summary.add(repairs);
         return Ok(Checked {
             repaired,
             compare_ids: true,
@@ -361,7 +361,7 @@ async fn index_backlog(
         let skip = HashSet::new();
         let outcome =
             sync::send_changed_again(ctx, settled, mongo::Backlog::Unflagged, &skip).await?;
-        add_indexing(summary, outcome);
+        summary.add(outcome);
         if mongo::Backlog::of(counts) == mongo::Backlog::Any {
             let expected = counts.flagged - counts.indexed;
             index_unindexed(ctx, expected, mongo::Backlog::Any, summary).await?;
@@ -417,26 +417,8 @@ async fn index_unindexed(
         .iter()
         .map(|r| r.mongo_id_key.clone())
         .collect();
-    let outcome = sync::index_unindexed(ctx, expected, backlog, &skip).await?;
-    add_indexing(summary, outcome);
+    summary.add(sync::index_unindexed(ctx, expected, backlog, &skip).await?);
     Ok(())
-}
-
-/// Adds what indexing did to the collection's summary.
-pub(super) fn add_indexing(summary: &mut CollectionSummary, outcome: sync::SyncOutcome) {
-    summary.indexed += outcome.indexed;
-    summary.deleted += outcome.deleted;
-    summary.flags_cleared += outcome.flags_cleared;
-    summary.rejected.extend(outcome.rejected);
-}
-
-/// Adds what the exact comparison repaired to the collection's summary.
-pub(super) fn add_repairs(summary: &mut CollectionSummary, repairs: exact::Repairs) {
-    summary.indexed += repairs.indexed;
-    summary.deleted += repairs.deleted;
-    summary.flags_set += repairs.flags_set;
-    summary.flags_cleared += repairs.flags_cleared;
-    summary.rejected.extend(repairs.rejected);
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use super::ack::Tally;
 use super::exact;
 use super::phases;
 use super::plan::RebuildReason;
@@ -54,6 +55,15 @@ impl CollectionSummary {
             index_uid: index_uid.to_string(),
             ..Default::default()
         }
+    }
+
+    /// Adds what indexing or a repairing comparison did.
+    pub(crate) fn add(&mut self, done: Tally) {
+        self.indexed += done.indexed;
+        self.deleted += done.deleted;
+        self.flags_set += done.flags_set;
+        self.flags_cleared += done.flags_cleared;
+        self.rejected.extend(done.rejected);
     }
 
     pub(crate) fn changed_anything(&self) -> bool {

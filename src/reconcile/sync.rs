@@ -42,13 +42,13 @@ use std::time::{Duration, Instant};
 use mongodb::bson::{Bson, DateTime, Document, RawDocumentBuf};
 use tokio::sync::{mpsc, watch};
 
+use super::ack::Tally;
 use super::apply;
 use super::batch::{id_key, ndjson_line, Batch};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::phases::Phase;
-use super::rejects::Rejected;
-use super::send::{max_changed_ids, send_batches, Demand, Settled};
+use super::send::{max_changed_ids, send_batches, Demand};
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
 use crate::mongo;
@@ -79,20 +79,7 @@ pub(crate) struct PassOutcome {
     /// Documents sent.
     sent: u64,
     /// What the sender did with them.
-    pub(crate) settled: Settled,
-}
-
-/// What indexing one collection did.
-#[derive(Debug, Default)]
-pub(crate) struct SyncOutcome {
-    /// Documents Meilisearch confirmed.
-    pub(crate) indexed: u64,
-    /// Documents deleted from Meilisearch because they were deleted or made
-    /// unindexable in MongoDB while their batch was in flight.
-    pub(crate) deleted: u64,
-    /// Flags cleared because the document changed while in flight.
-    pub(crate) flags_cleared: u64,
-    pub(crate) rejected: Vec<Rejected>,
+    pub(crate) settled: Tally,
 }
 
 /// A pass reads by plain `_id` range pages (filtering in Rust) when it
@@ -122,7 +109,7 @@ pub(crate) async fn index_unindexed(
     expected: u64,
     backlog: mongo::Backlog,
     already_rejected: &HashSet<String>,
-) -> Result<SyncOutcome, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     ctx.phase("index", expected);
     let page_size = ctx.opts.batch_docs.max(1) as u64;
     let read = if expected > PLAIN_SCAN_ABOVE_PAGES * page_size {
@@ -140,16 +127,16 @@ pub(crate) async fn index_unindexed(
 /// documents whose acknowledgement found them changed while in flight are
 /// read again by `_id` and sent again (acknowledged alike), until none
 /// changed (at most [`MAX_PASSES`] passes in all). Returns what every pass
-/// did.
+/// did (but the documents to send again).
 pub(crate) async fn send_changed_again(
     ctx: &Ctx<'_>,
-    first: Settled,
+    first: Tally,
     backlog: mongo::Backlog,
     already_rejected: &HashSet<String>,
-) -> Result<SyncOutcome, ReconcileError> {
-    let mut outcome = SyncOutcome::default();
+) -> Result<Tally, ReconcileError> {
+    let mut outcome = Tally::default();
     let mut rejected_ids = already_rejected.clone();
-    let (mut changed, mut overflowed) = outcome.absorb(first, &mut rejected_ids);
+    let (mut changed, mut overflowed) = absorb(&mut outcome, first, &mut rejected_ids);
     // The changed documents are scattered over the collection: read back by
     // `_id` list, never by a range that could span it.
     let scattered = ctx.on_index(ctx.uid.clone()).with_scattered_ids();
@@ -162,7 +149,7 @@ pub(crate) async fn send_changed_again(
                 "many documents changed while in flight: reading the unindexed ones again");
             let read = Read::Filtered(backlog);
             let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
-            (changed, overflowed) = outcome.absorb(done.settled, &mut rejected_ids);
+            (changed, overflowed) = absorb(&mut outcome, done.settled, &mut rejected_ids);
             continue;
         }
         if changed.is_empty() {
@@ -187,7 +174,7 @@ pub(crate) async fn send_changed_again(
         tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
             "sending again the documents that changed while in flight");
         let settled = apply::index_documents(&scattered, docs, now).await?;
-        (changed, overflowed) = outcome.absorb(settled, &mut rejected_ids);
+        (changed, overflowed) = absorb(&mut outcome, settled, &mut rejected_ids);
     }
     if !changed.is_empty() || overflowed {
         tracing::info!(index = %ctx.uid, docs = changed.len(), overflowed,
@@ -196,23 +183,19 @@ pub(crate) async fn send_changed_again(
     Ok(outcome)
 }
 
-impl SyncOutcome {
-    /// Adds what a pass's sender did; returns the `_id`s to send again and
-    /// whether more changed than were kept.
-    fn absorb(
-        &mut self,
-        settled: Settled,
-        rejected_ids: &mut HashSet<String>,
-    ) -> (Vec<Bson>, bool) {
-        self.indexed += settled.indexed;
-        self.deleted += settled.deleted;
-        self.flags_cleared += settled.flags_cleared;
-        for r in settled.rejected {
-            rejected_ids.insert(r.mongo_id_key.clone());
-            self.rejected.push(r);
-        }
-        (settled.changed, settled.changed_overflowed)
-    }
+/// Adds what a pass's sender did to `outcome`, its rejects to
+/// `rejected_ids`; returns the `_id`s to send again and whether more
+/// changed than were kept.
+fn absorb(
+    outcome: &mut Tally,
+    mut settled: Tally,
+    rejected_ids: &mut HashSet<String>,
+) -> (Vec<Bson>, bool) {
+    rejected_ids.extend(settled.rejected.iter().map(|r| r.mongo_id_key.clone()));
+    let changed = std::mem::take(&mut settled.changed);
+    let overflowed = std::mem::take(&mut settled.changed_overflowed);
+    outcome.add(settled);
+    (changed, overflowed)
 }
 
 /// How a pass reads its documents from MongoDB.

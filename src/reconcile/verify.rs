@@ -29,7 +29,7 @@ use super::ctx::Run;
 use super::error::ReconcileError;
 use super::exact::{self, Comparison};
 use super::options::{build_uid, collections, SyncOptions};
-use super::run::{add_repairs, finish, prepare_index};
+use super::run::{finish, prepare_index};
 use super::summary::RunSummary;
 use super::{excluded, marker, plan};
 use crate::lease::Guard;
@@ -116,7 +116,7 @@ pub async fn repair(
         )
         .await?;
         summary.verified = Some(comparison);
-        add_repairs(&mut summary, repairs);
+        summary.add(repairs);
         let cleaned = excluded::clean_up(&ctx).await?;
         summary.deleted += cleaned.deleted;
         summary.flags_cleared += cleaned.marked;
