@@ -45,7 +45,7 @@ use super::ack::{self, Tally};
 use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
-use super::orphans::{id_hash, Partitions};
+use super::orphans::{id_hash, Partitions, Seen};
 use super::send::send_batches;
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
@@ -279,7 +279,7 @@ async fn compare_document(
     // Marked indexed at the current schema version; a flagged one of
     // another version is pending work too (it is sent again).
     let processed = markers::is_processed(rules, doc);
-    let found = meili_id.as_deref().and_then(|id| meili.find(id));
+    let found = meili_id.as_deref().and_then(|id| meili.find(id_hash(id)));
     let same = found.is_some_and(|(_, d)| d == digest(&mongo::to_meili(ctx.collection, doc)));
     if let Some((i, _)) = found {
         meili.mark_seen(i);
@@ -513,7 +513,7 @@ async fn name_unexpected(
         offset += ids.len() as u64;
         ctx.advance(ids.len() as u64);
         for id in ids {
-            if meili.find(&id).is_some_and(|(i, _)| !meili.is_seen(i)) {
+            if meili.is_unseen(id_hash(&id)) {
                 comparison.unexpected.note(&id, false);
                 unexpected.push(id);
             }
@@ -524,50 +524,7 @@ async fn name_unexpected(
 
 /// The Meilisearch side, compactly: sorted `(id hash, digest)` pairs (16
 /// bytes per document) and one seen-bit per document.
-struct Digests {
-    entries: Vec<(u64, u64)>,
-    seen: Vec<u64>,
-}
-
-impl Digests {
-    fn new(mut entries: Vec<(u64, u64)>) -> Digests {
-        entries.sort_unstable();
-        entries.shrink_to_fit();
-        let seen = vec![0; entries.len().div_ceil(64)];
-        Digests { entries, seen }
-    }
-
-    fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// The position and digest of the document with Meilisearch id `id`.
-    fn find(&self, id: &str) -> Option<(usize, u64)> {
-        let hash = id_hash(id);
-        let i = self.entries.partition_point(|(h, _)| *h < hash);
-        self.entries
-            .get(i)
-            .filter(|(h, _)| *h == hash)
-            .map(|(_, d)| (i, *d))
-    }
-
-    fn mark_seen(&mut self, i: usize) {
-        self.seen[i / 64] |= 1 << (i % 64);
-    }
-
-    fn is_seen(&self, i: usize) -> bool {
-        self.seen[i / 64] & (1 << (i % 64)) != 0
-    }
-
-    fn unseen(&self) -> u64 {
-        self.entries.len() as u64
-            - self
-                .seen
-                .iter()
-                .map(|w| u64::from(w.count_ones()))
-                .sum::<u64>()
-    }
-}
+type Digests = Seen<u64>;
 
 /// A Meilisearch document restricted to the fields we send.
 fn meili_shape(collection: mongo::Collection, doc: &Value) -> Map<String, Value> {
@@ -666,9 +623,9 @@ mod tests {
             (id_hash("c"), 3),
         ]);
         assert_eq!(d.len(), 3);
-        let (i, digest) = d.find("a").unwrap();
+        let (i, digest) = d.find(id_hash("a")).unwrap();
         assert_eq!(digest, 1);
-        assert!(d.find("z").is_none());
+        assert!(d.find(id_hash("z")).is_none());
         assert_eq!(d.unseen(), 3);
         d.mark_seen(i);
         assert!(d.is_seen(i));

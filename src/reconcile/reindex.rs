@@ -231,7 +231,8 @@ async fn build(
     let build = ctx.on_index(target.to_string());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
-    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &HashSet::new()).await?;
+    let skip = HashSet::new();
+    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &skip, None).await?;
     let rejected = built
         .settled
         .rejected

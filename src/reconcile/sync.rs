@@ -117,7 +117,7 @@ pub(crate) async fn index_unindexed(
     } else {
         Read::Filtered(backlog)
     };
-    let done = run_pass(ctx, Feed::Unindexed, read, already_rejected).await?;
+    let done = run_pass(ctx, Feed::Unindexed, read, already_rejected, None).await?;
     tracing::debug!(index = %ctx.uid, pass = 1, ?read, sent = done.sent, indexed = done.settled.indexed, "indexing pass done");
     send_changed_again(ctx, done.settled, backlog, already_rejected).await
 }
@@ -148,7 +148,7 @@ pub(crate) async fn send_changed_again(
             tracing::info!(index = %ctx.uid, pass, kept_at_most = max_changed_ids(ctx.opts),
                 "many documents changed while in flight: reading the unindexed ones again");
             let read = Read::Filtered(backlog);
-            let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
+            let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids, None).await?;
             (changed, overflowed) = absorb(&mut outcome, done.settled, &mut rejected_ids);
             continue;
         }
@@ -209,17 +209,6 @@ pub(crate) enum Read {
     Plain,
 }
 
-/// One pass over the documents `feed` selects (leaving out `skip`), sent
-/// into `ctx.uid`.
-pub(crate) async fn run_pass(
-    ctx: &Ctx<'_>,
-    feed: Feed,
-    read: Read,
-    skip: &HashSet<String>,
-) -> Result<PassOutcome, ReconcileError> {
-    run_pass_from(ctx, feed, read, skip, None).await
-}
-
 /// A pass of the unindexed documents whose first page (of those `backlog`
 /// selects, read at MongoDB's time `now`) is `page`, already read: the
 /// head start's (`super::head_start`). It is cut and sent as the reader
@@ -232,11 +221,12 @@ pub(crate) async fn send_page(
 ) -> Result<PassOutcome, ReconcileError> {
     let read = Read::Filtered(backlog);
     let skip = HashSet::new();
-    run_pass_from(ctx, Feed::Unindexed, read, &skip, Some((now, page))).await
+    run_pass(ctx, Feed::Unindexed, read, &skip, Some((now, page))).await
 }
 
-/// [`run_pass`], its first page given when `first` (read at its time).
-async fn run_pass_from(
+/// One pass over the documents `feed` selects (leaving out `skip`), sent
+/// into `ctx.uid`; its first page is `first` when given (read at its time).
+pub(crate) async fn run_pass(
     ctx: &Ctx<'_>,
     feed: Feed,
     read: Read,
@@ -245,9 +235,27 @@ async fn run_pass_from(
 ) -> Result<PassOutcome, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let (demand_tx, demand_rx) = watch::channel(Demand::new());
-    let demand = SenderDemand::new(demand_rx);
+    let page_size = ctx.opts.batch_docs.max(1);
+    let reader = Reader {
+        ctx,
+        feed,
+        read,
+        tx,
+        demand: SenderDemand {
+            demand: demand_rx,
+            handed: 0,
+        },
+        skip,
+        first,
+        scan: (read == Read::Plain)
+            .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size)),
+        page_size,
+        after: None,
+        batch: Batch::new(),
+        sent: 0,
+    };
     let (sent, settled) = tokio::try_join!(
-        read_batches(ctx, feed, read, tx, demand, skip, first),
+        reader.run(),
         send_batches(ctx, feed.acknowledges(), rx, Some(demand_tx))
     )?;
     Ok(PassOutcome { sent, settled })
@@ -261,10 +269,6 @@ struct SenderDemand {
 }
 
 impl SenderDemand {
-    fn new(demand: watch::Receiver<Demand>) -> Self {
-        SenderDemand { demand, handed: 0 }
-    }
-
     /// Waits until the sender has taken every batch handed over and has
     /// room for another. `false`: the sender stopped.
     async fn wanted(&mut self) -> bool {
@@ -276,39 +280,8 @@ impl SenderDemand {
     }
 }
 
-/// Reads pages of the documents `feed` selects and cuts them into batches;
-/// the first page is `first` when given (read at its time).
-async fn read_batches(
-    ctx: &Ctx<'_>,
-    feed: Feed,
-    read: Read,
-    tx: mpsc::Sender<Batch>,
-    demand: SenderDemand,
-    skip: &HashSet<String>,
-    first: Option<(DateTime, Vec<RawDocumentBuf>)>,
-) -> Result<u64, ReconcileError> {
-    let page_size = ctx.opts.batch_docs.max(1);
-    let scan = (read == Read::Plain)
-        .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size));
-    let mut reader = Reader {
-        ctx,
-        feed,
-        read,
-        tx,
-        demand,
-        skip,
-        first,
-        scan,
-        page_size,
-        after: None,
-        batch: Batch::new(),
-        sent: 0,
-    };
-    reader.run().await?;
-    Ok(reader.sent)
-}
-
-/// The reader stage of a pass: pages in, batches out ([`read_batches`]).
+/// The reader stage of a pass: pages of the documents `feed` selects in,
+/// batches out.
 struct Reader<'r, 'a> {
     ctx: &'r Ctx<'a>,
     feed: Feed,
@@ -340,7 +313,9 @@ enum PageEnd {
 }
 
 impl Reader<'_, '_> {
-    async fn run(&mut self) -> Result<(), ReconcileError> {
+    /// Reads and cuts until the pass has read everything or the sender
+    /// stopped. Returns how many documents it handed to the sender.
+    async fn run(mut self) -> Result<u64, ReconcileError> {
         loop {
             // Before a page is read, the sender's demand: while it waits for
             // room in Meilisearch the reader waits here, holding no page and
@@ -352,10 +327,10 @@ impl Reader<'_, '_> {
             let wanted = self.demand.wanted().await;
             self.ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
             if !wanted {
-                return Ok(()); // the sender stopped; its error is reported
+                return Ok(self.sent); // the sender stopped; its error is reported
             }
             match self.read_page().await? {
-                PageEnd::Last | PageEnd::SenderStopped => return Ok(()),
+                PageEnd::Last | PageEnd::SenderStopped => return Ok(self.sent),
                 PageEnd::Full => self.pause_between_pages().await?,
             }
         }
