@@ -16,7 +16,7 @@ use super::error::ReconcileError;
 use super::options::SyncOptions;
 use super::phases;
 use crate::lease::Guard;
-use crate::meili::Meili;
+use crate::meili::{Meili, MeiliError};
 use crate::mongo::{self, Collection};
 use crate::progress::Progress;
 
@@ -225,14 +225,24 @@ impl<'a> Ctx<'a> {
             return Ok(false);
         }
         let task = self.meili.delete_index(uid, self.guard).await?;
-        let outcome = self.meili.wait_for_task(task, self.guard).await?;
-        if outcome
-            .error
-            .as_ref()
-            .is_some_and(|e| e.code != "index_not_found")
-        {
-            outcome.into_result("delete index")?;
-        }
+        let (meili, guard) = (self.meili, self.guard);
+        wait_tolerating(meili, task, "index_not_found", "delete index", guard).await?;
         Ok(true)
     }
+}
+
+/// Waits for `task`, failing unless it succeeded or failed with error code
+/// `tolerated` (someone else did the same meanwhile).
+pub(crate) async fn wait_tolerating(
+    meili: &Meili,
+    task: u64,
+    tolerated: &str,
+    what: &str,
+    guard: &Guard,
+) -> Result<(), MeiliError> {
+    let outcome = meili.wait_for_task(task, guard).await?;
+    if outcome.error.as_ref().is_some_and(|e| e.code != tolerated) {
+        outcome.into_result(what)?;
+    }
+    Ok(())
 }

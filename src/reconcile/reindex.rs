@@ -50,7 +50,7 @@ use std::collections::HashSet;
 use mongodb::Database;
 use serde_json::{Map, Value};
 
-use super::ctx::{Ctx, Run};
+use super::ctx::{wait_tolerating, Ctx, Run};
 use super::error::ReconcileError;
 use super::options::{collections, SyncOptions};
 use super::plan::RebuildReason;
@@ -161,9 +161,7 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
     summary.add(repairs);
     summary.verified = Some(comparison);
-    let cleaned = excluded::clean_up(ctx).await?;
-    summary.deleted += cleaned.deleted;
-    summary.flags_cleared += cleaned.marked;
+    summary.add(excluded::clean_up(ctx).await?);
     pause_after("flags").await;
     // 6. Whatever is still unflagged goes through ordinary indexing.
     let now = mongo::server_time(ctx.db).await?;
@@ -249,29 +247,15 @@ async fn build(
 async fn swap(ctx: &Ctx<'_>, target: &str, live_exists: bool) -> Result<(), ReconcileError> {
     ctx.phase("swap", 0);
     if !live_exists {
-        create_tolerating_existing(ctx, &ctx.uid, ctx.collection.primary_key()).await?;
+        // Someone creating it meanwhile is fine.
+        let pk = ctx.collection.primary_key();
+        let task = ctx.meili.create_index(&ctx.uid, pk, ctx.guard).await?;
+        let (code, what) = ("index_already_exists", "create the live index");
+        wait_tolerating(ctx.meili, task, code, what, ctx.guard).await?;
     }
     let task = ctx.meili.swap_indexes(&ctx.uid, target, ctx.guard).await?;
     ctx.meili.wait_ok(task, "swap indexes", ctx.guard).await?;
     tracing::info!(index = %ctx.uid, "reindex: swapped in the new index");
-    Ok(())
-}
-
-/// Creates `uid` empty (someone creating it meanwhile is fine).
-async fn create_tolerating_existing(
-    ctx: &Ctx<'_>,
-    uid: &str,
-    primary_key: &str,
-) -> Result<(), ReconcileError> {
-    let task = ctx.meili.create_index(uid, primary_key, ctx.guard).await?;
-    let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
-    if outcome
-        .error
-        .as_ref()
-        .is_some_and(|e| e.code != "index_already_exists")
-    {
-        outcome.into_result("create the live index")?;
-    }
     Ok(())
 }
 

@@ -260,13 +260,12 @@ async fn reset_and_clean_up(
     let mut in_meili_now = None;
     if index.pending_cleanup > 0 {
         let cleaned = excluded::clean_up(ctx).await?;
-        summary.deleted += cleaned.deleted;
-        summary.flags_cleared += cleaned.marked;
         // MongoDB's counts stand (excluded documents are not searchable),
         // but the index may hold fewer documents than the plan counted.
         if cleaned.deleted > 0 {
             in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
         }
+        summary.add(cleaned);
     }
     // Expiry is a delete (the counts stand: an expired document is not
     // searchable).

@@ -117,9 +117,7 @@ pub async fn repair(
         .await?;
         summary.verified = Some(comparison);
         summary.add(repairs);
-        let cleaned = excluded::clean_up(&ctx).await?;
-        summary.deleted += cleaned.deleted;
-        summary.flags_cleared += cleaned.marked;
+        summary.add(excluded::clean_up(&ctx).await?);
         // The comparison an interrupted reindex asked for is done, and a
         // leftover build index is not live (we hold the lease).
         if index.exact_comparison_pending {
