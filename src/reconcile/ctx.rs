@@ -182,6 +182,12 @@ impl<'a> Ctx<'a> {
         })
     }
 
+    /// MongoDB's counts of the collection at its current time.
+    pub(crate) async fn counts(&self) -> Result<mongo::Counts, ReconcileError> {
+        let now = mongo::server_time(self.db).await?;
+        Ok(mongo::counts(self.db, &self.opts.rules, self.collection, now).await?)
+    }
+
     /// Counts `n` documents done and logs the progress every few seconds.
     pub(crate) fn advance(&self, n: u64) {
         self.progress.advance(n);

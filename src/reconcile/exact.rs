@@ -136,24 +136,16 @@ impl Comparison {
     }
 }
 
-/// Whether the comparison only reports or also repairs.
-pub(crate) enum Mode<'s> {
-    Report,
-    /// Repair, sending no document whose `_id` key is in `skip` (refused by
-    /// Meilisearch earlier in the run).
-    Repair {
-        skip: &'s HashSet<String>,
-    },
-}
-
-/// Compares `ctx.uid` with `ctx.collection` (see the module documentation).
+/// Compares `ctx.uid` with `ctx.collection` (see the module documentation),
+/// repairing when given `repair`: the `_id` keys of documents it must not
+/// send (refused by Meilisearch earlier in the run).
 /// Returns what it found and, repairing, what it did: missing and stale
 /// documents Meilisearch confirmed (`indexed`), unexpected ones deleted
 /// (and those that went away while their repair was in flight), flags set
 /// on documents Meilisearch holds exactly, and flags cleared.
 pub(crate) async fn compare(
     ctx: &Ctx<'_>,
-    mode: Mode<'_>,
+    repair: Option<&HashSet<String>>,
 ) -> Result<(Comparison, Tally), ReconcileError> {
     wait_for_pending_tasks(ctx).await?;
     let mut comparison = Comparison::default();
@@ -184,22 +176,22 @@ pub(crate) async fn compare(
 
         now = mongo::server_time(ctx.db).await?;
         ctx.phase("compare: read mongodb", indexable);
-        match &mode {
-            Mode::Report => {
+        match repair {
+            None => {
                 compare_mongo(ctx, now, part, &mut meili, &mut comparison, None).await?;
             }
-            Mode::Repair { skip } => {
+            Some(skip) => {
                 let meili = &mut meili;
                 repair_part(ctx, now, part, meili, &mut comparison, skip, &mut repairs).await?;
             }
         }
 
         let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
-        if let Mode::Repair { .. } = mode {
+        if repair.is_some() {
             repairs.deleted += ctx.delete_documents(&unexpected).await?;
         }
     }
-    if let Mode::Repair { .. } = mode {
+    if repair.is_some() {
         repairs.flags_cleared += mongo::clear_flags_of_unindexable(
             ctx.db,
             &ctx.opts.rules,

@@ -155,8 +155,7 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     swap(ctx, &target, live_exists).await?;
     pause_after("swap").await;
     // 5. Flags exactly as the new index holds the documents.
-    let (comparison, repairs) =
-        exact::compare(ctx, exact::Mode::Repair { skip: &rejected }).await?;
+    let (comparison, repairs) = exact::compare(ctx, Some(&rejected)).await?;
     marker::clear(ctx.db, ctx.opts, &live, ctx.guard).await?;
     rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
     summary.add(repairs);
@@ -164,8 +163,7 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     summary.add(excluded::clean_up(ctx).await?);
     pause_after("flags").await;
     // 6. Whatever is still unflagged goes through ordinary indexing.
-    let now = mongo::server_time(ctx.db).await?;
-    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
+    let counts = ctx.counts().await?;
     if counts.unindexed > 0 {
         let backlog = mongo::Backlog::of(&counts);
         summary.add(sync::index_unindexed(ctx, counts.unindexed, backlog, &rejected).await?);
@@ -224,8 +222,7 @@ async fn build(
     target: &str,
     summary: &mut CollectionSummary,
 ) -> Result<HashSet<String>, ReconcileError> {
-    let build_began = mongo::server_time(ctx.db).await?;
-    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, build_began).await?;
+    let counts = ctx.counts().await?;
     let build = ctx.on_index(target.to_string());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");

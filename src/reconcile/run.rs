@@ -230,10 +230,7 @@ pub(crate) async fn reconcile_collection(
     }
     let counts = match checked.counts {
         Some(counts) => counts,
-        None => {
-            let now = mongo::server_time(ctx.db).await?;
-            mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?
-        }
+        None => ctx.counts().await?,
     };
     let exempt = ctx.opts.force || summary.rebuilt.is_some() || checked.repaired;
     index_backlog(ctx, &counts, exempt, before.head_start, summary).await?;
@@ -306,9 +303,7 @@ async fn compare_or_count(
             tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
         }
         ctx.phase("compare", 0);
-        let skip = HashSet::new();
-        let (comparison, repairs) =
-            exact::compare(ctx, exact::Mode::Repair { skip: &skip }).await?;
+        let (comparison, repairs) = exact::compare(ctx, Some(&HashSet::new())).await?;
         let repaired = !comparison.is_exact();
         // What was deleted while the comparison and the indexing ran is
         // found by the id sets afterwards.
@@ -325,9 +320,10 @@ async fn compare_or_count(
     let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
         (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
     } else {
-        let now = mongo::server_time(ctx.db).await?;
-        let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
-        (counts, ctx.meili.document_count(&ctx.uid).await?)
+        (
+            ctx.counts().await?,
+            ctx.meili.document_count(&ctx.uid).await?,
+        )
     };
     let compare_ids = ctx.opts.force || in_meili != counts.flagged;
     if compare_ids {
@@ -357,10 +353,8 @@ async fn index_backlog(
         // The unflagged backlog went while the plan counted: what changed
         // in flight is sent again, then what is flagged at another schema
         // version, which the head start's narrow read left out.
-        let skip = HashSet::new();
-        let outcome =
-            sync::send_changed_again(ctx, settled, mongo::Backlog::Unflagged, &skip).await?;
-        summary.add(outcome);
+        let (unflagged, skip) = (mongo::Backlog::Unflagged, HashSet::new());
+        summary.add(sync::send_changed_again(ctx, settled, unflagged, &skip).await?);
         if mongo::Backlog::of(counts) == mongo::Backlog::Any {
             let expected = counts.flagged - counts.indexed;
             index_unindexed(ctx, expected, mongo::Backlog::Any, summary).await?;

@@ -69,7 +69,7 @@ pub async fn verify(
     let mut indexes = Vec::new();
     for collection in collections(only) {
         let ctx = run.ctx(collection, progress);
-        let (comparison, _) = exact::compare(&ctx, exact::Mode::Report).await?;
+        let (comparison, _) = exact::compare(&ctx, None).await?;
         indexes.push(IndexReport {
             collection,
             index_uid: ctx.uid.clone(),
@@ -108,13 +108,7 @@ pub async fn repair(
         summary.compared_ids = true;
         summary.rebuilt = index.rebuild.clone().filter(|r| r.recreates_index());
         let ctx = run.ctx(index.collection, progress);
-        let (comparison, repairs) = exact::compare(
-            &ctx,
-            exact::Mode::Repair {
-                skip: &HashSet::new(),
-            },
-        )
-        .await?;
+        let (comparison, repairs) = exact::compare(&ctx, Some(&HashSet::new())).await?;
         summary.verified = Some(comparison);
         summary.add(repairs);
         summary.add(excluded::clean_up(&ctx).await?);
