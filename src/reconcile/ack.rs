@@ -24,6 +24,10 @@
 //!   of the retention filter without a new version) → sent again, like a
 //!   changed one;
 //! - same version, marked → it matched; nothing to do.
+//!
+//! What an acknowledgement did is a [`Tally`], as is what every step built
+//! on it did (the sender, an indexing pass, a repairing comparison): one
+//! set of counters, added up into a collection's summary.
 
 use std::collections::HashMap;
 

@@ -1,9 +1,10 @@
 //! [`Ctx`]: what every step of one collection's work is handed (the servers,
 //! the options, the lease guard, the progress lane, the collection and its
 //! index, the run's phase clock), with the few helpers the steps share
-//! (progress, deleting documents, dropping an index); and [`Run`], what
-//! every collection's context in one run is made from. Below every step,
-//! which all take it.
+//! (progress, counting, deleting documents, dropping an index, waiting
+//! for a task another may have done already); and [`Run`], what every
+//! collection's context in one run is made from. Below every step, which
+//! all take it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,16 +150,13 @@ impl<'a> Ctx<'a> {
 
     /// The same work aimed at another index (e.g. a reindex's build target).
     pub(crate) fn on_index(&self, uid: String) -> Ctx<'a> {
-        Ctx::new(
-            self.db,
-            self.meili,
-            self.opts,
-            self.guard,
-            self.progress,
-            self.collection,
+        Ctx {
             uid,
-        )
-        .with_phases(&self.phases)
+            phases: Arc::clone(&self.phases),
+            read_back: mongo::ReadBack::default(),
+            ack_gate: None,
+            ..*self
+        }
     }
 
     /// The next page (`sync.batch_docs` documents after `after`, by `_id`)

@@ -32,7 +32,8 @@
 //! listed, claimed or deleted can be read from the log.
 //!
 //! This compares ids only (cheap: no document bodies). The exact comparison
-//! of contents is [`super::exact`] (`verify`, `once --deep`, the reindex).
+//! of contents is [`super::exact`] (`verify`, `once --deep`, the reindex),
+//! which keeps its Meilisearch side in the same compact [`Seen`] form.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

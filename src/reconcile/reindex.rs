@@ -127,6 +127,7 @@ async fn in_place(
     for (mut index, mut summary) in work {
         // A structural reason found by the plan says more than "forced".
         index.rebuild.get_or_insert(RebuildReason::Forced);
+        // Forced: no threshold, and the id sets are compared.
         let mut ctx = run.ctx(index.collection, run.progress);
         ctx.opts = &forced;
         // Rebuilding: the flags are reset first, so they are counted afterwards.
