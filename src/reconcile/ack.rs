@@ -24,6 +24,10 @@
 //!   of the retention filter without a new version) → sent again, like a
 //!   changed one;
 //! - same version, marked → it matched; nothing to do.
+//!
+//! What an acknowledgement did is a [`Tally`], as is what every step built
+//! on it did (the sender, an indexing pass, a repairing comparison): one
+//! set of counters, added up into a collection's summary.
 
 use std::collections::HashMap;
 
@@ -33,25 +37,46 @@ use mongodb::bson::{Bson, DateTime, Document};
 use super::batch::{id_key, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
+use super::rejects::Rejected;
 use crate::librechat::{markers, searchable, Rules};
 use crate::mongo::{self, DocVersion};
 
-/// What acknowledging some documents did.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Acked {
-    /// Flags set (or found set) for the exact version sent.
-    pub(crate) flagged: u64,
+/// What sending and acknowledging documents did: what an acknowledgement,
+/// a sender, an indexing pass or a repairing comparison did, added up into
+/// a collection's summary.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    /// Documents Meilisearch confirmed.
+    pub(crate) indexed: u64,
     /// Documents deleted from Meilisearch: deleted or made unindexable in
-    /// MongoDB while their batch was in flight.
+    /// MongoDB while their batch was in flight (or, comparing, unexpected).
     pub(crate) deleted: u64,
+    /// Flags set (or found set) for the exact version sent; a summary
+    /// counts only those the exact comparison set on documents the index
+    /// already held.
+    pub(crate) flags_set: u64,
     /// Flags cleared: the document changed (or became unindexable) while in flight.
     pub(crate) flags_cleared: u64,
+    pub(crate) rejected: Vec<Rejected>,
     /// The `_id`s of the documents that changed while in flight (still
     /// indexable, another version): to be sent again.
     pub(crate) changed: Vec<Bson>,
     /// More changed documents than are worth keeping `_id`s of (see
-    /// `sync::index_unindexed`): some are not in `changed`.
+    /// `send::max_changed_ids`): some are not in `changed`.
     pub(crate) changed_overflowed: bool,
+}
+
+impl Tally {
+    /// Adds what `other` did.
+    pub(crate) fn add(&mut self, other: Tally) {
+        self.indexed += other.indexed;
+        self.deleted += other.deleted;
+        self.flags_set += other.flags_set;
+        self.flags_cleared += other.flags_cleared;
+        self.rejected.extend(other.rejected);
+        self.changed.extend(other.changed);
+        self.changed_overflowed |= other.changed_overflowed;
+    }
 }
 
 /// Flags `docs` (sent and accepted by Meilisearch, in ascending `_id`
@@ -63,7 +88,7 @@ pub(crate) struct Acked {
 pub(crate) async fn acknowledge(
     ctx: &Ctx<'_>,
     docs: &[&BatchDoc],
-) -> Result<Acked, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     // The futures are made first: a stream that maps by a closure over
     // borrowed chunks is not `Send` for every lifetime (rust#102211).
     let writers = ctx.opts.ack_writers.max(1);
@@ -72,12 +97,9 @@ pub(crate) async fn acknowledge(
         .map(|chunk| acknowledge_chunk(ctx, chunk))
         .collect();
     let mut chunks = futures::stream::iter(commands).buffer_unordered(writers);
-    let mut acked = Acked::default();
+    let mut acked = Tally::default();
     while let Some(chunk) = chunks.try_next().await? {
-        acked.flagged += chunk.flagged;
-        acked.deleted += chunk.deleted;
-        acked.flags_cleared += chunk.flags_cleared;
-        acked.changed.extend(chunk.changed);
+        acked.add(chunk);
     }
     super::test_hook::pause_after("acknowledged").await;
     Ok(acked)
@@ -112,7 +134,7 @@ fn statements_per_command(docs: usize, writers: usize) -> usize {
 const ONE_COMMAND_BELOW: usize = 100;
 
 /// One command's worth of [`acknowledge`].
-async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Acked, ReconcileError> {
+async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Tally, ReconcileError> {
     let started = std::time::Instant::now();
     let now = mongo::server_time(ctx.db).await?;
     let versions: Vec<_> = chunk.iter().map(|d| (d.version(), d.branch())).collect();
@@ -127,17 +149,15 @@ async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Acked, 
     .await?;
     tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
         ms = started.elapsed().as_millis() as u64, "acknowledged");
-    let mut acked = Acked {
-        flagged: updated.matched,
-        ..Acked::default()
+    let changed = if updated.matched < chunk.len() as u64 {
+        handle_changed(ctx, chunk, now).await?
+    } else {
+        Tally::default()
     };
-    if updated.matched < chunk.len() as u64 {
-        let changed = handle_changed(ctx, chunk, now).await?;
-        acked.deleted = changed.deleted;
-        acked.flags_cleared = changed.flags_cleared;
-        acked.changed = changed.changed;
-    }
-    Ok(acked)
+    Ok(Tally {
+        flags_set: updated.matched,
+        ..changed
+    })
 }
 
 /// How a sent document stands when read back.
@@ -175,7 +195,7 @@ async fn handle_changed(
     ctx: &Ctx<'_>,
     chunk: &[&BatchDoc],
     now: DateTime,
-) -> Result<Acked, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     let rules = &ctx.opts.rules;
     let mut states: HashMap<String, Document> = HashMap::new();
     for run in same_type_runs(chunk) {
@@ -221,12 +241,11 @@ async fn handle_changed(
     let deleted = ctx.delete_documents(&to_delete).await?;
     let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?
         + mongo::mark_removed(ctx.db, ctx.collection, &to_mark_removed, ctx.guard).await?;
-    Ok(Acked {
-        flagged: 0,
+    Ok(Tally {
         deleted,
         flags_cleared,
         changed,
-        changed_overflowed: false,
+        ..Tally::default()
     })
 }
 

@@ -29,12 +29,12 @@ use std::collections::HashMap;
 use mongodb::bson::{Bson, DateTime, Document};
 use tokio::sync::mpsc;
 
-use super::ack;
+use super::ack::{self, Tally};
 use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::orphans;
-use super::send::{self, send_batches, Settled};
+use super::send::{self, send_batches};
 use crate::librechat::searchable;
 use crate::meili::TaskOutcome;
 
@@ -45,9 +45,9 @@ pub(crate) async fn index_documents(
     ctx: &Ctx<'_>,
     docs: Vec<Document>,
     now: DateTime,
-) -> Result<Settled, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     if docs.is_empty() {
-        return Ok(Settled::default());
+        return Ok(Tally::default());
     }
     let batches = batches_of(ctx, docs, now)?;
     let (tx, rx) = mpsc::channel(batches.len().max(1));
@@ -236,25 +236,14 @@ pub(crate) async fn settle_enqueued(
 pub(crate) async fn acknowledge_accepted(
     ctx: &Ctx<'_>,
     accepted: Accepted,
-) -> Result<Settled, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     let mut docs = accepted.docs;
     if docs.is_empty() {
-        return Ok(Settled::default());
+        return Ok(Tally::default());
     }
-    docs.sort_by(|a, b| {
-        let (a, b) = (a.mongo_id(), b.mongo_id());
-        type_rank(&a)
-            .cmp(&type_rank(&b))
-            .then_with(|| id_order(&a, &b).unwrap_or(Ordering::Equal))
-    });
+    docs.sort_by(|a, b| id_cmp(&a.mongo_id(), &b.mongo_id()));
     let refs: Vec<&BatchDoc> = docs.iter().collect();
-    let acked = ack::acknowledge(ctx, &refs).await?;
-    Ok(Settled {
-        deleted: acked.deleted,
-        flags_cleared: acked.flags_cleared,
-        changed: acked.changed,
-        ..Settled::default()
-    })
+    ack::acknowledge(ctx, &refs).await
 }
 
 /// The id-set comparison of the index with the collection (a
@@ -273,12 +262,7 @@ fn acknowledgement_runs(docs: Vec<Document>) -> Vec<Vec<Document>> {
     let (mut ordered, unordered): (Vec<Document>, Vec<Document>) = docs
         .into_iter()
         .partition(|d| d.get("_id").is_some_and(|id| id_order(id, id).is_some()));
-    ordered.sort_by(|a, b| {
-        let (a, b) = (&a.get("_id").unwrap(), &b.get("_id").unwrap());
-        type_rank(a)
-            .cmp(&type_rank(b))
-            .then_with(|| id_order(a, b).unwrap_or(Ordering::Equal))
-    });
+    ordered.sort_by(|a, b| id_cmp(a.get("_id").unwrap(), b.get("_id").unwrap()));
     let mut runs: Vec<Vec<Document>> = Vec::new();
     for doc in ordered {
         let same_type = runs.last().is_some_and(|run| {
@@ -293,9 +277,13 @@ fn acknowledgement_runs(docs: Vec<Document>) -> Vec<Vec<Document>> {
     runs
 }
 
-/// Groups `_id` types so that equal types sort together.
-fn type_rank(id: &Bson) -> u8 {
-    id.element_type() as u8
+/// The order the acknowledgement wants `_id`s in: equal types together,
+/// each in MongoDB's order as far as [`id_order`] knows it.
+fn id_cmp(a: &Bson, b: &Bson) -> Ordering {
+    let type_rank = |id: &Bson| id.element_type() as u8;
+    type_rank(a)
+        .cmp(&type_rank(b))
+        .then_with(|| id_order(a, b).unwrap_or(Ordering::Equal))
 }
 
 /// MongoDB's order of two `_id`s of the same BSON type, for the types an
@@ -342,7 +330,7 @@ mod tests {
             vec![Bson::String("a".into()), Bson::String("b".into())],
             vec![Bson::ObjectId(o1), Bson::ObjectId(o2)],
         ];
-        want.sort_by_key(|run| type_rank(&run[0]));
+        want.sort_by(|a, b| id_cmp(&a[0], &b[0]));
         want.push(vec![Bson::Document(doc! { "compound": 1 })]);
         assert_eq!(ids(&runs), want);
     }

@@ -1,11 +1,13 @@
 //! [`Ctx`]: what every step of one collection's work is handed (the servers,
 //! the options, the lease guard, the progress lane, the collection and its
 //! index, the run's phase clock), with the few helpers the steps share
-//! (progress, deleting documents, dropping an index). Below every step,
-//! which all take it.
+//! (progress, counting, deleting documents, dropping an index, waiting
+//! for a task another may have done already); and [`Run`], what every
+//! collection's context in one run is made from. Below every step, which
+//! all take it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mongodb::bson::{Bson, DateTime, RawDocumentBuf};
 use mongodb::Database;
@@ -15,9 +17,53 @@ use super::error::ReconcileError;
 use super::options::SyncOptions;
 use super::phases;
 use crate::lease::Guard;
-use crate::meili::Meili;
+use crate::meili::{Meili, MeiliError};
 use crate::mongo::{self, Collection};
 use crate::progress::Progress;
+
+/// What every collection's work in one run (a reconciliation, a reindex,
+/// `verify`) shares: the servers, the options, the lease guard, the
+/// progress, when the run started and its phase clock.
+pub(crate) struct Run<'a> {
+    pub(crate) db: &'a Database,
+    pub(crate) meili: &'a Meili,
+    pub(crate) opts: &'a SyncOptions,
+    pub(crate) guard: &'a Guard,
+    pub(crate) progress: &'a Progress,
+    pub(crate) started: Instant,
+    pub(crate) phases: Arc<phases::PhaseClock>,
+}
+
+impl<'a> Run<'a> {
+    /// A run starting now.
+    pub(crate) fn new(
+        db: &'a Database,
+        meili: &'a Meili,
+        opts: &'a SyncOptions,
+        guard: &'a Guard,
+        progress: &'a Progress,
+    ) -> Run<'a> {
+        Run {
+            db,
+            meili,
+            opts,
+            guard,
+            progress,
+            started: Instant::now(),
+            phases: Arc::default(),
+        }
+    }
+
+    /// The context of `collection`'s work on its index, reporting through
+    /// `progress` (the run's, or a lane of it) and timed on the run's clock.
+    pub(crate) fn ctx<'b>(&'b self, collection: Collection, progress: &'b Progress) -> Ctx<'b> {
+        let uid = self.opts.index_uid(collection);
+        Ctx::new(
+            self.db, self.meili, self.opts, self.guard, progress, collection, uid,
+        )
+        .with_phases(&self.phases)
+    }
+}
 
 /// Everything one collection's work needs.
 pub(crate) struct Ctx<'a> {
@@ -104,16 +150,13 @@ impl<'a> Ctx<'a> {
 
     /// The same work aimed at another index (e.g. a reindex's build target).
     pub(crate) fn on_index(&self, uid: String) -> Ctx<'a> {
-        Ctx::new(
-            self.db,
-            self.meili,
-            self.opts,
-            self.guard,
-            self.progress,
-            self.collection,
+        Ctx {
             uid,
-        )
-        .with_phases(&self.phases)
+            phases: Arc::clone(&self.phases),
+            read_back: mongo::ReadBack::default(),
+            ack_gate: None,
+            ..*self
+        }
     }
 
     /// The next page (`sync.batch_docs` documents after `after`, by `_id`)
@@ -135,6 +178,12 @@ impl<'a> Ctx<'a> {
             }
             None => mongo::read_indexable_page(db, rules, collection, now, after, limit).await?,
         })
+    }
+
+    /// MongoDB's counts of the collection at its current time.
+    pub(crate) async fn counts(&self) -> Result<mongo::Counts, ReconcileError> {
+        let now = mongo::server_time(self.db).await?;
+        Ok(mongo::counts(self.db, &self.opts.rules, self.collection, now).await?)
     }
 
     /// Counts `n` documents done and logs the progress every few seconds.
@@ -180,14 +229,24 @@ impl<'a> Ctx<'a> {
             return Ok(false);
         }
         let task = self.meili.delete_index(uid, self.guard).await?;
-        let outcome = self.meili.wait_for_task(task, self.guard).await?;
-        if outcome
-            .error
-            .as_ref()
-            .is_some_and(|e| e.code != "index_not_found")
-        {
-            outcome.into_result("delete index")?;
-        }
+        let (meili, guard) = (self.meili, self.guard);
+        wait_tolerating(meili, task, "index_not_found", "delete index", guard).await?;
         Ok(true)
     }
+}
+
+/// Waits for `task`, failing unless it succeeded or failed with error code
+/// `tolerated` (someone else did the same meanwhile).
+pub(crate) async fn wait_tolerating(
+    meili: &Meili,
+    task: u64,
+    tolerated: &str,
+    what: &str,
+    guard: &Guard,
+) -> Result<(), MeiliError> {
+    let outcome = meili.wait_for_task(task, guard).await?;
+    if outcome.error.as_ref().is_some_and(|e| e.code != tolerated) {
+        outcome.into_result(what)?;
+    }
+    Ok(())
 }

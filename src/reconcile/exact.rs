@@ -41,12 +41,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::ack;
+use super::ack::{self, Tally};
 use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
-use super::orphans::{id_hash, Partitions};
-use super::rejects::Rejected;
+use super::orphans::{id_hash, Partitions, Seen};
 use super::send::send_batches;
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
@@ -137,38 +136,20 @@ impl Comparison {
     }
 }
 
-/// What a repairing comparison did.
-#[derive(Debug, Default)]
-pub(crate) struct Repairs {
-    /// Missing and stale documents Meilisearch confirmed.
-    pub(crate) indexed: u64,
-    /// Unexpected documents deleted (and documents that went away while
-    /// their repair was in flight).
-    pub(crate) deleted: u64,
-    /// Flags set on documents Meilisearch holds exactly.
-    pub(crate) flags_set: u64,
-    pub(crate) flags_cleared: u64,
-    pub(crate) rejected: Vec<Rejected>,
-}
-
-/// Whether the comparison only reports or also repairs.
-pub(crate) enum Mode<'s> {
-    Report,
-    /// Repair, sending no document whose `_id` key is in `skip` (refused by
-    /// Meilisearch earlier in the run).
-    Repair {
-        skip: &'s HashSet<String>,
-    },
-}
-
-/// Compares `ctx.uid` with `ctx.collection` (see the module documentation).
+/// Compares `ctx.uid` with `ctx.collection` (see the module documentation),
+/// repairing when given `repair`: the `_id` keys of documents it must not
+/// send (refused by Meilisearch earlier in the run).
+/// Returns what it found and, repairing, what it did: missing and stale
+/// documents Meilisearch confirmed (`indexed`), unexpected ones deleted
+/// (and those that went away while their repair was in flight), flags set
+/// on documents Meilisearch holds exactly, and flags cleared.
 pub(crate) async fn compare(
     ctx: &Ctx<'_>,
-    mode: Mode<'_>,
-) -> Result<(Comparison, Repairs), ReconcileError> {
+    repair: Option<&HashSet<String>>,
+) -> Result<(Comparison, Tally), ReconcileError> {
     wait_for_pending_tasks(ctx).await?;
     let mut comparison = Comparison::default();
-    let mut repairs = Repairs::default();
+    let mut repairs = Tally::default();
 
     // `None`: no index yet (nothing to read from Meilisearch).
     let in_meili = match ctx.meili.index(&ctx.uid).await? {
@@ -195,22 +176,22 @@ pub(crate) async fn compare(
 
         now = mongo::server_time(ctx.db).await?;
         ctx.phase("compare: read mongodb", indexable);
-        match &mode {
-            Mode::Report => {
+        match repair {
+            None => {
                 compare_mongo(ctx, now, part, &mut meili, &mut comparison, None).await?;
             }
-            Mode::Repair { skip } => {
+            Some(skip) => {
                 let meili = &mut meili;
                 repair_part(ctx, now, part, meili, &mut comparison, skip, &mut repairs).await?;
             }
         }
 
         let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
-        if let Mode::Repair { .. } = mode {
+        if repair.is_some() {
             repairs.deleted += ctx.delete_documents(&unexpected).await?;
         }
     }
-    if let Mode::Repair { .. } = mode {
+    if repair.is_some() {
         repairs.flags_cleared += mongo::clear_flags_of_unindexable(
             ctx.db,
             &ctx.opts.rules,
@@ -243,7 +224,7 @@ async fn repair_part(
     meili: &mut Digests,
     comparison: &mut Comparison,
     skip: &HashSet<String>,
-    repairs: &mut Repairs,
+    repairs: &mut Tally,
 ) -> Result<(), ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let repair = Repair {
@@ -252,19 +233,14 @@ async fn repair_part(
         to_clear: Vec::new(),
         to_flag: Vec::new(),
         batch: Batch::new(),
-        acked: ack::Acked::default(),
-        flags_cleared: 0,
+        done: Tally::default(),
     };
-    let (tally, settled) = tokio::try_join!(
+    let (done, settled) = tokio::try_join!(
         compare_mongo(ctx, now, part, meili, comparison, Some(repair)),
         send_batches(ctx, true, rx, None)
     )?;
-    repairs.flags_set += tally.acked.flagged;
-    repairs.deleted += tally.acked.deleted + settled.deleted;
-    repairs.flags_cleared +=
-        tally.flags_cleared + tally.acked.flags_cleared + settled.flags_cleared;
-    repairs.indexed += settled.indexed;
-    repairs.rejected.extend(settled.rejected);
+    repairs.add(done);
+    repairs.add(settled);
     Ok(())
 }
 
@@ -295,7 +271,7 @@ async fn compare_document(
     // Marked indexed at the current schema version; a flagged one of
     // another version is pending work too (it is sent again).
     let processed = markers::is_processed(rules, doc);
-    let found = meili_id.as_deref().and_then(|id| meili.find(id));
+    let found = meili_id.as_deref().and_then(|id| meili.find(id_hash(id)));
     let same = found.is_some_and(|(_, d)| d == digest(&mongo::to_meili(ctx.collection, doc)));
     if let Some((i, _)) = found {
         meili.mark_seen(i);
@@ -408,13 +384,6 @@ async fn read_meili_digests(
     Ok(Digests::new(entries))
 }
 
-/// What a repairing pass 2 did itself (the sender reports the rest).
-#[derive(Default)]
-struct Tally {
-    acked: ack::Acked,
-    flags_cleared: u64,
-}
-
 /// The state of a repairing pass 2.
 struct Repair<'s> {
     skip: &'s HashSet<String>,
@@ -424,18 +393,15 @@ struct Repair<'s> {
     /// Matching unflagged documents to flag.
     to_flag: Vec<BatchDoc>,
     batch: Batch,
-    acked: ack::Acked,
-    flags_cleared: u64,
+    /// What it did itself (the sender reports the rest).
+    done: Tally,
 }
 
 impl Repair<'_> {
     /// Sets the flags of the matching documents collected so far.
     async fn flag(&mut self, ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
         let docs: Vec<&BatchDoc> = self.to_flag.iter().collect();
-        let acked = ack::acknowledge(ctx, &docs).await?;
-        self.acked.flagged += acked.flagged;
-        self.acked.deleted += acked.deleted;
-        self.acked.flags_cleared += acked.flags_cleared;
+        self.done.add(ack::acknowledge(ctx, &docs).await?);
         self.to_flag.clear();
         Ok(())
     }
@@ -443,7 +409,7 @@ impl Repair<'_> {
     /// Clears the flags collected so far, then hands the batch to the sender.
     /// `false`: the sender stopped (its error is reported).
     async fn send(&mut self, ctx: &Ctx<'_>) -> Result<bool, ReconcileError> {
-        self.flags_cleared +=
+        self.done.flags_cleared +=
             mongo::clear_flags(ctx.db, ctx.collection, &self.to_clear, ctx.guard).await?;
         self.to_clear.clear();
         if self.batch.is_empty() {
@@ -511,10 +477,7 @@ async fn compare_mongo(
     };
     r.flag(ctx).await?;
     r.send(ctx).await?;
-    Ok(Tally {
-        acked: r.acked,
-        flags_cleared: r.flags_cleared,
-    })
+    Ok(r.done)
 }
 
 /// Pass 3: names the Meilisearch documents pass 2 never saw.
@@ -542,7 +505,7 @@ async fn name_unexpected(
         offset += ids.len() as u64;
         ctx.advance(ids.len() as u64);
         for id in ids {
-            if meili.find(&id).is_some_and(|(i, _)| !meili.is_seen(i)) {
+            if meili.is_unseen(id_hash(&id)) {
                 comparison.unexpected.note(&id, false);
                 unexpected.push(id);
             }
@@ -553,50 +516,7 @@ async fn name_unexpected(
 
 /// The Meilisearch side, compactly: sorted `(id hash, digest)` pairs (16
 /// bytes per document) and one seen-bit per document.
-struct Digests {
-    entries: Vec<(u64, u64)>,
-    seen: Vec<u64>,
-}
-
-impl Digests {
-    fn new(mut entries: Vec<(u64, u64)>) -> Digests {
-        entries.sort_unstable();
-        entries.shrink_to_fit();
-        let seen = vec![0; entries.len().div_ceil(64)];
-        Digests { entries, seen }
-    }
-
-    fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// The position and digest of the document with Meilisearch id `id`.
-    fn find(&self, id: &str) -> Option<(usize, u64)> {
-        let hash = id_hash(id);
-        let i = self.entries.partition_point(|(h, _)| *h < hash);
-        self.entries
-            .get(i)
-            .filter(|(h, _)| *h == hash)
-            .map(|(_, d)| (i, *d))
-    }
-
-    fn mark_seen(&mut self, i: usize) {
-        self.seen[i / 64] |= 1 << (i % 64);
-    }
-
-    fn is_seen(&self, i: usize) -> bool {
-        self.seen[i / 64] & (1 << (i % 64)) != 0
-    }
-
-    fn unseen(&self) -> u64 {
-        self.entries.len() as u64
-            - self
-                .seen
-                .iter()
-                .map(|w| u64::from(w.count_ones()))
-                .sum::<u64>()
-    }
-}
+type Digests = Seen<u64>;
 
 /// A Meilisearch document restricted to the fields we send.
 fn meili_shape(collection: mongo::Collection, doc: &Value) -> Map<String, Value> {
@@ -695,9 +615,9 @@ mod tests {
             (id_hash("c"), 3),
         ]);
         assert_eq!(d.len(), 3);
-        let (i, digest) = d.find("a").unwrap();
+        let (i, digest) = d.find(id_hash("a")).unwrap();
         assert_eq!(digest, 1);
-        assert!(d.find("z").is_none());
+        assert!(d.find(id_hash("z")).is_none());
         assert_eq!(d.unseen(), 3);
         d.mark_seen(i);
         assert!(d.is_seen(i));

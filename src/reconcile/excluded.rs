@@ -14,6 +14,7 @@
 
 use mongodb::bson::Bson;
 
+use super::ack::Tally;
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use crate::mongo;
@@ -21,24 +22,17 @@ use crate::mongo;
 /// Documents per page (and per Meilisearch deletion task).
 const PAGE: usize = 1_000;
 
-/// What a cleanup did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Cleaned {
-    /// Meilisearch ids whose deletion was asked for (and awaited).
-    pub(crate) deleted: u64,
-    /// Documents marked removed.
-    pub(crate) marked: u64,
-}
-
 /// Deletes the collection's excluded documents pending cleanup from the
-/// index and marks them removed.
-pub(crate) async fn clean_up(ctx: &Ctx<'_>) -> Result<Cleaned, ReconcileError> {
+/// index and marks them removed. Returns the Meilisearch ids whose deletion
+/// was asked for (and awaited) as `deleted`, the documents marked removed
+/// as `flags_cleared`.
+pub(crate) async fn clean_up(ctx: &Ctx<'_>) -> Result<Tally, ReconcileError> {
     let rules = &ctx.opts.rules;
+    let mut cleaned = Tally::default();
     if rules.exclusion_path(ctx.collection).is_none() {
-        return Ok(Cleaned::default());
+        return Ok(cleaned);
     }
     ctx.phase("clean up excluded", 0);
-    let mut cleaned = Cleaned::default();
     let mut after: Option<Bson> = None;
     loop {
         let page = mongo::pending_cleanup_page(ctx.db, rules, ctx.collection, after.as_ref(), PAGE)
@@ -52,15 +46,15 @@ pub(crate) async fn clean_up(ctx: &Ctx<'_>) -> Result<Cleaned, ReconcileError> {
             .filter_map(|d| mongo::meili_id(ctx.collection, d))
             .collect();
         cleaned.deleted += ctx.delete_documents(&meili_ids).await?;
-        cleaned.marked +=
+        cleaned.flags_cleared +=
             mongo::mark_excluded_removed(ctx.db, rules, ctx.collection, &ids, ctx.guard).await?;
         if page.len() < PAGE {
             break;
         }
         after = Some(last);
     }
-    if cleaned.marked > 0 {
-        tracing::info!(index = %ctx.uid, deleted = cleaned.deleted, marked = cleaned.marked,
+    if cleaned.flags_cleared > 0 {
+        tracing::info!(index = %ctx.uid, deleted = cleaned.deleted, marked = cleaned.flags_cleared,
             "excluded documents removed from Meilisearch and marked (LibreChat's cleanup)");
     }
     Ok(cleaned)

@@ -22,11 +22,11 @@
 use mongodb::bson::DateTime;
 use tokio::sync::watch;
 
+use super::ack::Tally;
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::phases::Phase;
 use super::plan::{self, IndexPlan, Surveyed};
-use super::send::Settled;
 use super::sync;
 use crate::mongo;
 
@@ -35,7 +35,7 @@ use crate::mongo;
 pub(crate) enum HeadStart {
     /// The whole unflagged backlog was sent, and acknowledged once the
     /// counts allowed it: what its sender did.
-    Sent(Settled),
+    Sent(Tally),
     /// Nothing was sent: the backlog fills a page (the counts choose how to
     /// read it), it is below the threshold, or the counts decided a rebuild.
     #[default]
@@ -85,10 +85,7 @@ pub(crate) async fn count_with_head_start(
 /// Reads the first page of the unflagged backlog at `now` and, when it is
 /// the whole backlog and reaches the threshold, sends it (acknowledged as
 /// `ctx.ack_gate` allows). `None`: nothing was sent.
-async fn send_small_backlog(
-    ctx: &Ctx<'_>,
-    now: DateTime,
-) -> Result<Option<Settled>, ReconcileError> {
+async fn send_small_backlog(ctx: &Ctx<'_>, now: DateTime) -> Result<Option<Tally>, ReconcileError> {
     let opts = ctx.opts;
     let page_size = opts.batch_docs.max(1);
     let reading = std::time::Instant::now();

@@ -98,3 +98,11 @@ const BUILD_SUFFIX: &str = "_reindex";
 pub fn build_uid(live_uid: &str) -> String {
     format!("{live_uid}{BUILD_SUFFIX}")
 }
+
+/// The collections a command works on: `only` one, or all.
+pub(crate) fn collections(only: Option<Collection>) -> Vec<Collection> {
+    match only {
+        Some(collection) => vec![collection],
+        None => Collection::ALL.to_vec(),
+    }
+}

@@ -32,7 +32,8 @@
 //! listed, claimed or deleted can be read from the log.
 //!
 //! This compares ids only (cheap: no document bodies). The exact comparison
-//! of contents is [`super::exact`] (`verify`, `once --deep`, the reindex).
+//! of contents is [`super::exact`] (`verify`, `once --deep`, the reindex),
+//! which keeps its Meilisearch side in the same compact [`Seen`] form.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -108,48 +109,56 @@ impl Partitions {
     }
 }
 
-/// The Meilisearch ids of one partition, as sorted 64-bit hashes, and a
-/// seen-bit each (set when MongoDB has an indexable document with that id).
-#[derive(Debug, Default)]
-struct MeiliIds {
-    keys: Vec<u64>,
+/// The Meilisearch side of a comparison, compactly: sorted 64-bit id
+/// hashes, each with a value (the exact comparison's digest, nothing for
+/// the drift check) and a seen-bit, set when MongoDB has the document.
+#[derive(Debug)]
+pub(crate) struct Seen<V> {
+    entries: Vec<(u64, V)>,
     seen: Vec<u64>,
 }
 
-impl MeiliIds {
-    fn push(&mut self, hash: u64) {
-        self.keys.push(hash);
+/// The Meilisearch ids of one partition, as the drift check keeps them.
+type MeiliIds = Seen<()>;
+
+impl<V: Copy + Ord> Seen<V> {
+    pub(crate) fn new(mut entries: Vec<(u64, V)>) -> Seen<V> {
+        entries.sort_unstable();
+        entries.shrink_to_fit();
+        let seen = vec![0; entries.len().div_ceil(64)];
+        Seen { entries, seen }
     }
 
-    /// Sorts the keys (a document listed twice, as a concurrent addition
-    /// can make the offset listing do, counts once); call once after the
-    /// last push.
-    fn seal(&mut self) {
-        self.keys.sort_unstable();
-        self.keys.dedup();
-        self.seen = vec![0; self.keys.len().div_ceil(64)];
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
     }
 
-    fn position(&self, hash: u64) -> Option<usize> {
-        self.keys.binary_search(&hash).ok()
+    /// The position and value of the entry with id hash `hash`.
+    pub(crate) fn find(&self, hash: u64) -> Option<(usize, V)> {
+        let i = self.entries.partition_point(|(h, _)| *h < hash);
+        self.entries
+            .get(i)
+            .filter(|(h, _)| *h == hash)
+            .map(|(_, v)| (i, *v))
     }
 
-    fn mark_seen(&mut self, position: usize) {
-        self.seen[position / 64] |= 1 << (position % 64);
+    pub(crate) fn mark_seen(&mut self, i: usize) {
+        self.seen[i / 64] |= 1 << (i % 64);
     }
 
-    fn is_seen(&self, position: usize) -> bool {
-        self.seen[position / 64] & (1 << (position % 64)) != 0
+    pub(crate) fn is_seen(&self, i: usize) -> bool {
+        self.seen[i / 64] & (1 << (i % 64)) != 0
     }
 
-    /// Whether the id with this hash was listed and MongoDB did not claim it.
-    fn is_unclaimed(&self, hash: u64) -> bool {
-        self.position(hash).is_some_and(|p| !self.is_seen(p))
+    /// Whether the id with this hash was listed and not seen.
+    pub(crate) fn is_unseen(&self, hash: u64) -> bool {
+        self.find(hash).is_some_and(|(i, _)| !self.is_seen(i))
     }
 
-    /// Listed ids MongoDB did not claim: the orphan candidates.
-    fn unclaimed(&self) -> usize {
-        (0..self.keys.len()).filter(|&p| !self.is_seen(p)).count()
+    /// Listed ids not seen (for the drift check, the orphan candidates).
+    pub(crate) fn unseen(&self) -> u64 {
+        let seen: u64 = self.seen.iter().map(|w| u64::from(w.count_ones())).sum();
+        self.entries.len() as u64 - seen
     }
 }
 
@@ -197,7 +206,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
         let now = mongo::server_time(ctx.db).await?;
         outcome.flags_cleared += mark_mongo_ids(ctx, now, &mut ids, &in_part, part == 0).await?;
         super::test_hook::pause_after("drift-mongo-ids").await;
-        if ids.unclaimed() > 0 {
+        if ids.unseen() > 0 {
             outcome.deleted += delete_orphans(ctx, &ids, &in_part).await?;
         }
     }
@@ -223,19 +232,25 @@ async fn read_meili_ids(
     ctx: &Ctx<'_>,
     in_part: &impl Fn(u64) -> bool,
 ) -> Result<MeiliIds, ReconcileError> {
-    let mut ids = MeiliIds::default();
+    let mut hashes = Vec::new();
     let mut pages = IdPages::default();
     while let Some(page) = pages.next(ctx).await? {
         ctx.advance(page.len() as u64);
-        for id in page {
-            let hash = id_hash(&id);
-            if in_part(hash) {
-                ids.push(hash);
-            }
-        }
+        hashes.extend(
+            page.iter()
+                .map(|id| (id_hash(id), ()))
+                .filter(|(h, _)| in_part(*h)),
+        );
     }
-    ids.seal();
-    Ok(ids)
+    Ok(listed(hashes))
+}
+
+/// The listed ids as the drift check keeps them: a document listed twice,
+/// as a concurrent addition can make the offset listing do, counts once.
+fn listed(mut hashes: Vec<(u64, ())>) -> MeiliIds {
+    hashes.sort_unstable();
+    hashes.dedup();
+    MeiliIds::new(hashes)
 }
 
 /// Step 2: one pass over MongoDB's indexable ids (plain `_id` range pages
@@ -269,8 +284,8 @@ async fn mark_mongo_ids(
         after = page.after;
         for entry in page.entries {
             match entry.meili_id.as_deref().map(id_hash) {
-                Some(hash) if in_part(hash) => match ids.position(hash) {
-                    Some(position) => ids.mark_seen(position),
+                Some(hash) if in_part(hash) => match ids.find(hash) {
+                    Some((position, ())) => ids.mark_seen(position),
                     // Flagged, and Meilisearch lacks it: indexing sends it.
                     None if entry.flagged => to_clear.push(entry.mongo_id),
                     None => {}
@@ -306,7 +321,7 @@ async fn delete_orphans(
     while let Some(page) = pages.next(ctx).await? {
         candidates.extend(page.into_iter().filter(|id| {
             let hash = id_hash(id);
-            in_part(hash) && ids.is_unclaimed(hash)
+            in_part(hash) && ids.is_unseen(hash)
         }));
         if candidates.len() >= PAGE {
             let gone = delete_confirmed(ctx, &mut candidates).await?;
@@ -374,22 +389,18 @@ mod tests {
 
     #[test]
     fn listed_ids_are_found_once_and_remember_whether_mongodb_claimed_them() {
-        let mut ids = MeiliIds::default();
         let (a, b, c) = (id_hash("a"), id_hash("b"), id_hash("c"));
-        ids.push(a);
-        ids.push(b);
-        ids.push(a); // listed twice (a concurrent addition moved the offset)
-        ids.push(c);
-        ids.seal();
-        assert_eq!(ids.keys.len(), 3, "duplicates count once");
-        assert_eq!(ids.position(id_hash("z")), None);
-        assert_eq!(ids.unclaimed(), 3);
-        ids.mark_seen(ids.position(a).unwrap());
-        assert!(!ids.is_unclaimed(a) && ids.is_unclaimed(b));
+        // `a` listed twice (a concurrent addition moved the offset).
+        let mut ids = listed(vec![(a, ()), (b, ()), (a, ()), (c, ())]);
+        assert_eq!(ids.len(), 3, "duplicates count once");
+        assert_eq!(ids.find(id_hash("z")), None);
+        assert_eq!(ids.unseen(), 3);
+        ids.mark_seen(ids.find(a).unwrap().0);
+        assert!(!ids.is_unseen(a) && ids.is_unseen(b));
         assert!(
-            !ids.is_unclaimed(id_hash("z")),
+            !ids.is_unseen(id_hash("z")),
             "an id not listed in step 1 is never a candidate"
         );
-        assert_eq!(ids.unclaimed(), 2);
+        assert_eq!(ids.unseen(), 2);
     }
 }

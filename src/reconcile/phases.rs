@@ -14,18 +14,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The phases, as counted while a run goes (nanoseconds).
+/// The phases, as counted while a run goes (nanoseconds, in [`Phase`]'s
+/// order).
 #[derive(Debug, Default)]
-pub(crate) struct PhaseClock {
-    read: AtomicU64,
-    build: AtomicU64,
-    send: AtomicU64,
-    meili_wait: AtomicU64,
-    ack: AtomicU64,
-    ack_waited: AtomicU64,
-    reader_waited: AtomicU64,
-    pipeline_waited: AtomicU64,
-}
+pub(crate) struct PhaseClock([AtomicU64; 8]);
 
 /// One phase of [`PhaseClock`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,27 +74,14 @@ impl Phase {
 }
 
 impl PhaseClock {
-    fn slot(&self, phase: Phase) -> &AtomicU64 {
-        match phase {
-            Phase::Read => &self.read,
-            Phase::Build => &self.build,
-            Phase::Send => &self.send,
-            Phase::MeiliWait => &self.meili_wait,
-            Phase::Ack => &self.ack,
-            Phase::AckWaited => &self.ack_waited,
-            Phase::ReaderWaited => &self.reader_waited,
-            Phase::PipelineWaited => &self.pipeline_waited,
-        }
-    }
-
     /// Adds `elapsed` to `phase`.
     pub(crate) fn add(&self, phase: Phase, elapsed: Duration) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        self.slot(phase).fetch_add(nanos, Ordering::Relaxed);
+        self.0[phase as usize].fetch_add(nanos, Ordering::Relaxed);
     }
 
     fn secs(&self, phase: Phase) -> f64 {
-        self.slot(phase).load(Ordering::Relaxed) as f64 / 1e9
+        self.0[phase as usize].load(Ordering::Relaxed) as f64 / 1e9
     }
 
     /// The phases so far, in seconds.

@@ -110,13 +110,10 @@ pub async fn plan(
     meili: &Meili,
     opts: &SyncOptions,
 ) -> Result<Plan, ReconcileError> {
-    let survey = survey(mongo_db, meili, opts).await?;
-    let mut indexes = Vec::new();
-    for surveyed in &survey.indexes {
-        let counts = count(mongo_db, opts, surveyed.collection, survey.now).await?;
-        indexes.push(surveyed.decide(counts, opts));
-    }
-    Ok(survey.into_plan(indexes))
+    survey(mongo_db, meili, opts)
+        .await?
+        .counted(mongo_db, opts)
+        .await
 }
 
 /// What the plan reads before MongoDB's counts of the searchable documents
@@ -131,7 +128,7 @@ pub(crate) struct Survey {
     pub(crate) indexes: Vec<Surveyed>,
 }
 
-/// One index as surveyed: everything [`decide`] needs but the counts.
+/// One index as surveyed: everything [`Surveyed::decide`] needs but the counts.
 pub(crate) struct Surveyed {
     pub(crate) collection: Collection,
     pub(crate) index_uid: String,
@@ -204,8 +201,18 @@ pub(crate) async fn count(
 }
 
 impl Survey {
-    /// The plan of the surveyed indexes, decided ([`Surveyed::decide`]).
-    pub(crate) fn into_plan(self, indexes: Vec<IndexPlan>) -> Plan {
+    /// The plan: each surveyed index counted ([`count`]) and decided
+    /// ([`Surveyed::decide`]).
+    pub(crate) async fn counted(
+        self,
+        mongo_db: &Database,
+        opts: &SyncOptions,
+    ) -> Result<Plan, ReconcileError> {
+        let mut indexes = Vec::new();
+        for surveyed in &self.indexes {
+            let counts = count(mongo_db, opts, surveyed.collection, self.now).await?;
+            indexes.push(surveyed.decide(counts, opts));
+        }
         let nothing_to_do = indexes.iter().all(|i| {
             i.settings_to_apply.is_empty()
                 && i.pending_cleanup == 0
@@ -216,35 +223,18 @@ impl Survey {
                 && i.documents_to_index == 0
         });
         let now = self.now;
-        Plan {
+        Ok(Plan {
             meili_health: self.meili_health,
             server_time: now
                 .try_to_rfc3339_string()
                 .unwrap_or_else(|_| now.timestamp_millis().to_string()),
             indexes,
             nothing_to_do,
-        }
+        })
     }
 }
 
 impl Surveyed {
-    /// The decisions for this index, given MongoDB's counts.
-    pub(crate) fn decide(&self, counts: Counts, opts: &SyncOptions) -> IndexPlan {
-        let mut index = decide(
-            self.collection,
-            self.index_uid.clone(),
-            self.primary_key.clone(),
-            self.meili_documents,
-            counts,
-            self.settings_to_apply.clone(),
-            opts,
-        );
-        index.exact_comparison_pending = self.exact_comparison_pending;
-        index.leftover_build_index = self.leftover_build_index;
-        index.pending_cleanup = self.pending_cleanup;
-        index
-    }
-
     /// Whether documents may be sent to this index before the counts are
     /// known: it exists with the right primary key and settings (nothing to
     /// create or wait for before a document write), and nothing but
@@ -260,64 +250,55 @@ impl Surveyed {
             && !self.exact_comparison_pending
             && !self.leftover_build_index
     }
-}
 
-/// The decisions for one index, from what was read. `primary_key` is `None`
-/// when the index does not exist, `Some(None)` when it has no primary key.
-pub(crate) fn decide(
-    collection: Collection,
-    index_uid: String,
-    primary_key: Option<Option<String>>,
-    meili_documents: u64,
-    mongo: Counts,
-    settings_to_apply: Map<String, Value>,
-    opts: &SyncOptions,
-) -> IndexPlan {
-    let expected = collection.primary_key();
-    let exists = primary_key.is_some();
-    let rebuild = match &primary_key {
-        None => Some(RebuildReason::IndexMissing),
-        Some(pk) if pk.as_deref() != Some(expected) => {
-            Some(RebuildReason::WrongPrimaryKey { actual: pk.clone() })
+    /// The decisions for this index, given MongoDB's counts.
+    pub(crate) fn decide(&self, mongo: Counts, opts: &SyncOptions) -> IndexPlan {
+        let expected = self.collection.primary_key();
+        let meili_documents = self.meili_documents;
+        let rebuild = match &self.primary_key {
+            None => Some(RebuildReason::IndexMissing),
+            Some(pk) if pk.as_deref() != Some(expected) => {
+                Some(RebuildReason::WrongPrimaryKey { actual: pk.clone() })
+            }
+            // "Much smaller": less than half of what MongoDB says is in it
+            // (flagged, whatever the schema version).
+            Some(_) if mongo.flagged > 0 && meili_documents.saturating_mul(2) < mongo.flagged => {
+                Some(RebuildReason::IndexLost {
+                    meili_documents,
+                    mongo_indexed: mongo.flagged,
+                })
+            }
+            Some(_) => None,
+        };
+        let drift_suspected = rebuild.is_none() && meili_documents != mongo.flagged;
+        let exempt = opts.force || rebuild.is_some() || mongo.indexed == 0;
+        let skipped_by_threshold =
+            mongo.unindexed > 0 && mongo.unindexed < opts.threshold && !exempt && !drift_suspected;
+        let documents_to_index = if rebuild.is_some() {
+            mongo.indexable
+        } else if skipped_by_threshold {
+            0
+        } else {
+            mongo.unindexed
+        };
+        IndexPlan {
+            collection: self.collection,
+            index_uid: self.index_uid.clone(),
+            exists: self.primary_key.is_some(),
+            primary_key: self.primary_key.clone().flatten(),
+            expected_primary_key: expected.to_string(),
+            meili_documents,
+            mongo,
+            pending_cleanup: self.pending_cleanup,
+            settings_to_apply: self.settings_to_apply.clone(),
+            rebuild,
+            drift_suspected,
+            exact_comparison_pending: self.exact_comparison_pending,
+            leftover_build_index: self.leftover_build_index,
+            documents_to_index,
+            skipped_by_threshold,
+            librechat: None,
         }
-        // "Much smaller": less than half of what MongoDB says is in it
-        // (flagged, whatever the schema version).
-        Some(_) if mongo.flagged > 0 && meili_documents.saturating_mul(2) < mongo.flagged => {
-            Some(RebuildReason::IndexLost {
-                meili_documents,
-                mongo_indexed: mongo.flagged,
-            })
-        }
-        Some(_) => None,
-    };
-    let drift_suspected = rebuild.is_none() && meili_documents != mongo.flagged;
-    let exempt = opts.force || rebuild.is_some() || mongo.indexed == 0;
-    let skipped_by_threshold =
-        mongo.unindexed > 0 && mongo.unindexed < opts.threshold && !exempt && !drift_suspected;
-    let documents_to_index = if rebuild.is_some() {
-        mongo.indexable
-    } else if skipped_by_threshold {
-        0
-    } else {
-        mongo.unindexed
-    };
-    IndexPlan {
-        collection,
-        index_uid,
-        exists,
-        primary_key: primary_key.flatten(),
-        expected_primary_key: expected.to_string(),
-        meili_documents,
-        mongo,
-        pending_cleanup: 0,
-        settings_to_apply,
-        rebuild,
-        drift_suspected,
-        exact_comparison_pending: false,
-        leftover_build_index: false,
-        documents_to_index,
-        skipped_by_threshold,
-        librechat: None,
     }
 }
 
@@ -351,15 +332,17 @@ mod tests {
     }
 
     fn decide_for(pk: Option<Option<&str>>, docs: u64, c: Counts, opts: &SyncOptions) -> IndexPlan {
-        decide(
-            Collection::Messages,
-            "messages".into(),
-            pk.map(|p| p.map(str::to_string)),
-            docs,
-            c,
-            Map::new(),
-            opts,
-        )
+        let surveyed = Surveyed {
+            collection: Collection::Messages,
+            index_uid: "messages".into(),
+            primary_key: pk.map(|p| p.map(str::to_string)),
+            meili_documents: docs,
+            settings_to_apply: Map::new(),
+            pending_cleanup: 0,
+            exact_comparison_pending: false,
+            leftover_build_index: false,
+        };
+        surveyed.decide(c, opts)
     }
 
     #[test]

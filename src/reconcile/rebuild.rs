@@ -8,7 +8,7 @@
 //! empty (or far smaller) while flags remain set, so the next plan decides on
 //! a rebuild again and the reset continues with the documents still flagged.
 
-use super::ctx::Ctx;
+use super::ctx::{wait_tolerating, Ctx};
 use crate::lease::Guard;
 use crate::meili::{Meili, MeiliError};
 use crate::mongo;
@@ -27,14 +27,9 @@ pub(crate) async fn recreate_index(
     guard: &Guard,
 ) -> Result<(), MeiliError> {
     if exists {
+        // Someone deleting it in between is fine.
         let task = meili.delete_index(uid, guard).await?;
-        let outcome = meili.wait_for_task(task, guard).await?;
-        if let Some(error) = &outcome.error {
-            // Someone deleted it in between: fine.
-            if error.code != "index_not_found" {
-                outcome.into_result("delete index")?;
-            }
-        }
+        wait_tolerating(meili, task, "index_not_found", "delete index", guard).await?;
     }
     let task = meili.create_index(uid, primary_key, guard).await?;
     meili.wait_ok(task, "create index", guard).await

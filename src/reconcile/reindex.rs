@@ -46,18 +46,15 @@
 //! the live index while every document is sent again.
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::Instant;
 
 use mongodb::Database;
 use serde_json::{Map, Value};
 
-use super::ctx::Ctx;
+use super::ctx::{wait_tolerating, Ctx, Run};
 use super::error::ReconcileError;
-use super::options::SyncOptions;
-use super::phases::PhaseClock;
+use super::options::{collections, SyncOptions};
 use super::plan::RebuildReason;
-use super::run::{add_indexing, add_repairs, finish, prepare_index, reconcile_collection};
+use super::run::{finish, prepare_index, reconcile_collection};
 use super::summary::{CollectionSummary, RunSummary};
 use super::sync::{self, Feed};
 use super::test_hook::pause_after;
@@ -79,15 +76,6 @@ pub struct ReindexOptions {
     pub in_place: bool,
 }
 
-impl ReindexOptions {
-    fn collections(&self) -> Vec<Collection> {
-        match self.only {
-            Some(collection) => vec![collection],
-            None => Collection::ALL.to_vec(),
-        }
-    }
-}
-
 /// A forced full reindex as lease owner (see the module documentation).
 /// Every write checks `guard` first; `progress` shows the phases
 /// (`reindex prepare`, `reindex build`, `swap`, `compare: …`, `index`,
@@ -100,52 +88,31 @@ pub async fn reindex(
     guard: &Guard,
     progress: &Progress,
 ) -> Result<RunSummary, ReconcileError> {
-    let started = Instant::now();
-    let desired = settings::desired(&opts.filterable_attributes);
-    let mut phases = Arc::default();
+    let run = Run::new(db, meili, opts, guard, progress);
     let summaries = if reindex.in_place {
-        let (summaries, clock) =
-            in_place(db, meili, opts, reindex, &desired, guard, progress).await?;
-        phases = clock;
-        summaries
+        in_place(&run, reindex).await?
     } else {
         let mut summaries = Vec::new();
-        for collection in reindex.collections() {
-            let ctx = Ctx::new(
-                db,
-                meili,
-                opts,
-                guard,
-                progress,
-                collection,
-                opts.index_uid(collection),
-            )
-            .with_phases(&phases);
-            summaries.push(build_and_swap(&ctx, &desired).await?);
+        for collection in collections(reindex.only) {
+            summaries.push(build_and_swap(&run.ctx(collection, progress)).await?);
         }
         summaries
     };
-    Ok(finish(summaries, started, &phases, progress))
+    Ok(finish(&run, summaries))
 }
 
 /// `--in-place`: structure and settings first, then per collection a flag
 /// reset and a forced reconciliation of the live index.
 async fn in_place(
-    db: &Database,
-    meili: &Meili,
-    opts: &SyncOptions,
+    run: &Run<'_>,
     reindex: &ReindexOptions,
-    desired: &Map<String, Value>,
-    guard: &Guard,
-    progress: &Progress,
-) -> Result<(Vec<CollectionSummary>, Arc<PhaseClock>), ReconcileError> {
-    progress.phase("plan", 0);
-    let phases = Arc::default();
-    let plan = plan::plan(db, meili, opts).await?;
-    let selected = reindex.collections();
+) -> Result<Vec<CollectionSummary>, ReconcileError> {
+    run.progress.phase("plan", 0);
+    let plan = plan::plan(run.db, run.meili, run.opts).await?;
+    let selected = collections(reindex.only);
     let forced = SyncOptions {
         force: true,
-        ..opts.clone()
+        ..run.opts.clone()
     };
     let mut work = Vec::new();
     for index in plan
@@ -153,51 +120,32 @@ async fn in_place(
         .into_iter()
         .filter(|i| selected.contains(&i.collection))
     {
-        let summary = CollectionSummary {
-            collection: index.collection.name().to_string(),
-            index_uid: index.index_uid.clone(),
-            settings_changed: prepare_index(meili, &index, desired, guard, progress).await?,
-            ..Default::default()
-        };
+        let summary = prepare_index(run, &index).await?;
         work.push((index, summary));
     }
     let mut summaries = Vec::new();
     for (mut index, mut summary) in work {
         // A structural reason found by the plan says more than "forced".
         index.rebuild.get_or_insert(RebuildReason::Forced);
-        let ctx = Ctx::new(
-            db,
-            meili,
-            &forced,
-            guard,
-            progress,
-            index.collection,
-            index.index_uid.clone(),
-        )
-        .with_phases(&phases);
+        // Forced: no threshold, and the id sets are compared.
+        let mut ctx = run.ctx(index.collection, run.progress);
+        ctx.opts = &forced;
         // Rebuilding: the flags are reset first, so they are counted afterwards.
         reconcile_collection(&ctx, &index, false, &mut summary, Default::default()).await?;
         summaries.push(summary);
     }
-    Ok((summaries, phases))
+    Ok(summaries)
 }
 
 /// The zero-downtime reindex of one collection (`ctx.uid` is the live index).
-async fn build_and_swap(
-    ctx: &Ctx<'_>,
-    desired: &Map<String, Value>,
-) -> Result<CollectionSummary, ReconcileError> {
+async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileError> {
     let live = ctx.uid.clone();
     let target = build_uid(&live);
-    let mut summary = CollectionSummary {
-        collection: ctx.collection.name().to_string(),
-        index_uid: live.clone(),
-        rebuilt: Some(RebuildReason::Forced),
-        compared_ids: true,
-        ..Default::default()
-    };
+    let mut summary = CollectionSummary::new(ctx.collection, &live);
+    summary.rebuilt = Some(RebuildReason::Forced);
+    summary.compared_ids = true;
     // 1. A clean build target with the desired settings, before any document.
-    let live_exists = prepare_target(ctx, &target, desired, &mut summary).await?;
+    let live_exists = prepare_target(ctx, &target, &mut summary).await?;
     // 2. Build from every indexable document; flags untouched.
     let mut rejected = build(ctx, &target, &mut summary).await?;
     pause_after("build").await;
@@ -208,23 +156,18 @@ async fn build_and_swap(
     swap(ctx, &target, live_exists).await?;
     pause_after("swap").await;
     // 5. Flags exactly as the new index holds the documents.
-    let (comparison, repairs) =
-        exact::compare(ctx, exact::Mode::Repair { skip: &rejected }).await?;
+    let (comparison, repairs) = exact::compare(ctx, Some(&rejected)).await?;
     marker::clear(ctx.db, ctx.opts, &live, ctx.guard).await?;
     rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
-    add_repairs(&mut summary, repairs);
+    summary.add(repairs);
     summary.verified = Some(comparison);
-    let cleaned = excluded::clean_up(ctx).await?;
-    summary.deleted += cleaned.deleted;
-    summary.flags_cleared += cleaned.marked;
+    summary.add(excluded::clean_up(ctx).await?);
     pause_after("flags").await;
     // 6. Whatever is still unflagged goes through ordinary indexing.
-    let now = mongo::server_time(ctx.db).await?;
-    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
+    let counts = ctx.counts().await?;
     if counts.unindexed > 0 {
         let backlog = mongo::Backlog::of(&counts);
-        let indexed = sync::index_unindexed(ctx, counts.unindexed, backlog, &rejected).await?;
-        add_indexing(&mut summary, indexed);
+        summary.add(sync::index_unindexed(ctx, counts.unindexed, backlog, &rejected).await?);
     }
     pause_after("index").await;
     // 7. The old index goes.
@@ -248,10 +191,10 @@ async fn build_and_swap(
 async fn prepare_target(
     ctx: &Ctx<'_>,
     target: &str,
-    desired: &Map<String, Value>,
     summary: &mut CollectionSummary,
 ) -> Result<bool, ReconcileError> {
     ctx.phase("reindex prepare", 0);
+    let desired = &settings::desired(&ctx.opts.filterable_attributes);
     let live_exists = ctx.meili.index(&ctx.uid).await?.is_some();
     let live_settings = match live_exists {
         true => ctx.meili.settings(&ctx.uid).await?,
@@ -280,20 +223,20 @@ async fn build(
     target: &str,
     summary: &mut CollectionSummary,
 ) -> Result<HashSet<String>, ReconcileError> {
-    let build_began = mongo::server_time(ctx.db).await?;
-    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, build_began).await?;
+    let counts = ctx.counts().await?;
     let build = ctx.on_index(target.to_string());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
-    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &HashSet::new()).await?;
-    summary.indexed += built.settled.indexed;
+    let skip = HashSet::new();
+    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &skip, None).await?;
     let rejected = built
         .settled
         .rejected
         .iter()
         .map(|r| r.mongo_id_key.clone())
         .collect();
-    summary.rejected.extend(built.settled.rejected);
+    // Not acknowledged: what it indexed and rejected is all it did.
+    summary.add(built.settled);
     Ok(rejected)
 }
 
@@ -302,29 +245,15 @@ async fn build(
 async fn swap(ctx: &Ctx<'_>, target: &str, live_exists: bool) -> Result<(), ReconcileError> {
     ctx.phase("swap", 0);
     if !live_exists {
-        create_tolerating_existing(ctx, &ctx.uid, ctx.collection.primary_key()).await?;
+        // Someone creating it meanwhile is fine.
+        let pk = ctx.collection.primary_key();
+        let task = ctx.meili.create_index(&ctx.uid, pk, ctx.guard).await?;
+        let (code, what) = ("index_already_exists", "create the live index");
+        wait_tolerating(ctx.meili, task, code, what, ctx.guard).await?;
     }
     let task = ctx.meili.swap_indexes(&ctx.uid, target, ctx.guard).await?;
     ctx.meili.wait_ok(task, "swap indexes", ctx.guard).await?;
     tracing::info!(index = %ctx.uid, "reindex: swapped in the new index");
-    Ok(())
-}
-
-/// Creates `uid` empty (someone creating it meanwhile is fine).
-async fn create_tolerating_existing(
-    ctx: &Ctx<'_>,
-    uid: &str,
-    primary_key: &str,
-) -> Result<(), ReconcileError> {
-    let task = ctx.meili.create_index(uid, primary_key, ctx.guard).await?;
-    let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;
-    if outcome
-        .error
-        .as_ref()
-        .is_some_and(|e| e.code != "index_already_exists")
-    {
-        outcome.into_result("create the live index")?;
-    }
     Ok(())
 }
 
@@ -335,13 +264,13 @@ mod tests {
     #[test]
     fn build_index_is_named_after_the_live_one() {
         assert_eq!(build_uid("t1_messages"), "t1_messages_reindex");
-        let both = ReindexOptions::default().collections();
-        assert_eq!(both, Collection::ALL.to_vec());
+        let both = ReindexOptions::default();
+        assert_eq!(collections(both.only), Collection::ALL.to_vec());
         let one = ReindexOptions {
             only: Some(Collection::Conversations),
             in_place: false,
         };
-        assert_eq!(one.collections(), vec![Collection::Conversations]);
+        assert_eq!(collections(one.only), vec![Collection::Conversations]);
     }
 
     /// The lead spawns the reindex on the runtime: its future must be `Send`.

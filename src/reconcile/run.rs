@@ -6,18 +6,17 @@
 //! [`finish`]).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Instant;
 
 use mongodb::Database;
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, Run};
 use super::error::ReconcileError;
 use super::head_start::{self, HeadStart};
 use super::options::{build_uid, SyncOptions};
 use super::plan::{self, IndexPlan, RebuildReason, Surveyed};
 use super::summary::{CollectionSummary, RunSummary};
-use super::{exact, excluded, expiry, marker, orphans, phases, rebuild, settings, sync};
+use super::{exact, excluded, expiry, marker, orphans, rebuild, settings, sync};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo;
@@ -37,32 +36,19 @@ pub async fn reconcile(
     guard: &Guard,
     progress: &Progress,
 ) -> Result<RunSummary, ReconcileError> {
-    let started = Instant::now();
+    let run = Run::new(mongo_db, meili, opts, guard, progress);
     progress.phase("plan", 0);
     let survey = plan::survey(mongo_db, meili, opts).await?;
     if !opts.deep && survey.indexes.iter().all(Surveyed::may_send_before_counts) {
-        let (summaries, phases) =
-            reconcile_with_head_start(mongo_db, meili, opts, guard, progress, &survey).await?;
-        return Ok(finish(summaries, started, &phases, progress));
+        let summaries = reconcile_with_head_start(&run, &survey).await?;
+        return Ok(finish(&run, summaries));
     }
-    let mut counted = Vec::new();
-    for surveyed in &survey.indexes {
-        let counts = plan::count(mongo_db, opts, surveyed.collection, survey.now).await?;
-        counted.push(surveyed.decide(counts, opts));
-    }
-    let plan = survey.into_plan(counted);
-    let desired = settings::desired(&opts.filterable_attributes);
+    let plan = survey.counted(mongo_db, opts).await?;
 
     // Structure and settings of every index before any document is written.
     let mut summaries = Vec::new();
     for index in &plan.indexes {
-        let mut summary = CollectionSummary {
-            collection: index.collection.name().to_string(),
-            index_uid: index.index_uid.clone(),
-            ..Default::default()
-        };
-        summary.settings_changed = prepare_index(meili, index, &desired, guard, progress).await?;
-        summaries.push(summary);
+        summaries.push(prepare_index(&run, index).await?);
     }
 
     // The plan's counts are still the current ones when no settings task
@@ -72,7 +58,6 @@ pub async fn reconcile(
 
     // Then the collections side by side: while one waits for Meilisearch
     // or MongoDB the other progresses (each reports through its own lane).
-    let phases = Arc::default();
     let lanes: Vec<Lane> = plan.indexes.iter().map(|_| progress.lane()).collect();
     let work = plan
         .indexes
@@ -80,16 +65,7 @@ pub async fn reconcile(
         .zip(summaries.iter_mut())
         .zip(&lanes)
         .map(|((index, summary), lane)| {
-            let ctx = Ctx::new(
-                mongo_db,
-                meili,
-                opts,
-                guard,
-                lane,
-                index.collection,
-                index.index_uid.clone(),
-            )
-            .with_phases(&phases);
+            let ctx = run.ctx(index.collection, lane);
             async move {
                 let before = BeforeCounts::default();
                 reconcile_collection(&ctx, index, plan_counts_current, summary, before).await
@@ -98,7 +74,7 @@ pub async fn reconcile(
     futures::future::try_join_all(work).await?;
     drop(lanes);
 
-    Ok(finish(summaries, started, &phases, progress))
+    Ok(finish(&run, summaries))
 }
 
 /// [`reconcile`] when no index needs its structure or settings changed
@@ -106,34 +82,16 @@ pub async fn reconcile(
 /// [`Surveyed::may_send_before_counts`]): both collections side by side,
 /// each sweeping its expired documents, then counting while its small
 /// backlog is already sent ([`head_start`]), then on as [`reconcile`]
-/// goes. Returns the summaries and the run's phase clock.
+/// goes.
 async fn reconcile_with_head_start(
-    mongo_db: &Database,
-    meili: &Meili,
-    opts: &SyncOptions,
-    guard: &Guard,
-    progress: &Progress,
+    run: &Run<'_>,
     survey: &plan::Survey,
-) -> Result<(Vec<CollectionSummary>, Arc<phases::PhaseClock>), ReconcileError> {
-    let phases = Arc::default();
-    let lanes: Vec<Lane> = survey.indexes.iter().map(|_| progress.lane()).collect();
+) -> Result<Vec<CollectionSummary>, ReconcileError> {
+    let lanes: Vec<Lane> = survey.indexes.iter().map(|_| run.progress.lane()).collect();
     let work = survey.indexes.iter().zip(&lanes).map(|(surveyed, lane)| {
-        let ctx = Ctx::new(
-            mongo_db,
-            meili,
-            opts,
-            guard,
-            lane,
-            surveyed.collection,
-            surveyed.index_uid.clone(),
-        )
-        .with_phases(&phases);
+        let ctx = run.ctx(surveyed.collection, lane);
         async move {
-            let mut summary = CollectionSummary {
-                collection: surveyed.collection.name().to_string(),
-                index_uid: surveyed.index_uid.clone(),
-                ..Default::default()
-            };
+            let mut summary = CollectionSummary::new(surveyed.collection, &surveyed.index_uid);
             // Swept before anything is sent, so that the index's count
             // read after a sweep is the run's starting point.
             let swept = sweep_expired(&ctx).await?;
@@ -152,7 +110,7 @@ async fn reconcile_with_head_start(
     });
     let summaries = futures::future::try_join_all(work).await?;
     drop(lanes);
-    Ok((summaries, phases))
+    Ok(summaries)
 }
 
 /// What a collection's work did before its plan was decided (the head
@@ -181,42 +139,36 @@ async fn sweep_expired(ctx: &Ctx<'_>) -> Result<(u64, Option<u64>), ReconcileErr
 }
 
 /// The run's summary, logged; progress moves to `done`.
-pub(crate) fn finish(
-    summaries: Vec<CollectionSummary>,
-    started: Instant,
-    phases: &phases::PhaseClock,
-    progress: &Progress,
-) -> RunSummary {
-    let elapsed = started.elapsed();
+pub(crate) fn finish(run: &Run<'_>, summaries: Vec<CollectionSummary>) -> RunSummary {
+    let elapsed = run.started.elapsed();
     let indexed: u64 = summaries.iter().map(|s| s.indexed).sum();
     let summary = RunSummary {
         nothing_to_do: !summaries.iter().any(CollectionSummary::changed_anything),
         collections: summaries,
         duration_ms: elapsed.as_millis() as u64,
         docs_per_sec: indexed as f64 / elapsed.as_secs_f64().max(1e-3),
-        phases: phases.snapshot(),
+        phases: run.phases.snapshot(),
     };
-    progress.phase("done", 0);
+    run.progress.phase("done", 0);
     tracing::info!("reconciliation finished: {summary}");
     summary
 }
 
 /// The structure and settings of one index, before any document write:
 /// (re)creates it when the plan says so, then applies the settings diff and
-/// waits for it. Returns the settings keys changed.
+/// waits for it. Returns its summary, with the settings keys changed.
 pub(crate) async fn prepare_index(
-    meili: &Meili,
+    run: &Run<'_>,
     index: &IndexPlan,
-    desired: &serde_json::Map<String, serde_json::Value>,
-    guard: &Guard,
-    progress: &Progress,
-) -> Result<Vec<String>, ReconcileError> {
+) -> Result<CollectionSummary, ReconcileError> {
+    let (meili, guard) = (run.meili, run.guard);
     let recreate = index
         .rebuild
         .as_ref()
         .is_some_and(RebuildReason::recreates_index);
     let diff = if recreate {
-        progress.phase(&format!("rebuild {}", index.collection.name()), 0);
+        run.progress
+            .phase(&format!("rebuild {}", index.collection.name()), 0);
         rebuild::recreate_index(
             meili,
             &index.index_uid,
@@ -225,12 +177,16 @@ pub(crate) async fn prepare_index(
             guard,
         )
         .await?;
-        settings::diff(&meili.settings(&index.index_uid).await?, desired)
+        let desired = settings::desired(&run.opts.filterable_attributes);
+        settings::diff(&meili.settings(&index.index_uid).await?, &desired)
     } else {
         index.settings_to_apply.clone()
     };
-    progress.phase(&format!("settings {}", index.collection.name()), 0);
-    Ok(settings::apply(meili, &index.index_uid, &diff, guard).await?)
+    run.progress
+        .phase(&format!("settings {}", index.collection.name()), 0);
+    let mut summary = CollectionSummary::new(index.collection, &index.index_uid);
+    summary.settings_changed = settings::apply(meili, &index.index_uid, &diff, guard).await?;
+    Ok(summary)
 }
 
 /// One collection's flag reset (when rebuilding), the cleanup of excluded
@@ -274,10 +230,7 @@ pub(crate) async fn reconcile_collection(
     }
     let counts = match checked.counts {
         Some(counts) => counts,
-        None => {
-            let now = mongo::server_time(ctx.db).await?;
-            mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?
-        }
+        None => ctx.counts().await?,
     };
     let exempt = ctx.opts.force || summary.rebuilt.is_some() || checked.repaired;
     index_backlog(ctx, &counts, exempt, before.head_start, summary).await?;
@@ -304,13 +257,12 @@ async fn reset_and_clean_up(
     let mut in_meili_now = None;
     if index.pending_cleanup > 0 {
         let cleaned = excluded::clean_up(ctx).await?;
-        summary.deleted += cleaned.deleted;
-        summary.flags_cleared += cleaned.marked;
         // MongoDB's counts stand (excluded documents are not searchable),
         // but the index may hold fewer documents than the plan counted.
         if cleaned.deleted > 0 {
             in_meili_now = Some(ctx.meili.document_count(&ctx.uid).await?);
         }
+        summary.add(cleaned);
     }
     // Expiry is a delete (the counts stand: an expired document is not
     // searchable).
@@ -351,16 +303,14 @@ async fn compare_or_count(
             tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
         }
         ctx.phase("compare", 0);
-        let skip = HashSet::new();
-        let (comparison, repairs) =
-            exact::compare(ctx, exact::Mode::Repair { skip: &skip }).await?;
+        let (comparison, repairs) = exact::compare(ctx, Some(&HashSet::new())).await?;
         let repaired = !comparison.is_exact();
         // What was deleted while the comparison and the indexing ran is
         // found by the id sets afterwards.
         summary.compared_ids = true;
         summary.comparison_partitions = comparison.partitions;
         summary.verified = Some(comparison);
-        add_repairs(summary, repairs);
+        summary.add(repairs);
         return Ok(Checked {
             repaired,
             compare_ids: true,
@@ -370,9 +320,10 @@ async fn compare_or_count(
     let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
         (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
     } else {
-        let now = mongo::server_time(ctx.db).await?;
-        let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
-        (counts, ctx.meili.document_count(&ctx.uid).await?)
+        (
+            ctx.counts().await?,
+            ctx.meili.document_count(&ctx.uid).await?,
+        )
     };
     let compare_ids = ctx.opts.force || in_meili != counts.flagged;
     if compare_ids {
@@ -402,10 +353,8 @@ async fn index_backlog(
         // The unflagged backlog went while the plan counted: what changed
         // in flight is sent again, then what is flagged at another schema
         // version, which the head start's narrow read left out.
-        let skip = HashSet::new();
-        let outcome =
-            sync::send_changed_again(ctx, settled, mongo::Backlog::Unflagged, &skip).await?;
-        add_indexing(summary, outcome);
+        let (unflagged, skip) = (mongo::Backlog::Unflagged, HashSet::new());
+        summary.add(sync::send_changed_again(ctx, settled, unflagged, &skip).await?);
         if mongo::Backlog::of(counts) == mongo::Backlog::Any {
             let expected = counts.flagged - counts.indexed;
             index_unindexed(ctx, expected, mongo::Backlog::Any, summary).await?;
@@ -461,26 +410,8 @@ async fn index_unindexed(
         .iter()
         .map(|r| r.mongo_id_key.clone())
         .collect();
-    let outcome = sync::index_unindexed(ctx, expected, backlog, &skip).await?;
-    add_indexing(summary, outcome);
+    summary.add(sync::index_unindexed(ctx, expected, backlog, &skip).await?);
     Ok(())
-}
-
-/// Adds what indexing did to the collection's summary.
-pub(super) fn add_indexing(summary: &mut CollectionSummary, outcome: sync::SyncOutcome) {
-    summary.indexed += outcome.indexed;
-    summary.deleted += outcome.deleted;
-    summary.flags_cleared += outcome.flags_cleared;
-    summary.rejected.extend(outcome.rejected);
-}
-
-/// Adds what the exact comparison repaired to the collection's summary.
-pub(super) fn add_repairs(summary: &mut CollectionSummary, repairs: exact::Repairs) {
-    summary.indexed += repairs.indexed;
-    summary.deleted += repairs.deleted;
-    summary.flags_set += repairs.flags_set;
-    summary.flags_cleared += repairs.flags_cleared;
-    summary.rejected.extend(repairs.rejected);
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! documents are acknowledged version-exactly ([`super::ack`]) beside the
 //! sender. Every feed hands its batches here: the pipelined indexer
 //! (`sync`), follow mode's documents (`apply`) and the exact comparison's
-//! repairs (`exact`); what the sender did is a [`Settled`].
+//! repairs (`exact`); what the sender did is a [`Tally`].
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -13,7 +13,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use mongodb::bson::Bson;
 use tokio::sync::{mpsc, watch};
 
-use super::ack;
+use super::ack::{self, Tally};
 use super::batch::{ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
@@ -24,23 +24,6 @@ use super::rejects::{self, Rejected};
 use crate::librechat::searchable;
 use crate::meili::TaskOutcome;
 use crate::mongo;
-
-/// What the sender did with the batches it was given.
-#[derive(Debug, Default)]
-pub(crate) struct Settled {
-    /// Documents Meilisearch confirmed.
-    pub(crate) indexed: u64,
-    /// See [`SyncOutcome`](super::sync::SyncOutcome).
-    pub(crate) deleted: u64,
-    pub(crate) flags_cleared: u64,
-    pub(crate) rejected: Vec<Rejected>,
-    /// The `_id`s of documents that changed while in flight: their flags
-    /// are cleared, and they are to be sent again.
-    pub(crate) changed: Vec<Bson>,
-    /// More documents changed than [`max_changed_ids`] allows keeping: not
-    /// all are in `changed`, and only a read of the collection finds them.
-    pub(crate) changed_overflowed: bool,
-}
 
 /// Most `_id`s of documents changed while in flight a pass keeps to send
 /// again (five batches' worth): beyond that the next pass reads the
@@ -95,17 +78,18 @@ pub(crate) async fn send_batches(
     acknowledge: bool,
     rx: mpsc::Receiver<Batch>,
     demand: Option<watch::Sender<Demand>>,
-) -> Result<Settled, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     let (ack_tx, ack_rx) = mpsc::channel::<Packed>(ACK_QUEUE_BATCHES);
     let ack_tx = acknowledge.then_some(ack_tx); // dropped at once otherwise
     let (mut settled, acked) = tokio::try_join!(
         enqueue_and_settle(ctx, rx, ack_tx, demand),
         acknowledge_queue(ctx, ack_rx)
     )?;
-    settled.deleted += acked.deleted;
-    settled.flags_cleared += acked.flags_cleared;
-    settled.changed = acked.changed;
-    settled.changed_overflowed = acked.changed_overflowed;
+    // What it indexed, not flags set on documents the index already held.
+    settled.add(Tally {
+        flags_set: 0,
+        ..acked
+    });
     Ok(settled)
 }
 
@@ -129,7 +113,7 @@ async fn enqueue_and_settle(
     mut rx: mpsc::Receiver<Batch>,
     ack_tx: Option<mpsc::Sender<Packed>>,
     demand: Option<watch::Sender<Demand>>,
-) -> Result<Settled, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     let max_tasks = ctx.opts.in_flight.max(1);
     let max_bytes = ctx.opts.max_bytes_in_flight.max(1);
     // NDJSON bytes of the tasks not yet ended plus those of `unhanded`.
@@ -137,7 +121,7 @@ async fn enqueue_and_settle(
     let mut pending = FuturesUnordered::new();
     // Settled batches the acknowledger has not taken yet, with their bytes.
     let mut unhanded: VecDeque<(usize, Packed)> = VecDeque::new();
-    let mut settled = Settled::default();
+    let mut settled = Tally::default();
     let mut open = true;
     while open || !pending.is_empty() || !unhanded.is_empty() {
         let room = open && pending.len() < max_tasks && bytes_held < max_bytes;
@@ -212,8 +196,8 @@ async fn reserve<T>(
 async fn acknowledge_queue(
     ctx: &Ctx<'_>,
     mut rx: mpsc::Receiver<Packed>,
-) -> Result<ack::Acked, ReconcileError> {
-    let mut total = ack::Acked::default();
+) -> Result<Tally, ReconcileError> {
+    let mut total = Tally::default();
     while let Some(packed) = rx.recv().await {
         // A head start's first settled batch waits here for the plan's
         // counts (`Ctx::ack_gate`); closed, the run dropped the head start.
@@ -223,16 +207,13 @@ async fn acknowledge_queue(
         let started = Instant::now();
         let docs = packed.unpack();
         let refs: Vec<&BatchDoc> = docs.iter().collect();
-        let acked = ack::acknowledge(ctx, &refs).await?;
+        let mut acked = ack::acknowledge(ctx, &refs).await?;
         ctx.phases.add(Phase::Ack, started.elapsed());
-        total.flagged += acked.flagged;
-        total.deleted += acked.deleted;
-        total.flags_cleared += acked.flags_cleared;
         if total.changed.len() + acked.changed.len() > max_changed_ids(ctx.opts) {
             total.changed_overflowed = true;
-        } else {
-            total.changed.extend(acked.changed);
+            acked.changed.clear();
         }
+        total.add(acked);
         ctx.advance(docs.len() as u64);
     }
     Ok(total)

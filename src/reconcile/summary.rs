@@ -5,10 +5,12 @@
 
 use serde::Serialize;
 
+use super::ack::Tally;
 use super::exact;
 use super::phases;
 use super::plan::RebuildReason;
 use super::rejects::Rejected;
+use crate::mongo::Collection;
 
 /// What a run did to one collection and its index.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -46,6 +48,24 @@ pub struct CollectionSummary {
 }
 
 impl CollectionSummary {
+    /// Nothing done yet to `collection` and its index `index_uid`.
+    pub(crate) fn new(collection: Collection, index_uid: &str) -> Self {
+        CollectionSummary {
+            collection: collection.name().to_string(),
+            index_uid: index_uid.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Adds what indexing or a repairing comparison did.
+    pub(crate) fn add(&mut self, done: Tally) {
+        self.indexed += done.indexed;
+        self.deleted += done.deleted;
+        self.flags_set += done.flags_set;
+        self.flags_cleared += done.flags_cleared;
+        self.rejected.extend(done.rejected);
+    }
+
     pub(crate) fn changed_anything(&self) -> bool {
         self.indexed > 0
             || self.deleted > 0

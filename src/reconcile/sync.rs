@@ -42,13 +42,13 @@ use std::time::{Duration, Instant};
 use mongodb::bson::{Bson, DateTime, Document, RawDocumentBuf};
 use tokio::sync::{mpsc, watch};
 
+use super::ack::Tally;
 use super::apply;
 use super::batch::{id_key, ndjson_line, Batch};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::phases::Phase;
-use super::rejects::Rejected;
-use super::send::{max_changed_ids, send_batches, Demand, Settled};
+use super::send::{max_changed_ids, send_batches, Demand};
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
 use crate::mongo;
@@ -79,20 +79,7 @@ pub(crate) struct PassOutcome {
     /// Documents sent.
     sent: u64,
     /// What the sender did with them.
-    pub(crate) settled: Settled,
-}
-
-/// What indexing one collection did.
-#[derive(Debug, Default)]
-pub(crate) struct SyncOutcome {
-    /// Documents Meilisearch confirmed.
-    pub(crate) indexed: u64,
-    /// Documents deleted from Meilisearch because they were deleted or made
-    /// unindexable in MongoDB while their batch was in flight.
-    pub(crate) deleted: u64,
-    /// Flags cleared because the document changed while in flight.
-    pub(crate) flags_cleared: u64,
-    pub(crate) rejected: Vec<Rejected>,
+    pub(crate) settled: Tally,
 }
 
 /// A pass reads by plain `_id` range pages (filtering in Rust) when it
@@ -122,7 +109,7 @@ pub(crate) async fn index_unindexed(
     expected: u64,
     backlog: mongo::Backlog,
     already_rejected: &HashSet<String>,
-) -> Result<SyncOutcome, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     ctx.phase("index", expected);
     let page_size = ctx.opts.batch_docs.max(1) as u64;
     let read = if expected > PLAIN_SCAN_ABOVE_PAGES * page_size {
@@ -130,7 +117,7 @@ pub(crate) async fn index_unindexed(
     } else {
         Read::Filtered(backlog)
     };
-    let done = run_pass(ctx, Feed::Unindexed, read, already_rejected).await?;
+    let done = run_pass(ctx, Feed::Unindexed, read, already_rejected, None).await?;
     tracing::debug!(index = %ctx.uid, pass = 1, ?read, sent = done.sent, indexed = done.settled.indexed, "indexing pass done");
     send_changed_again(ctx, done.settled, backlog, already_rejected).await
 }
@@ -140,16 +127,16 @@ pub(crate) async fn index_unindexed(
 /// documents whose acknowledgement found them changed while in flight are
 /// read again by `_id` and sent again (acknowledged alike), until none
 /// changed (at most [`MAX_PASSES`] passes in all). Returns what every pass
-/// did.
+/// did (but the documents to send again).
 pub(crate) async fn send_changed_again(
     ctx: &Ctx<'_>,
-    first: Settled,
+    first: Tally,
     backlog: mongo::Backlog,
     already_rejected: &HashSet<String>,
-) -> Result<SyncOutcome, ReconcileError> {
-    let mut outcome = SyncOutcome::default();
+) -> Result<Tally, ReconcileError> {
+    let mut outcome = Tally::default();
     let mut rejected_ids = already_rejected.clone();
-    let (mut changed, mut overflowed) = outcome.absorb(first, &mut rejected_ids);
+    let (mut changed, mut overflowed) = absorb(&mut outcome, first, &mut rejected_ids);
     // The changed documents are scattered over the collection: read back by
     // `_id` list, never by a range that could span it.
     let scattered = ctx.on_index(ctx.uid.clone()).with_scattered_ids();
@@ -161,8 +148,8 @@ pub(crate) async fn send_changed_again(
             tracing::info!(index = %ctx.uid, pass, kept_at_most = max_changed_ids(ctx.opts),
                 "many documents changed while in flight: reading the unindexed ones again");
             let read = Read::Filtered(backlog);
-            let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids).await?;
-            (changed, overflowed) = outcome.absorb(done.settled, &mut rejected_ids);
+            let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids, None).await?;
+            (changed, overflowed) = absorb(&mut outcome, done.settled, &mut rejected_ids);
             continue;
         }
         if changed.is_empty() {
@@ -187,7 +174,7 @@ pub(crate) async fn send_changed_again(
         tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
             "sending again the documents that changed while in flight");
         let settled = apply::index_documents(&scattered, docs, now).await?;
-        (changed, overflowed) = outcome.absorb(settled, &mut rejected_ids);
+        (changed, overflowed) = absorb(&mut outcome, settled, &mut rejected_ids);
     }
     if !changed.is_empty() || overflowed {
         tracing::info!(index = %ctx.uid, docs = changed.len(), overflowed,
@@ -196,23 +183,19 @@ pub(crate) async fn send_changed_again(
     Ok(outcome)
 }
 
-impl SyncOutcome {
-    /// Adds what a pass's sender did; returns the `_id`s to send again and
-    /// whether more changed than were kept.
-    fn absorb(
-        &mut self,
-        settled: Settled,
-        rejected_ids: &mut HashSet<String>,
-    ) -> (Vec<Bson>, bool) {
-        self.indexed += settled.indexed;
-        self.deleted += settled.deleted;
-        self.flags_cleared += settled.flags_cleared;
-        for r in settled.rejected {
-            rejected_ids.insert(r.mongo_id_key.clone());
-            self.rejected.push(r);
-        }
-        (settled.changed, settled.changed_overflowed)
-    }
+/// Adds what a pass's sender did to `outcome`, its rejects to
+/// `rejected_ids`; returns the `_id`s to send again and whether more
+/// changed than were kept.
+fn absorb(
+    outcome: &mut Tally,
+    mut settled: Tally,
+    rejected_ids: &mut HashSet<String>,
+) -> (Vec<Bson>, bool) {
+    rejected_ids.extend(settled.rejected.iter().map(|r| r.mongo_id_key.clone()));
+    let changed = std::mem::take(&mut settled.changed);
+    let overflowed = std::mem::take(&mut settled.changed_overflowed);
+    outcome.add(settled);
+    (changed, overflowed)
 }
 
 /// How a pass reads its documents from MongoDB.
@@ -224,17 +207,6 @@ pub(crate) enum Read {
     /// A plain `_id`-ordered scan of every document ([`mongo::Scan`]),
     /// filtered in Rust ([`mongo::is_unindexed`], `searchable::is_searchable`).
     Plain,
-}
-
-/// One pass over the documents `feed` selects (leaving out `skip`), sent
-/// into `ctx.uid`.
-pub(crate) async fn run_pass(
-    ctx: &Ctx<'_>,
-    feed: Feed,
-    read: Read,
-    skip: &HashSet<String>,
-) -> Result<PassOutcome, ReconcileError> {
-    run_pass_from(ctx, feed, read, skip, None).await
 }
 
 /// A pass of the unindexed documents whose first page (of those `backlog`
@@ -249,11 +221,12 @@ pub(crate) async fn send_page(
 ) -> Result<PassOutcome, ReconcileError> {
     let read = Read::Filtered(backlog);
     let skip = HashSet::new();
-    run_pass_from(ctx, Feed::Unindexed, read, &skip, Some((now, page))).await
+    run_pass(ctx, Feed::Unindexed, read, &skip, Some((now, page))).await
 }
 
-/// [`run_pass`], its first page given when `first` (read at its time).
-async fn run_pass_from(
+/// One pass over the documents `feed` selects (leaving out `skip`), sent
+/// into `ctx.uid`; its first page is `first` when given (read at its time).
+pub(crate) async fn run_pass(
     ctx: &Ctx<'_>,
     feed: Feed,
     read: Read,
@@ -262,9 +235,27 @@ async fn run_pass_from(
 ) -> Result<PassOutcome, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let (demand_tx, demand_rx) = watch::channel(Demand::new());
-    let demand = SenderDemand::new(demand_rx);
+    let page_size = ctx.opts.batch_docs.max(1);
+    let reader = Reader {
+        ctx,
+        feed,
+        read,
+        tx,
+        demand: SenderDemand {
+            demand: demand_rx,
+            handed: 0,
+        },
+        skip,
+        first,
+        scan: (read == Read::Plain)
+            .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size)),
+        page_size,
+        after: None,
+        batch: Batch::new(),
+        sent: 0,
+    };
     let (sent, settled) = tokio::try_join!(
-        read_batches(ctx, feed, read, tx, demand, skip, first),
+        reader.run(),
         send_batches(ctx, feed.acknowledges(), rx, Some(demand_tx))
     )?;
     Ok(PassOutcome { sent, settled })
@@ -278,10 +269,6 @@ struct SenderDemand {
 }
 
 impl SenderDemand {
-    fn new(demand: watch::Receiver<Demand>) -> Self {
-        SenderDemand { demand, handed: 0 }
-    }
-
     /// Waits until the sender has taken every batch handed over and has
     /// room for another. `false`: the sender stopped.
     async fn wanted(&mut self) -> bool {
@@ -293,39 +280,8 @@ impl SenderDemand {
     }
 }
 
-/// Reads pages of the documents `feed` selects and cuts them into batches;
-/// the first page is `first` when given (read at its time).
-async fn read_batches(
-    ctx: &Ctx<'_>,
-    feed: Feed,
-    read: Read,
-    tx: mpsc::Sender<Batch>,
-    demand: SenderDemand,
-    skip: &HashSet<String>,
-    first: Option<(DateTime, Vec<RawDocumentBuf>)>,
-) -> Result<u64, ReconcileError> {
-    let page_size = ctx.opts.batch_docs.max(1);
-    let scan = (read == Read::Plain)
-        .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size));
-    let mut reader = Reader {
-        ctx,
-        feed,
-        read,
-        tx,
-        demand,
-        skip,
-        first,
-        scan,
-        page_size,
-        after: None,
-        batch: Batch::new(),
-        sent: 0,
-    };
-    reader.run().await?;
-    Ok(reader.sent)
-}
-
-/// The reader stage of a pass: pages in, batches out ([`read_batches`]).
+/// The reader stage of a pass: pages of the documents `feed` selects in,
+/// batches out.
 struct Reader<'r, 'a> {
     ctx: &'r Ctx<'a>,
     feed: Feed,
@@ -357,7 +313,9 @@ enum PageEnd {
 }
 
 impl Reader<'_, '_> {
-    async fn run(&mut self) -> Result<(), ReconcileError> {
+    /// Reads and cuts until the pass has read everything or the sender
+    /// stopped. Returns how many documents it handed to the sender.
+    async fn run(mut self) -> Result<u64, ReconcileError> {
         loop {
             // Before a page is read, the sender's demand: while it waits for
             // room in Meilisearch the reader waits here, holding no page and
@@ -369,10 +327,10 @@ impl Reader<'_, '_> {
             let wanted = self.demand.wanted().await;
             self.ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
             if !wanted {
-                return Ok(()); // the sender stopped; its error is reported
+                return Ok(self.sent); // the sender stopped; its error is reported
             }
             match self.read_page().await? {
-                PageEnd::Last | PageEnd::SenderStopped => return Ok(()),
+                PageEnd::Last | PageEnd::SenderStopped => return Ok(self.sent),
                 PageEnd::Full => self.pause_between_pages().await?,
             }
         }

@@ -21,18 +21,17 @@
 //! stale: { count, flagged, examples }, partitions } ] }`.
 
 use std::collections::HashSet;
-use std::time::Instant;
 
 use mongodb::Database;
 use serde::Serialize;
 
-use super::ctx::Ctx;
+use super::ctx::Run;
 use super::error::ReconcileError;
 use super::exact::{self, Comparison};
-use super::options::{build_uid, SyncOptions};
-use super::run::{add_repairs, finish, prepare_index};
-use super::summary::{CollectionSummary, RunSummary};
-use super::{excluded, marker, plan, settings};
+use super::options::{build_uid, collections, SyncOptions};
+use super::run::{finish, prepare_index};
+use super::summary::RunSummary;
+use super::{excluded, marker, plan};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::Collection;
@@ -57,13 +56,6 @@ pub struct VerifyReport {
     pub indexes: Vec<IndexReport>,
 }
 
-fn collections(only: Option<Collection>) -> Vec<Collection> {
-    match only {
-        Some(collection) => vec![collection],
-        None => Collection::ALL.to_vec(),
-    }
-}
-
 /// Compares the indexes (`only` one, or both) with MongoDB; writes nothing.
 pub async fn verify(
     db: &Database,
@@ -73,18 +65,11 @@ pub async fn verify(
     progress: &Progress,
 ) -> Result<VerifyReport, ReconcileError> {
     let guard = Guard::unfenced();
+    let run = Run::new(db, meili, opts, &guard, progress);
     let mut indexes = Vec::new();
     for collection in collections(only) {
-        let ctx = Ctx::new(
-            db,
-            meili,
-            opts,
-            &guard,
-            progress,
-            collection,
-            opts.index_uid(collection),
-        );
-        let (comparison, _) = exact::compare(&ctx, exact::Mode::Report).await?;
+        let ctx = run.ctx(collection, progress);
+        let (comparison, _) = exact::compare(&ctx, None).await?;
         indexes.push(IndexReport {
             collection,
             index_uid: ctx.uid.clone(),
@@ -109,11 +94,9 @@ pub async fn repair(
     guard: &Guard,
     progress: &Progress,
 ) -> Result<RunSummary, ReconcileError> {
-    let started = Instant::now();
-    let phases = std::sync::Arc::default();
+    let run = Run::new(db, meili, opts, guard, progress);
     progress.phase("plan", 0);
     let plan = plan::plan(db, meili, opts).await?;
-    let desired = settings::desired(&opts.filterable_attributes);
     let selected = collections(only);
     let mut summaries = Vec::new();
     for index in plan
@@ -121,36 +104,14 @@ pub async fn repair(
         .iter()
         .filter(|i| selected.contains(&i.collection))
     {
-        let mut summary = CollectionSummary {
-            collection: index.collection.name().to_string(),
-            index_uid: index.index_uid.clone(),
-            compared_ids: true,
-            ..Default::default()
-        };
-        summary.settings_changed = prepare_index(meili, index, &desired, guard, progress).await?;
+        let mut summary = prepare_index(&run, index).await?;
+        summary.compared_ids = true;
         summary.rebuilt = index.rebuild.clone().filter(|r| r.recreates_index());
-        let ctx = Ctx::new(
-            db,
-            meili,
-            opts,
-            guard,
-            progress,
-            index.collection,
-            index.index_uid.clone(),
-        )
-        .with_phases(&phases);
-        let (comparison, repairs) = exact::compare(
-            &ctx,
-            exact::Mode::Repair {
-                skip: &HashSet::new(),
-            },
-        )
-        .await?;
+        let ctx = run.ctx(index.collection, progress);
+        let (comparison, repairs) = exact::compare(&ctx, Some(&HashSet::new())).await?;
         summary.verified = Some(comparison);
-        add_repairs(&mut summary, repairs);
-        let cleaned = excluded::clean_up(&ctx).await?;
-        summary.deleted += cleaned.deleted;
-        summary.flags_cleared += cleaned.marked;
+        summary.add(repairs);
+        summary.add(excluded::clean_up(&ctx).await?);
         // The comparison an interrupted reindex asked for is done, and a
         // leftover build index is not live (we hold the lease).
         if index.exact_comparison_pending {
@@ -161,7 +122,7 @@ pub async fn repair(
         }
         summaries.push(summary);
     }
-    Ok(finish(summaries, started, &phases, progress))
+    Ok(finish(&run, summaries))
 }
 
 #[cfg(test)]
