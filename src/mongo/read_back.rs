@@ -6,12 +6,11 @@
 
 use std::collections::HashSet;
 
-use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Database;
 
-use super::error::{mongo_err, MongoError};
-use super::{state_projection, sync_projection, Collection, Handles, READ_TIME_LIMIT};
+use super::error::MongoError;
+use super::{handle, read_all, state_projection, sync_projection, Collection};
 use crate::librechat::markers;
 use crate::librechat::Rules;
 
@@ -55,21 +54,13 @@ async fn find_by_id_lists(
     projection: Document,
     what: &'static str,
 ) -> Result<Vec<Document>, MongoError> {
+    let handle = handle(db, collection);
     let mut found = Vec::new();
     for chunk in ids.chunks(IDS_PER_QUERY) {
         let mut query = doc! { "_id": { "$in": chunk } };
         query.extend(filter.clone());
-        let page: Vec<Document> = collection
-            .handle(db)
-            .find(query)
-            .projection(projection.clone())
-            .max_time(READ_TIME_LIMIT)
-            .await
-            .map_err(mongo_err(what))?
-            .try_collect()
-            .await
-            .map_err(mongo_err(what))?;
-        found.extend(page);
+        let find = handle.find(query).projection(projection.clone());
+        found.extend(read_all(find, what).await?);
     }
     Ok(found)
 }
@@ -120,8 +111,7 @@ pub(crate) async fn read_documents(
     ids: &[Bson],
     how: ReadBack,
 ) -> Result<Vec<Document>, MongoError> {
-    let projection = sync_projection(rules, collection);
-    read_kept(db, collection, ids, how, projection).await
+    read_kept(db, collection, ids, how, sync_projection(rules, collection)).await
 }
 
 async fn read_kept(
@@ -154,22 +144,17 @@ async fn read_kept_in_range(
     projection: Document,
 ) -> Result<Vec<Document>, MongoError> {
     const PAGE: i64 = 10_000;
+    let handle = handle(db, collection);
     let mut kept = Vec::new();
     let mut lower = doc! { "$gte": first.clone() };
     loop {
         lower.insert("$lte", last.clone());
-        let page: Vec<Document> = collection
-            .handle(db)
+        let find = handle
             .find(doc! { "_id": lower.clone() })
             .sort(doc! { "_id": 1 })
             .limit(PAGE)
-            .projection(projection.clone())
-            .max_time(READ_TIME_LIMIT)
-            .await
-            .map_err(mongo_err("read back"))?
-            .try_collect()
-            .await
-            .map_err(mongo_err("read back"))?;
+            .projection(projection.clone());
+        let page = read_all(find, "read back").await?;
         let full = page.len() as i64 == PAGE;
         let Some(after) = page.last().and_then(|d| d.get("_id").cloned()) else {
             return Ok(kept);
