@@ -139,30 +139,17 @@ pub(crate) fn acknowledgement_shapes(rules: &Rules) -> Vec<Document> {
         (CLEANUP_VERSION, Bson::Int32(CLEANUP_VERSION_VALUE)),
         (SCHEMA_VERSION, Bson::Int32(rules.schema_version)),
     ];
-    let orders: &[&[usize]] = &[
-        &[0],
-        &[2],
-        &[0, 1],
-        &[1, 0],
-        &[0, 2],
-        &[2, 0],
-        &[1, 2],
-        &[2, 1],
-        &[0, 1, 2],
-        &[0, 2, 1],
-        &[1, 0, 2],
-        &[1, 2, 0],
-        &[2, 0, 1],
-        &[2, 1, 0],
+    // Each ordering as the indexes into `fields`, a digit each.
+    let orders = [
+        "0", "2", "01", "10", "02", "20", "12", "21", "012", "021", "102", "120", "201", "210",
     ];
+    let field = |digit: u8| {
+        let (name, value) = &fields[usize::from(digit - b'0')];
+        (name.to_string(), value.clone())
+    };
     orders
         .iter()
-        .map(|order| {
-            order
-                .iter()
-                .map(|&i| (fields[i].0.to_string(), fields[i].1.clone()))
-                .collect()
-        })
+        .map(|order| order.bytes().map(field).collect())
         .collect()
 }
 
@@ -212,12 +199,7 @@ pub(crate) struct ProgressFilters {
 
 impl ProgressFilters {
     pub(crate) fn new(rules: &Rules, collection: Collection, now: DateTime) -> ProgressFilters {
-        let branches: Vec<Document> =
-            [Retention::Permanent, Retention::Expiring, Retention::Legacy]
-                .into_iter()
-                .map(|branch| branch.filter(now))
-                .collect();
-        let mut searchable = doc! { "$or": branches };
+        let mut searchable = Retention::any_filter(now);
         if let Some(path) = rules.exclusion_path(collection) {
             searchable.insert(path, doc! { "$exists": false });
         }
