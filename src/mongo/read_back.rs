@@ -29,15 +29,8 @@ pub(crate) async fn processed_among(
     collection: Collection,
     ids: &[Bson],
 ) -> Result<Vec<Bson>, MongoError> {
-    let found = find_by_id_lists(
-        db,
-        collection,
-        ids,
-        markers::processed_filter(rules),
-        doc! { "_id": 1 },
-        "read flags",
-    )
-    .await?;
+    let (filter, projection) = (markers::processed_filter(rules), doc! { "_id": 1 });
+    let found = find_by_id_lists(db, collection, ids, filter, projection, "read flags").await?;
     Ok(found
         .into_iter()
         .filter_map(|mut doc| doc.remove("_id"))
@@ -114,6 +107,8 @@ pub(crate) async fn read_documents(
     read_kept(db, collection, ids, how, sync_projection(rules, collection)).await
 }
 
+/// The documents of `ids` (one run) as [`ReadBack`] finds them: by `_id`
+/// lists, or by `_id` range pages keeping only the wanted ones.
 async fn read_kept(
     db: &Database,
     collection: Collection,
@@ -121,29 +116,14 @@ async fn read_kept(
     how: ReadBack,
     projection: Document,
 ) -> Result<Vec<Document>, MongoError> {
+    const PAGE: i64 = 10_000;
     let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
         return Ok(Vec::new());
     };
-    match how {
-        ReadBack::Range => {
-            let wanted: HashSet<String> = ids.iter().map(id_key).collect();
-            read_kept_in_range(db, collection, first, last, &wanted, projection).await
-        }
-        ReadBack::Ids => {
-            find_by_id_lists(db, collection, ids, doc! {}, projection, "read back").await
-        }
+    if how == ReadBack::Ids {
+        return find_by_id_lists(db, collection, ids, doc! {}, projection, "read back").await;
     }
-}
-
-async fn read_kept_in_range(
-    db: &Database,
-    collection: Collection,
-    first: &Bson,
-    last: &Bson,
-    wanted: &HashSet<String>,
-    projection: Document,
-) -> Result<Vec<Document>, MongoError> {
-    const PAGE: i64 = 10_000;
+    let wanted: HashSet<String> = ids.iter().map(id_key).collect();
     let handle = handle(db, collection);
     let mut kept = Vec::new();
     let mut lower = doc! { "$gte": first.clone() };

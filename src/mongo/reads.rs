@@ -185,14 +185,14 @@ impl Scan {
         let mut reopened = false;
         while page.len() < limit && !self.ended {
             if self.cursor.is_none() {
-                let cursor = open_scan(
-                    &self.handle,
-                    &self.projection,
-                    self.batch_size,
-                    self.after.as_ref(),
-                )
-                .await?;
-                self.cursor = Some(cursor);
+                let find = self
+                    .handle
+                    .find(after_id(doc! {}, self.after.as_ref()))
+                    .sort(doc! { "_id": 1 })
+                    .projection(self.projection.clone())
+                    .batch_size(self.batch_size)
+                    .max_time(READ_TIME_LIMIT);
+                self.cursor = Some(find.await.map_err(mongo_err("read"))?);
             }
             let cursor = self.cursor.as_mut().expect("opened above");
             match cursor.try_next().await {
@@ -214,24 +214,6 @@ impl Scan {
         }
         Ok(page)
     }
-}
-
-/// The cursor of a [`Scan`], from just after `after`. (A free function: the
-/// scan's cursor is not `Sync`, so no `&Scan` may be held across an await.)
-async fn open_scan(
-    handle: &MongoCollection<RawDocumentBuf>,
-    projection: &Document,
-    batch_size: u32,
-    after: Option<&Bson>,
-) -> Result<mongodb::Cursor<RawDocumentBuf>, MongoError> {
-    handle
-        .find(after_id(doc! {}, after))
-        .sort(doc! { "_id": 1 })
-        .projection(projection.clone())
-        .batch_size(batch_size)
-        .max_time(READ_TIME_LIMIT)
-        .await
-        .map_err(mongo_err("read"))
 }
 
 /// A document of a raw page, parsed: one at a time, while it is shaped.

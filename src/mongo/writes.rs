@@ -193,10 +193,7 @@ async fn update_each(
             }
         };
         let single = chunk.len() == 1;
-        let mut updates = RawArrayBuf::new();
-        for statement in chunk {
-            updates.push(statement.clone());
-        }
+        let updates: RawArrayBuf = chunk.iter().cloned().collect();
         let command = rawdoc! { "update": collection.name(), "updates": updates, "ordered": false };
         let started = std::time::Instant::now();
         let sent = flag_retry::with_retries(what, guard, || async {
@@ -277,8 +274,8 @@ impl CommandSize {
 fn reply_took_too_long(reply: &Document) -> bool {
     reply.get_array("writeErrors").is_ok_and(|errors| {
         errors.iter().filter_map(Bson::as_document).any(|e| {
-            matches!(e.get("code"), Some(Bson::Int32(code)) if *code == MAX_TIME_EXPIRED)
-                || matches!(e.get("code"), Some(Bson::Int64(code)) if *code == i64::from(MAX_TIME_EXPIRED))
+            matches!(e.get("code"), Some(Bson::Int32(MAX_TIME_EXPIRED)))
+                || matches!(e.get("code"), Some(&Bson::Int64(code)) if code == i64::from(MAX_TIME_EXPIRED))
         })
     })
 }
@@ -347,65 +344,51 @@ pub(crate) async fn reset_flags_batch(
     batch: usize,
     guard: &Guard,
 ) -> Result<(u64, Option<Bson>), MongoError> {
+    let handle = handle(db, collection);
     let mut batch = batch.max(1);
     loop {
-        match reset_flags_range(db, collection, after, batch, guard).await? {
-            Some(done) => return Ok(done),
-            // The server stopped the update for taking too long (code 50,
-            // see `update_each`): a smaller range.
-            None => {
-                tracing::debug!(
-                    batch,
-                    "resetting flags took the server too long: halving the range"
-                );
-                batch = (batch / 2).max(1);
+        // The last `_id` of the next `batch` flagged documents bounds the range.
+        let find = handle
+            .find(after_id(doc! { FLAG: true }, after))
+            .sort(doc! { "_id": 1 })
+            .skip(batch.saturating_sub(1) as u64)
+            .limit(1)
+            .projection(doc! { "_id": 1 });
+        let page = read_all(find, "reset flags").await?;
+        let upper = page.first().and_then(|d| d.get("_id").cloned());
+        let mut range = doc! {};
+        if let Some(after) = after {
+            range.insert("$gt", after.clone());
+        }
+        if let Some(upper) = &upper {
+            range.insert("$lte", upper.clone());
+        }
+        let mut update_filter = doc! { FLAG: true };
+        if !range.is_empty() {
+            update_filter.insert("_id", range);
+        }
+        let cleared = flag_retry::with_retries("reset flags", guard, || async {
+            match handle
+                .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
+                .await
+            {
+                Ok(result) => Ok(Some(result.modified_count)),
+                Err(error) if batch > 1 && update_took_too_long(&error) => Ok(None),
+                Err(error) => Err(attempt_err("reset flags")(error)),
             }
+        })
+        .await?;
+        if let Some(cleared) = cleared {
+            return Ok((cleared, upper));
         }
+        // The server stopped the update for taking too long (code 50, see
+        // `update_each`): a smaller range.
+        tracing::debug!(
+            batch,
+            "resetting flags took the server too long: halving the range"
+        );
+        batch = (batch / 2).max(1);
     }
-}
-
-/// One range of [`reset_flags_batch`]; `None` when the server stopped the
-/// update for taking too long (and more than one document was in it).
-async fn reset_flags_range(
-    db: &Database,
-    collection: Collection,
-    after: Option<&Bson>,
-    batch: usize,
-    guard: &Guard,
-) -> Result<Option<(u64, Option<Bson>)>, MongoError> {
-    let handle = handle(db, collection);
-    // The last `_id` of the next `batch` flagged documents bounds the range.
-    let find = handle
-        .find(after_id(doc! { FLAG: true }, after))
-        .sort(doc! { "_id": 1 })
-        .skip(batch.saturating_sub(1) as u64)
-        .limit(1)
-        .projection(doc! { "_id": 1 });
-    let page = read_all(find, "reset flags").await?;
-    let upper = page.first().and_then(|d| d.get("_id").cloned());
-    let mut range = doc! {};
-    if let Some(after) = after {
-        range.insert("$gt", after.clone());
-    }
-    if let Some(upper) = &upper {
-        range.insert("$lte", upper.clone());
-    }
-    let mut update_filter = doc! { FLAG: true };
-    if !range.is_empty() {
-        update_filter.insert("_id", range);
-    }
-    let cleared = flag_retry::with_retries("reset flags", guard, || async {
-        match handle
-            .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
-            .await
-        {
-            Ok(result) => Ok(Some(result.modified_count)),
-            Err(error) if batch > 1 && update_took_too_long(&error) => Ok(None),
-            Err(error) => Err(attempt_err("reset flags")(error)),
-        }
-    })
-    .await?;
-    Ok(cleared.map(|cleared| (cleared, upper)))
 }
 
 /// Whether an `update_many` failed because the server stopped it for
