@@ -163,23 +163,22 @@ pub(crate) fn marker_only_update(
     updated: &Document,
     removed: &[String],
 ) -> Option<bool> {
-    let version = Bson::Int32(rules.schema_version);
-    let is = |key: &str, value: &Bson| updated.get(key).is_some_and(|v| v == value);
+    // Whether `key` is not among the updated fields, or set to `value`.
+    let unset_or = |key: &str, value: Bson| updated.get(key).is_none_or(|v| *v == value);
     let only = |allowed: &[&str]| updated.keys().all(|k| allowed.contains(&k.as_str()));
     let acknowledges = removed.is_empty()
         && !updated.is_empty()
         && only(&[FLAG, CLEANUP_VERSION, SCHEMA_VERSION])
-        && (!updated.contains_key(FLAG) || is(FLAG, &Bson::Boolean(true)))
-        && (!updated.contains_key(CLEANUP_VERSION)
-            || is(CLEANUP_VERSION, &Bson::Int32(CLEANUP_VERSION_VALUE)))
-        && (!updated.contains_key(SCHEMA_VERSION) || is(SCHEMA_VERSION, &version))
+        && unset_or(FLAG, Bson::Boolean(true))
+        && unset_or(CLEANUP_VERSION, Bson::Int32(CLEANUP_VERSION_VALUE))
+        && unset_or(SCHEMA_VERSION, Bson::Int32(rules.schema_version))
         && (updated.contains_key(FLAG) || updated.contains_key(SCHEMA_VERSION));
     if acknowledges {
         return Some(true);
     }
     let clears = (updated.is_empty() || only(&[FLAG, CLEANUP_VERSION, ATTEMPTED]))
         && removed.iter().all(|k| k == FLAG || k == ATTEMPTED)
-        && (!updated.contains_key(FLAG) || is(FLAG, &Bson::Boolean(false)))
+        && unset_or(FLAG, Bson::Boolean(false))
         && !(updated.is_empty() && removed.is_empty());
     clears.then_some(false)
 }
