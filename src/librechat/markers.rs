@@ -139,30 +139,17 @@ pub(crate) fn acknowledgement_shapes(rules: &Rules) -> Vec<Document> {
         (CLEANUP_VERSION, Bson::Int32(CLEANUP_VERSION_VALUE)),
         (SCHEMA_VERSION, Bson::Int32(rules.schema_version)),
     ];
-    let orders: &[&[usize]] = &[
-        &[0],
-        &[2],
-        &[0, 1],
-        &[1, 0],
-        &[0, 2],
-        &[2, 0],
-        &[1, 2],
-        &[2, 1],
-        &[0, 1, 2],
-        &[0, 2, 1],
-        &[1, 0, 2],
-        &[1, 2, 0],
-        &[2, 0, 1],
-        &[2, 1, 0],
+    // Each ordering as the indexes into `fields`, a digit each.
+    let orders = [
+        "0", "2", "01", "10", "02", "20", "12", "21", "012", "021", "102", "120", "201", "210",
     ];
+    let field = |digit: u8| {
+        let (name, value) = &fields[usize::from(digit - b'0')];
+        (name.to_string(), value.clone())
+    };
     orders
         .iter()
-        .map(|order| {
-            order
-                .iter()
-                .map(|&i| (fields[i].0.to_string(), fields[i].1.clone()))
-                .collect()
-        })
+        .map(|order| order.bytes().map(field).collect())
         .collect()
 }
 
@@ -176,23 +163,22 @@ pub(crate) fn marker_only_update(
     updated: &Document,
     removed: &[String],
 ) -> Option<bool> {
-    let version = Bson::Int32(rules.schema_version);
-    let is = |key: &str, value: &Bson| updated.get(key).is_some_and(|v| v == value);
+    // Whether `key` is not among the updated fields, or set to `value`.
+    let unset_or = |key: &str, value: Bson| updated.get(key).is_none_or(|v| *v == value);
     let only = |allowed: &[&str]| updated.keys().all(|k| allowed.contains(&k.as_str()));
     let acknowledges = removed.is_empty()
         && !updated.is_empty()
         && only(&[FLAG, CLEANUP_VERSION, SCHEMA_VERSION])
-        && (!updated.contains_key(FLAG) || is(FLAG, &Bson::Boolean(true)))
-        && (!updated.contains_key(CLEANUP_VERSION)
-            || is(CLEANUP_VERSION, &Bson::Int32(CLEANUP_VERSION_VALUE)))
-        && (!updated.contains_key(SCHEMA_VERSION) || is(SCHEMA_VERSION, &version))
+        && unset_or(FLAG, Bson::Boolean(true))
+        && unset_or(CLEANUP_VERSION, Bson::Int32(CLEANUP_VERSION_VALUE))
+        && unset_or(SCHEMA_VERSION, Bson::Int32(rules.schema_version))
         && (updated.contains_key(FLAG) || updated.contains_key(SCHEMA_VERSION));
     if acknowledges {
         return Some(true);
     }
     let clears = (updated.is_empty() || only(&[FLAG, CLEANUP_VERSION, ATTEMPTED]))
         && removed.iter().all(|k| k == FLAG || k == ATTEMPTED)
-        && (!updated.contains_key(FLAG) || is(FLAG, &Bson::Boolean(false)))
+        && unset_or(FLAG, Bson::Boolean(false))
         && !(updated.is_empty() && removed.is_empty());
     clears.then_some(false)
 }
@@ -212,12 +198,7 @@ pub(crate) struct ProgressFilters {
 
 impl ProgressFilters {
     pub(crate) fn new(rules: &Rules, collection: Collection, now: DateTime) -> ProgressFilters {
-        let branches: Vec<Document> =
-            [Retention::Permanent, Retention::Expiring, Retention::Legacy]
-                .into_iter()
-                .map(|branch| branch.filter(now))
-                .collect();
-        let mut searchable = doc! { "$or": branches };
+        let mut searchable = Retention::any_filter(now);
         if let Some(path) = rules.exclusion_path(collection) {
             searchable.insert(path, doc! { "$exists": false });
         }

@@ -161,19 +161,13 @@ pub struct Rules {
     pub schema_version: i32,
 }
 
-/// LibreChat's exclusion path of messages.
-const DEFAULT_MESSAGES_EXCLUSION_PATH: &str = "subagentTask";
-/// LibreChat's exclusion path of conversations.
-const DEFAULT_CONVERSATIONS_EXCLUSION_PATH: &str = "subagentThread";
-/// LibreChat's schema version of the projection.
-const DEFAULT_SCHEMA_VERSION: i32 = 1;
-
+/// LibreChat's own.
 impl Default for Rules {
     fn default() -> Self {
         Rules {
-            messages_exclusion_path: Some(DEFAULT_MESSAGES_EXCLUSION_PATH.into()),
-            conversations_exclusion_path: Some(DEFAULT_CONVERSATIONS_EXCLUSION_PATH.into()),
-            schema_version: DEFAULT_SCHEMA_VERSION,
+            messages_exclusion_path: Some("subagentTask".into()),
+            conversations_exclusion_path: Some("subagentThread".into()),
+            schema_version: 1,
         }
     }
 }

@@ -21,8 +21,6 @@
 //! message is sent with its stored `text` — LibreChat would send `content:
 //! null` beside it, resp. `text: ""`. LibreChat never stores either.
 
-use std::borrow::Cow;
-
 use mongodb::bson::{Bson, Document};
 use serde_json::{Map, Value};
 
@@ -105,10 +103,13 @@ pub(crate) fn read_projection(collection: Collection) -> Document {
     projection
 }
 
-/// The value of `path` in a document loaded through LibreChat's model:
-/// cast to its type, its default when missing, `None` when it is left out.
-fn loaded(doc: &Document, path: &Path) -> Option<Bson> {
-    match doc.get(path.name) {
+/// The value of `path` LibreChat sends for a document loaded through its
+/// model: cast to its type, its default when missing, `None` when it is
+/// left out; a `conversationId` with every `|` as `--` (`|` is not allowed
+/// in a Meilisearch document id, and a conversation's id is its primary
+/// key there).
+fn sent(doc: &Document, path: &Path) -> Option<Bson> {
+    let loaded = match doc.get(path.name) {
         None | Some(Bson::Undefined) => path.default.map(|default| default()),
         Some(value) => match path.kind {
             PathType::Text => js::cast_to_string_path(value),
@@ -118,6 +119,12 @@ fn loaded(doc: &Document, path: &Path) -> Option<Bson> {
                 single => Bson::Array(vec![single.clone()]),
             }),
         },
+    };
+    match loaded? {
+        Bson::String(id) if path.name == CONVERSATION_ID && id.contains('|') => {
+            Some(id.replace('|', "--").into())
+        }
+        value => Some(value),
     }
 }
 
@@ -126,7 +133,7 @@ pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
     let mut out = Map::new();
     let mut parts = None;
     for path in collection.spec().paths {
-        let Some(value) = loaded(doc, path) else {
+        let Some(value) = sent(doc, path) else {
             continue;
         };
         match (path.kind, value) {
@@ -134,11 +141,6 @@ pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
             (_, value) => {
                 out.insert(path.name.to_string(), to_json(&value));
             }
-        }
-    }
-    if let Some(Value::String(id)) = out.get_mut(CONVERSATION_ID) {
-        if let Cow::Owned(sent) = conversation_id_in_meili(id) {
-            *id = sent;
         }
     }
     if let Some(parts) = parts {
@@ -156,29 +158,15 @@ pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
         .iter()
         .find(|path| path.name == collection.primary_key())
         .expect("the primary key is a path of the collection");
-    match loaded(doc, path)? {
-        Bson::String(id) if path.name == CONVERSATION_ID => {
-            Some(conversation_id_in_meili(&id).into_owned())
-        }
+    match sent(doc, path)? {
         Bson::String(id) => Some(id),
         _ => None,
     }
 }
 
-/// A `conversationId` as LibreChat sends it to Meilisearch: every `|` as
-/// `--` (`|` is not allowed in a Meilisearch document id, and a
-/// conversation's id is its primary key there).
-fn conversation_id_in_meili(id: &str) -> Cow<'_, str> {
-    if id.contains('|') {
-        Cow::Owned(id.replace('|', "--"))
-    } else {
-        Cow::Borrowed(id)
-    }
-}
-
 /// The primary-key values a document of `collection` may store when its
 /// Meilisearch id is `meili_id`: the id itself and, for a `conversationId`
-/// with `--`, the spelling with `|` ([`conversation_id_in_meili`] cannot be
+/// with `--`, the spelling with `|` ([`sent`]'s `|` as `--` cannot be
 /// undone: a stored `--` and a stored `|` are sent alike).
 pub(crate) fn stored_ids(collection: Collection, meili_id: &str) -> Vec<String> {
     let mut ids = vec![meili_id.to_string()];
@@ -214,11 +202,6 @@ mod tests {
 
     #[test]
     fn a_conversation_id_s_pipes_are_sent_as_dashes_and_looked_up_both_ways() {
-        assert_eq!(conversation_id_in_meili("a|b|c"), "a--b--c");
-        assert!(matches!(
-            conversation_id_in_meili("a-b"),
-            Cow::Borrowed("a-b")
-        ));
         let convo = doc! { "conversationId": "a|b", "user": "u" };
         assert_eq!(
             meili_id(Collection::Conversations, &convo).as_deref(),

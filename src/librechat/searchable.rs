@@ -72,6 +72,12 @@ impl Retention {
         }
     }
 
+    /// Every branch, `$or`ed: LibreChat's retention filter at `now`.
+    pub(crate) fn any_filter(now: DateTime) -> Document {
+        let branches = [Retention::Permanent, Retention::Expiring, Retention::Legacy];
+        doc! { "$or": branches.map(|branch| branch.filter(now)).to_vec() }
+    }
+
     /// The first branch `doc` is in at `now`, if any.
     fn of(doc: &Document, now: DateTime) -> Option<Retention> {
         let temporary_false = equals(doc, "isTemporary", |v| matches!(v, Bson::Boolean(false)));
@@ -94,27 +100,22 @@ impl Retention {
     }
 }
 
-/// The conditions besides retention: they do not depend on time.
-fn timeless_conditions(rules: &Rules, collection: Collection) -> Document {
-    let mut conditions = doc! { "user": { "$nin": [Bson::Null, ""] } };
+/// `filter` (of retention) and the conditions besides retention: they do
+/// not depend on time.
+fn and_timeless(mut filter: Document, rules: &Rules, collection: Collection) -> Document {
+    filter.insert("user", doc! { "$nin": [Bson::Null, ""] });
     if collection.spec().hides_unfinished {
-        conditions.insert("unfinished", doc! { "$ne": true });
+        filter.insert("unfinished", doc! { "$ne": true });
     }
     if let Some(path) = rules.exclusion_path(collection) {
-        conditions.insert(path, doc! { "$exists": false });
+        filter.insert(path, doc! { "$exists": false });
     }
-    conditions
+    filter
 }
 
 /// Documents of `collection` that belong in Meilisearch at `now`.
 pub fn filter(rules: &Rules, collection: Collection, now: DateTime) -> Document {
-    let branches: Vec<Document> = [Retention::Permanent, Retention::Expiring, Retention::Legacy]
-        .into_iter()
-        .map(|branch| branch.filter(now))
-        .collect();
-    let mut filter = doc! { "$or": branches };
-    filter.extend(timeless_conditions(rules, collection));
-    filter
+    and_timeless(Retention::any_filter(now), rules, collection)
 }
 
 /// The documents that are in `branch` at `now` and meet the other
@@ -125,9 +126,7 @@ pub fn branch_filter(
     branch: Retention,
     now: DateTime,
 ) -> Document {
-    let mut filter = branch.filter(now);
-    filter.extend(timeless_conditions(rules, collection));
-    filter
+    and_timeless(branch.filter(now), rules, collection)
 }
 
 /// Whether `doc` matches [`filter`] at `now`, with MongoDB's rules: a

@@ -32,8 +32,7 @@ pub(crate) fn text_of_parts(parts: &[Bson]) -> String {
         }
         match part.get_str("type") {
             Ok("text") => append(&mut text, &text_piece(part)),
-            Ok("steer") => append(&mut text, &string_or_empty(part, "steer")),
-            Ok("think") => append(&mut text, &string_or_empty(part, "think")),
+            Ok(field @ ("steer" | "think")) => append(&mut text, &string_or_empty(part, field)),
             _ => {}
         }
     }

@@ -4,15 +4,13 @@
 //! and LibreChat's own progress counts (what its `getSyncProgress()` reports).
 
 use futures::TryStreamExt;
-use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::bson::{doc, Bson, DateTime};
 use mongodb::Database;
 use serde::Serialize;
 
 use super::error::{mongo_err, MongoError};
 use super::reads::backlog_hint;
-use super::{
-    count_field, unindexed_filter_in, Backlog, Collection, Handles, FLAG, READ_TIME_LIMIT,
-};
+use super::{count_field, handle, unindexed_filter_in, Backlog, Collection, FLAG, READ_TIME_LIMIT};
 use crate::librechat::markers::{self, ProgressFilters, SCHEMA_VERSION};
 use crate::librechat::{searchable, Rules};
 
@@ -60,8 +58,7 @@ pub async fn counts(
             "flagged": { "$sum": flagged },
         } },
     ];
-    let row = collection
-        .handle(db)
+    let row = handle(db, collection)
         .aggregate(pipeline)
         .max_time(READ_TIME_LIMIT)
         .await
@@ -103,7 +100,7 @@ pub async fn count_unflagged(
 ) -> Result<u64, MongoError> {
     let backlog = Backlog::Unflagged;
     let filter = unindexed_filter_in(rules, collection, now, backlog);
-    let handle = collection.handle(db);
+    let handle = handle(db, collection);
     let mut count = handle.count_documents(filter).max_time(READ_TIME_LIMIT);
     if let Some(hint) = backlog_hint(db, collection, backlog).await? {
         count = count.hint(hint);
@@ -119,8 +116,7 @@ pub(crate) async fn estimated_count(
     db: &Database,
     collection: Collection,
 ) -> Result<u64, MongoError> {
-    collection
-        .handle(db)
+    handle(db, collection)
         .estimated_document_count()
         .await
         .map_err(mongo_err("estimate the document count"))
@@ -153,16 +149,10 @@ pub(crate) async fn librechat_progress(
     now: DateTime,
 ) -> Result<LibreChatProgress, MongoError> {
     let filters = ProgressFilters::new(rules, collection, now);
-    let handle = collection.handle(db);
-    let count = |filter: Document| {
-        let handle = handle.clone();
-        async move {
-            handle
-                .count_documents(filter)
-                .max_time(READ_TIME_LIMIT)
-                .await
-                .map_err(mongo_err("count LibreChat's progress"))
-        }
+    let handle = handle(db, collection);
+    let count = |filter| {
+        let count = handle.count_documents(filter).max_time(READ_TIME_LIMIT);
+        async { count.await.map_err(mongo_err("count LibreChat's progress")) }
     };
     let searchable = count(filters.searchable).await?;
     let processed = count(filters.processed).await?;
@@ -191,8 +181,7 @@ pub(crate) async fn count_pending_cleanup(
     let Some(path) = rules.exclusion_path(collection) else {
         return Ok(0);
     };
-    collection
-        .handle(db)
+    handle(db, collection)
         .count_documents(markers::pending_cleanup_filter(path))
         .max_time(READ_TIME_LIMIT)
         .await

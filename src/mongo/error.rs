@@ -16,6 +16,16 @@ pub enum MongoError {
     LeaseLost(#[from] LeaseLost),
 }
 
+impl MongoError {
+    /// `what` failed for `detail`.
+    pub(crate) fn new(what: &str, detail: impl Into<String>) -> MongoError {
+        MongoError::Failed {
+            what: what.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
 /// Turns a driver error into ours, `what` naming the operation: unreachable
 /// when no server could be selected or the connection failed, failed
 /// otherwise.
@@ -26,10 +36,7 @@ pub(crate) fn mongo_err(what: &str) -> impl FnOnce(mongodb::error::Error) -> Mon
         | ErrorKind::ConnectionPoolCleared { .. } => {
             MongoError::Unreachable(format!("{what}: {}", short(&e)))
         }
-        _ => MongoError::Failed {
-            what: what.to_string(),
-            detail: short(&e),
-        },
+        _ => MongoError::new(what, short(&e)),
     }
 }
 

@@ -20,8 +20,11 @@
 //! write goes through [`writes`], checks the lease's `Guard` first and never
 //! touches `updatedAt`.
 
-use mongodb::bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
+use futures::TryStreamExt;
+use mongodb::action::Find;
+use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::{Collection as MongoCollection, Database};
+use serde::de::DeserializeOwned;
 
 use crate::librechat::markers::{self, SCHEMA_VERSION, VERSION_TOKEN};
 use crate::librechat::searchable;
@@ -74,32 +77,32 @@ pub const READ_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(
 
 pub use crate::librechat::Collection;
 
-/// How the chat collections are read.
-trait Handles {
-    fn read_projection(self) -> Document;
-    fn raw_handle(self, db: &Database) -> MongoCollection<RawDocumentBuf>;
-    fn handle(self, db: &Database) -> MongoCollection<Document>;
+/// The collection as `Document`s. (Pages are read as raw BSON: see
+/// [`reads`].)
+fn handle(db: &Database, collection: Collection) -> MongoCollection<Document> {
+    db.collection(collection.name())
 }
 
-impl Handles for Collection {
-    /// What to read from MongoDB to build the Meilisearch document, plus
-    /// its version (`updatedAt`, LibreChat's version token).
-    fn read_projection(self) -> Document {
-        let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1 };
-        projection.extend(projection::read_projection(self));
-        projection
-    }
+/// Every document `find` returns, read within [`READ_TIME_LIMIT`] (`what`
+/// names the read in an error).
+async fn read_all<T: DeserializeOwned + Send + Sync>(
+    find: Find<'_, T>,
+    what: &str,
+) -> Result<Vec<T>, MongoError> {
+    find.max_time(READ_TIME_LIMIT)
+        .await
+        .map_err(mongo_err(what))?
+        .try_collect()
+        .await
+        .map_err(mongo_err(what))
+}
 
-    /// The collection read as raw BSON: a page of 10,000 documents kept
-    /// raw takes about their wire size, parsed into `Document`s several
-    /// times that (an ordered map and a `String` per field).
-    fn raw_handle(self, db: &Database) -> MongoCollection<RawDocumentBuf> {
-        db.collection(self.name())
+/// `filter` narrowed to the `_id`s after `after` (every `_id` without one).
+fn after_id(mut filter: Document, after: Option<&Bson>) -> Document {
+    if let Some(after) = after {
+        filter.insert("_id", doc! { "$gt": after.clone() });
     }
-
-    fn handle(self, db: &Database) -> MongoCollection<Document> {
-        db.collection::<Document>(self.name())
-    }
+    filter
 }
 
 /// The server's current time (`hello.localTime`: a BSON date on MongoDB,
@@ -114,39 +117,36 @@ pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
         Some(Bson::Int64(ms)) => Ok(DateTime::from_millis(*ms)),
         Some(Bson::Int32(ms)) => Ok(DateTime::from_millis(i64::from(*ms))),
         Some(Bson::Double(ms)) => Ok(DateTime::from_millis(*ms as i64)),
-        _ => Err(MongoError::Failed {
-            what: "hello".into(),
-            detail: "the answer has no localTime".into(),
-        }),
+        _ => Err(MongoError::new("hello", "the answer has no localTime")),
     }
 }
 
-/// What to read of a document besides its projection to judge it: the
-/// fields its searchability depends on, its flag and schema version.
-fn judging_fields(rules: &Rules, collection: Collection) -> Document {
-    let mut projection = doc! { FLAG: 1, SCHEMA_VERSION: 1 };
-    for field in searchable::read_fields(rules, collection) {
+/// `projection` plus what is read of a document to judge it: the fields
+/// its searchability depends on, its flag and schema version.
+fn judging(mut projection: Document, rules: &Rules, collection: Collection) -> Document {
+    let fields = [FLAG, SCHEMA_VERSION].into_iter();
+    for field in fields.chain(searchable::read_fields(rules, collection)) {
         projection.insert(field, 1);
     }
     projection
 }
 
 /// What a pass reads of each document: its Meilisearch form's sources, its
-/// version and [`judging_fields`].
+/// version (`updatedAt`, LibreChat's version token) and what
+/// [`judging`] it takes.
 pub fn sync_projection(rules: &Rules, collection: Collection) -> Document {
-    let mut projection = collection.read_projection();
-    projection.extend(judging_fields(rules, collection));
-    projection
+    let mut projection = doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1 };
+    projection.extend(projection::read_projection(collection));
+    judging(projection, rules, collection)
 }
 
 /// What is read of a document to judge it again and act on it without
-/// its Meilisearch form: its `_id`, version, primary key and
-/// [`judging_fields`] (a read-back, the expiry sweep).
+/// its Meilisearch form: its `_id`, version, primary key and what
+/// [`judging`] it takes (a read-back, the expiry sweep).
 fn state_projection(rules: &Rules, collection: Collection) -> Document {
-    let mut projection =
+    let projection =
         doc! { "_id": 1, VERSION_FIELD: 1, VERSION_TOKEN: 1, collection.primary_key(): 1 };
-    projection.extend(judging_fields(rules, collection));
-    projection
+    judging(projection, rules, collection)
 }
 
 /// Searchable documents that are not processed (not flagged at the current
@@ -201,7 +201,7 @@ pub fn unindexed_filter_in(
 }
 
 /// Whether `doc` matches [`unindexed_filter`] at `now`, decided in Rust.
-/// `doc` must carry [`judging_fields`].
+/// `doc` must carry what [`judging`] reads.
 pub fn is_unindexed(rules: &Rules, collection: Collection, doc: &Document, now: DateTime) -> bool {
     !markers::is_processed(rules, doc) && searchable::is_searchable(rules, collection, doc, now)
 }
@@ -214,10 +214,8 @@ pub(super) fn count_field(row: &Document, field: &str) -> Result<u64, MongoError
         Some(Bson::Int64(n)) => *n,
         Some(Bson::Double(n)) if n.fract() == 0.0 => *n as i64,
         other => {
-            return Err(MongoError::Failed {
-                what: "count".into(),
-                detail: format!("unexpected {field} in the answer: {other:?}"),
-            })
+            let detail = format!("unexpected {field} in the answer: {other:?}");
+            return Err(MongoError::new("count", detail));
         }
     };
     Ok(n.max(0) as u64)

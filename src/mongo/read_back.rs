@@ -6,12 +6,11 @@
 
 use std::collections::HashSet;
 
-use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Database;
 
-use super::error::{mongo_err, MongoError};
-use super::{state_projection, sync_projection, Collection, Handles, READ_TIME_LIMIT};
+use super::error::MongoError;
+use super::{handle, read_all, state_projection, sync_projection, Collection};
 use crate::librechat::markers;
 use crate::librechat::Rules;
 
@@ -30,15 +29,8 @@ pub(crate) async fn processed_among(
     collection: Collection,
     ids: &[Bson],
 ) -> Result<Vec<Bson>, MongoError> {
-    let found = find_by_id_lists(
-        db,
-        collection,
-        ids,
-        markers::processed_filter(rules),
-        doc! { "_id": 1 },
-        "read flags",
-    )
-    .await?;
+    let (filter, projection) = (markers::processed_filter(rules), doc! { "_id": 1 });
+    let found = find_by_id_lists(db, collection, ids, filter, projection, "read flags").await?;
     Ok(found
         .into_iter()
         .filter_map(|mut doc| doc.remove("_id"))
@@ -55,21 +47,13 @@ async fn find_by_id_lists(
     projection: Document,
     what: &'static str,
 ) -> Result<Vec<Document>, MongoError> {
+    let handle = handle(db, collection);
     let mut found = Vec::new();
     for chunk in ids.chunks(IDS_PER_QUERY) {
         let mut query = doc! { "_id": { "$in": chunk } };
         query.extend(filter.clone());
-        let page: Vec<Document> = collection
-            .handle(db)
-            .find(query)
-            .projection(projection.clone())
-            .max_time(READ_TIME_LIMIT)
-            .await
-            .map_err(mongo_err(what))?
-            .try_collect()
-            .await
-            .map_err(mongo_err(what))?;
-        found.extend(page);
+        let find = handle.find(query).projection(projection.clone());
+        found.extend(read_all(find, what).await?);
     }
     Ok(found)
 }
@@ -120,10 +104,11 @@ pub(crate) async fn read_documents(
     ids: &[Bson],
     how: ReadBack,
 ) -> Result<Vec<Document>, MongoError> {
-    let projection = sync_projection(rules, collection);
-    read_kept(db, collection, ids, how, projection).await
+    read_kept(db, collection, ids, how, sync_projection(rules, collection)).await
 }
 
+/// The documents of `ids` (one run) as [`ReadBack`] finds them: by `_id`
+/// lists, or by `_id` range pages keeping only the wanted ones.
 async fn read_kept(
     db: &Database,
     collection: Collection,
@@ -131,45 +116,25 @@ async fn read_kept(
     how: ReadBack,
     projection: Document,
 ) -> Result<Vec<Document>, MongoError> {
+    const PAGE: i64 = 10_000;
     let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
         return Ok(Vec::new());
     };
-    match how {
-        ReadBack::Range => {
-            let wanted: HashSet<String> = ids.iter().map(id_key).collect();
-            read_kept_in_range(db, collection, first, last, &wanted, projection).await
-        }
-        ReadBack::Ids => {
-            find_by_id_lists(db, collection, ids, doc! {}, projection, "read back").await
-        }
+    if how == ReadBack::Ids {
+        return find_by_id_lists(db, collection, ids, doc! {}, projection, "read back").await;
     }
-}
-
-async fn read_kept_in_range(
-    db: &Database,
-    collection: Collection,
-    first: &Bson,
-    last: &Bson,
-    wanted: &HashSet<String>,
-    projection: Document,
-) -> Result<Vec<Document>, MongoError> {
-    const PAGE: i64 = 10_000;
+    let wanted: HashSet<String> = ids.iter().map(id_key).collect();
+    let handle = handle(db, collection);
     let mut kept = Vec::new();
     let mut lower = doc! { "$gte": first.clone() };
     loop {
         lower.insert("$lte", last.clone());
-        let page: Vec<Document> = collection
-            .handle(db)
+        let find = handle
             .find(doc! { "_id": lower.clone() })
             .sort(doc! { "_id": 1 })
             .limit(PAGE)
-            .projection(projection.clone())
-            .max_time(READ_TIME_LIMIT)
-            .await
-            .map_err(mongo_err("read back"))?
-            .try_collect()
-            .await
-            .map_err(mongo_err("read back"))?;
+            .projection(projection.clone());
+        let page = read_all(find, "read back").await?;
         let full = page.len() as i64 == PAGE;
         let Some(after) = page.last().and_then(|d| d.get("_id").cloned()) else {
             return Ok(kept);

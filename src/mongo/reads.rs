@@ -14,8 +14,8 @@ use mongodb::{Collection as MongoCollection, Database};
 use super::error::{command_code, failed, mongo_err, short, MongoError, NAMESPACE_NOT_FOUND};
 use super::read_back::IDS_PER_QUERY;
 use super::{
-    judging_fields, meili_id, state_projection, sync_projection, unindexed_filter_in, Backlog,
-    Collection, Handles, FLAG, READ_TIME_LIMIT,
+    after_id, handle, judging, meili_id, read_all, state_projection, sync_projection,
+    unindexed_filter_in, Backlog, Collection, FLAG, READ_TIME_LIMIT,
 };
 use crate::librechat::markers;
 use crate::librechat::{projection, searchable, Rules};
@@ -78,7 +78,7 @@ pub async fn backlog_index(
     db: &Database,
     collection: Collection,
 ) -> Result<Option<String>, MongoError> {
-    let handle = collection.handle(db);
+    let handle = handle(db, collection);
     let listed: mongodb::error::Result<Vec<mongodb::IndexModel>> =
         async { handle.list_indexes().await?.try_collect().await }.await;
     let indexes = match listed {
@@ -118,17 +118,9 @@ pub(crate) async fn read_indexable_page(
     after: Option<&Bson>,
     limit: usize,
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
+    let filter = searchable::filter(rules, collection, now);
     let projection = sync_projection(rules, collection);
-    read_page(
-        db,
-        collection,
-        searchable::filter(rules, collection, now),
-        after,
-        limit,
-        projection,
-        None,
-    )
-    .await
+    read_page(db, collection, filter, after, limit, projection, None).await
 }
 
 /// Documents a [`Scan`] fetches per round trip. The driver reads a reply
@@ -174,12 +166,10 @@ impl Scan {
         collection: Collection,
         page_size: usize,
     ) -> Scan {
-        let batch_size = page_size.clamp(1, SCAN_ROUND_TRIP_DOCS);
-        let projection = sync_projection(rules, collection);
         Scan {
-            handle: collection.raw_handle(db),
-            projection,
-            batch_size: u32::try_from(batch_size.max(1)).unwrap_or(u32::MAX),
+            handle: db.collection(collection.name()),
+            projection: sync_projection(rules, collection),
+            batch_size: page_size.clamp(1, SCAN_ROUND_TRIP_DOCS) as u32,
             cursor: None,
             after: None,
             ended: false,
@@ -195,14 +185,14 @@ impl Scan {
         let mut reopened = false;
         while page.len() < limit && !self.ended {
             if self.cursor.is_none() {
-                let cursor = open_scan(
-                    &self.handle,
-                    &self.projection,
-                    self.batch_size,
-                    self.after.as_ref(),
-                )
-                .await?;
-                self.cursor = Some(cursor);
+                let find = self
+                    .handle
+                    .find(after_id(doc! {}, self.after.as_ref()))
+                    .sort(doc! { "_id": 1 })
+                    .projection(self.projection.clone())
+                    .batch_size(self.batch_size)
+                    .max_time(READ_TIME_LIMIT);
+                self.cursor = Some(find.await.map_err(mongo_err("read"))?);
             }
             let cursor = self.cursor.as_mut().expect("opened above");
             match cursor.try_next().await {
@@ -226,28 +216,6 @@ impl Scan {
     }
 }
 
-/// The cursor of a [`Scan`], from just after `after`. (A free function: the
-/// scan's cursor is not `Sync`, so no `&Scan` may be held across an await.)
-async fn open_scan(
-    handle: &MongoCollection<RawDocumentBuf>,
-    projection: &Document,
-    batch_size: u32,
-    after: Option<&Bson>,
-) -> Result<mongodb::Cursor<RawDocumentBuf>, MongoError> {
-    let filter = match after {
-        Some(after) => doc! { "_id": { "$gt": after.clone() } },
-        None => doc! {},
-    };
-    handle
-        .find(filter)
-        .sort(doc! { "_id": 1 })
-        .projection(projection.clone())
-        .batch_size(batch_size)
-        .max_time(READ_TIME_LIMIT)
-        .await
-        .map_err(mongo_err("read"))
-}
-
 /// A document of a raw page, parsed: one at a time, while it is shaped.
 pub(crate) fn parse(raw: &RawDocumentBuf) -> Result<Document, MongoError> {
     raw.to_document().map_err(|e| MongoError::Failed {
@@ -264,33 +232,29 @@ pub fn raw_id(raw: &RawDocumentBuf) -> Option<Bson> {
         .and_then(|id| Bson::try_from(id).ok())
 }
 
+/// The next `limit` documents of `filter` after `after` (by `_id`), kept
+/// as raw BSON: a page of 10,000 documents kept raw takes about their wire
+/// size, parsed into `Document`s several times that (an ordered map and a
+/// `String` per field).
 async fn read_page(
     db: &Database,
     collection: Collection,
-    mut filter: Document,
+    filter: Document,
     after: Option<&Bson>,
     limit: usize,
     projection: Document,
     hint: Option<Hint>,
 ) -> Result<Vec<RawDocumentBuf>, MongoError> {
-    if let Some(after) = after {
-        filter.insert("_id", doc! { "$gt": after.clone() });
-    }
-    let handle = collection.raw_handle(db);
+    let handle = db.collection(collection.name());
     let mut find = handle
-        .find(filter)
+        .find(after_id(filter, after))
         .sort(doc! { "_id": 1 })
         .limit(limit as i64)
-        .projection(projection)
-        .max_time(READ_TIME_LIMIT);
+        .projection(projection);
     if let Some(hint) = hint {
         find = find.hint(hint);
     }
-    find.await
-        .map_err(mongo_err("read"))?
-        .try_collect()
-        .await
-        .map_err(mongo_err("read"))
+    read_all(find, "read").await
 }
 
 /// One indexable document's identity, for comparing id sets.
@@ -327,8 +291,7 @@ pub(crate) async fn indexable_ids_page(
     limit: usize,
 ) -> Result<IdsPage, MongoError> {
     let pk = collection.primary_key();
-    let mut projection = doc! { "_id": 1, pk: 1 };
-    projection.extend(judging_fields(rules, collection));
+    let projection = judging(doc! { "_id": 1, pk: 1 }, rules, collection);
     let docs = read_page(db, collection, doc! {}, after, limit, projection, None).await?;
     let last = docs.len() < limit;
     let after = docs.last().and_then(raw_id);
@@ -390,8 +353,8 @@ pub(crate) async fn indexable_meili_ids_among(
     now: DateTime,
 ) -> Result<HashSet<String>, MongoError> {
     let pk = collection.primary_key();
-    let mut projection = doc! { pk: 1 };
-    projection.extend(judging_fields(rules, collection));
+    let projection = judging(doc! { pk: 1 }, rules, collection);
+    let handle = handle(db, collection);
     let mut claimed = HashSet::new();
     for chunk in meili_ids.chunks(IDS_PER_QUERY) {
         let values: Vec<Bson> = chunk
@@ -399,16 +362,8 @@ pub(crate) async fn indexable_meili_ids_among(
             .flat_map(|id| projection::stored_ids(collection, id))
             .map(Bson::String)
             .collect();
-        let found: Vec<Document> = collection
-            .handle(db)
-            .find(doc! { pk: { "$in": values } })
-            .projection(projection.clone())
-            .max_time(READ_TIME_LIMIT)
-            .await
-            .map_err(mongo_err("read by primary key"))?
-            .try_collect()
-            .await
-            .map_err(mongo_err("read by primary key"))?;
+        let find = handle.find(doc! { pk: { "$in": values } });
+        let found = read_all(find.projection(projection.clone()), "read by primary key").await?;
         claimed.extend(
             found
                 .iter()
@@ -431,22 +386,13 @@ pub(crate) async fn pending_cleanup_page(
     let Some(path) = rules.exclusion_path(collection) else {
         return Ok(Vec::new());
     };
-    let mut filter = markers::pending_cleanup_filter(path);
-    if let Some(after) = after {
-        filter.insert("_id", doc! { "$gt": after.clone() });
-    }
-    collection
-        .handle(db)
-        .find(filter)
+    let handle = handle(db, collection);
+    let find = handle
+        .find(after_id(markers::pending_cleanup_filter(path), after))
         .sort(doc! { "_id": 1 })
         .limit(limit as i64)
-        .projection(doc! { "_id": 1, collection.primary_key(): 1 })
-        .max_time(READ_TIME_LIMIT)
-        .await
-        .map_err(mongo_err("read the excluded documents to clean up"))?
-        .try_collect()
-        .await
-        .map_err(mongo_err("read the excluded documents to clean up"))
+        .projection(doc! { "_id": 1, collection.primary_key(): 1 });
+    read_all(find, "read the excluded documents to clean up").await
 }
 
 /// The next page (by `_id`, after `after`) of the documents whose expiry
@@ -485,8 +431,7 @@ pub async fn next_expiry(
 ) -> Result<Option<DateTime>, MongoError> {
     let mut filter = searchable::expiry_after_filter(after);
     filter.extend(markers::may_be_indexed_filter());
-    let next = collection
-        .handle(db)
+    let next = handle(db, collection)
         .find_one(filter)
         .sort(doc! { searchable::EXPIRY: 1 })
         .projection(doc! { "_id": 0, searchable::EXPIRY: 1 })

@@ -10,13 +10,14 @@
 //! it; the driver's `bulk_write` needs 8.0). Per-document filters never use
 //! `$or`: some servers then scan the collection for every statement.
 
-use futures::TryStreamExt;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
 use mongodb::bson::{doc, rawdoc, Bson, DateTime, Document, RawArrayBuf, RawDocumentBuf};
 use mongodb::error::ErrorKind;
 use mongodb::Database;
 
 use super::error::{mongo_err, took_too_long, MongoError, MAX_TIME_EXPIRED};
-use super::{count_field, Collection, Handles, FLAG, READ_TIME_LIMIT, VERSION_FIELD};
+use super::{after_id, count_field, handle, read_all, Collection, FLAG, VERSION_FIELD};
 use crate::flag_retry::{self, Attempt};
 use crate::lease::Guard;
 use crate::librechat::markers::{self, VERSION_TOKEN};
@@ -107,14 +108,11 @@ pub async fn set_flags_if_unchanged(
     guard: &Guard,
 ) -> Result<Updated, MongoError> {
     let update = markers::indexed(rules);
-    let statements = versions
-        .iter()
-        .map(|(version, branch)| {
-            let mut filter = version.filter();
-            filter.extend(searchable::branch_filter(rules, collection, *branch, now));
-            statement(doc! { "q": filter, "u": update.clone() })
-        })
-        .collect::<Result<_, _>>()?;
+    let statements = versions.iter().map(|(version, branch)| {
+        let mut filter = version.filter();
+        filter.extend(searchable::branch_filter(rules, collection, *branch, now));
+        (filter, update.clone())
+    });
     update_each(db, collection, statements, "set flags", guard).await
 }
 
@@ -129,15 +127,9 @@ pub(crate) async fn clear_flags(
 ) -> Result<u64, MongoError> {
     let statements = ids
         .iter()
-        .map(|id| {
-            statement(doc! { "q": { "_id": id.clone(), FLAG: true }, "u": markers::unindexed() })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(
-        update_each(db, collection, statements, "clear flags", guard)
-            .await?
-            .modified,
-    )
+        .map(|id| (doc! { "_id": id.clone(), FLAG: true }, markers::unindexed()));
+    let updated = update_each(db, collection, statements, "clear flags", guard).await?;
+    Ok(updated.modified)
 }
 
 /// Marks removed (LibreChat's cleanup markers, [`markers::removed`]) each
@@ -153,27 +145,12 @@ pub(crate) async fn mark_removed(
 ) -> Result<u64, MongoError> {
     let statements = versions
         .iter()
-        .map(|version| statement(doc! { "q": version.filter(), "u": markers::removed() }))
-        .collect::<Result<_, _>>()?;
-    Ok(
-        update_each(db, collection, statements, "mark removed", guard)
-            .await?
-            .matched,
-    )
+        .map(|version| (version.filter(), markers::removed()));
+    let updated = update_each(db, collection, statements, "mark removed", guard).await?;
+    Ok(updated.matched)
 }
 
-/// One statement of an `update` command, as the bytes it is sent as: a
-/// statement held as a `Document` costs an ordered map and a string per
-/// field, several KiB for a version-exact one, and up to
-/// `sync.ack_writers` commands of 1,000 are built at once per collection.
-fn statement(statement: Document) -> Result<RawDocumentBuf, MongoError> {
-    RawDocumentBuf::from_document(&statement).map_err(|e| MongoError::Failed {
-        what: "build an update statement".into(),
-        detail: e.to_string(),
-    })
-}
-
-/// Runs update statements as raw `update` commands of at most
+/// Runs update statements (filter, update) as raw `update` commands of at most
 /// [`STATEMENTS_PER_COMMAND`] statements (unordered), checking the guard
 /// before each command. A write error or write-concern error in a reply is
 /// an error: no flag write is silently lost.
@@ -185,13 +162,22 @@ fn statement(statement: Document) -> Result<RawDocumentBuf, MongoError> {
 /// halves, each sent again — the statements are idempotent, and each
 /// `matched` still counts every statement of the command once. One
 /// statement alone that takes too long is a transient failure, retried.
+///
+/// The statements are held as the bytes they are sent as: a statement held
+/// as a `Document` costs an ordered map and a string per field, several KiB
+/// for a version-exact one, and up to `sync.ack_writers` commands of 1,000
+/// are built at once per collection.
 async fn update_each(
     db: &Database,
     collection: Collection,
-    statements: Vec<RawDocumentBuf>,
+    statements: impl Iterator<Item = (Document, Document)>,
     what: &str,
     guard: &Guard,
 ) -> Result<Updated, MongoError> {
+    let statements = statements
+        .map(|(q, u)| RawDocumentBuf::from_document(&doc! { "q": q, "u": u }))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| MongoError::new("build an update statement", e.to_string()))?;
     let mut total = Updated::default();
     let mut rest: &[RawDocumentBuf] = &statements;
     let mut pending: std::collections::VecDeque<&[RawDocumentBuf]> =
@@ -207,10 +193,7 @@ async fn update_each(
             }
         };
         let single = chunk.len() == 1;
-        let mut updates = RawArrayBuf::new();
-        for statement in chunk {
-            updates.push(statement.clone());
-        }
+        let updates: RawArrayBuf = chunk.iter().cloned().collect();
         let command = rawdoc! { "update": collection.name(), "updates": updates, "ordered": false };
         let started = std::time::Instant::now();
         let sent = flag_retry::with_retries(what, guard, || async {
@@ -222,10 +205,8 @@ async fn update_each(
             match update_reply(&reply, what) {
                 Err(Attempt::Final(_)) if reply_took_too_long(&reply) => {
                     if single {
-                        Err(Attempt::Transient(MongoError::Failed {
-                            what: what.to_string(),
-                            detail: "one statement took longer than the server allows".into(),
-                        }))
+                        let detail = "one statement took longer than the server allows";
+                        Err(Attempt::Transient(MongoError::new(what, detail)))
                     } else {
                         Ok(None)
                     }
@@ -260,23 +241,21 @@ async fn update_each(
 /// on a busy machine) gets commands it can finish, without paying the limit
 /// for each of them. One per process: every collection's writes go to the
 /// same server.
-struct CommandSize(std::sync::atomic::AtomicUsize);
+struct CommandSize(AtomicUsize);
 
 /// A command taking longer than this makes the next ones smaller.
 const SLOW_COMMAND: std::time::Duration = std::time::Duration::from_secs(3);
 
-static COMMAND_SIZE: CommandSize =
-    CommandSize(std::sync::atomic::AtomicUsize::new(STATEMENTS_PER_COMMAND));
+static COMMAND_SIZE: CommandSize = CommandSize(AtomicUsize::new(STATEMENTS_PER_COMMAND));
 
 impl CommandSize {
     fn current(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::Relaxed).max(1)
+        self.0.load(Relaxed).max(1)
     }
 
     fn observe(&self, size: usize, took: std::time::Duration) {
-        use std::sync::atomic::Ordering::Relaxed;
         if took > SLOW_COMMAND {
-            self.0.fetch_min((size / 2).max(1), Relaxed);
+            self.stopped(size);
         } else if took < SLOW_COMMAND / 4 && size >= self.current() {
             let grown = (size * 2).min(STATEMENTS_PER_COMMAND);
             let _ = self
@@ -286,8 +265,7 @@ impl CommandSize {
     }
 
     fn stopped(&self, size: usize) {
-        self.0
-            .fetch_min((size / 2).max(1), std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_min((size / 2).max(1), Relaxed);
     }
 }
 
@@ -296,8 +274,8 @@ impl CommandSize {
 fn reply_took_too_long(reply: &Document) -> bool {
     reply.get_array("writeErrors").is_ok_and(|errors| {
         errors.iter().filter_map(Bson::as_document).any(|e| {
-            matches!(e.get("code"), Some(Bson::Int32(code)) if *code == MAX_TIME_EXPIRED)
-                || matches!(e.get("code"), Some(Bson::Int64(code)) if *code == i64::from(MAX_TIME_EXPIRED))
+            matches!(e.get("code"), Some(Bson::Int32(MAX_TIME_EXPIRED)))
+                || matches!(e.get("code"), Some(&Bson::Int64(code)) if code == i64::from(MAX_TIME_EXPIRED))
         })
     })
 }
@@ -306,12 +284,7 @@ fn reply_took_too_long(reply: &Document) -> bool {
 /// worth another attempt), or its write-concern error (applied, unconfirmed:
 /// sent again, which is harmless).
 fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt<MongoError>> {
-    let failed = |detail: String| {
-        Attempt::Final(MongoError::Failed {
-            what: what.to_string(),
-            detail,
-        })
-    };
+    let failed = |detail: String| Attempt::Final(MongoError::new(what, detail));
     if let Ok(errors) = reply.get_array("writeErrors") {
         if let Some(first) = errors.first().and_then(Bson::as_document) {
             return Err(failed(format!(
@@ -326,13 +299,9 @@ fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt<MongoEr
         }
     }
     if let Ok(error) = reply.get_document("writeConcernError") {
-        return Err(Attempt::Transient(MongoError::Failed {
-            what: what.to_string(),
-            detail: format!(
-                "write concern error: {}",
-                error.get_str("errmsg").unwrap_or("(no message)")
-            ),
-        }));
+        let message = error.get_str("errmsg").unwrap_or("(no message)");
+        let detail = format!("write concern error: {message}");
+        return Err(Attempt::Transient(MongoError::new(what, detail)));
     }
     let count =
         |field| count_field(reply, field).map_err(|_| failed(format!("no {field} in the reply")));
@@ -353,7 +322,7 @@ pub(crate) async fn clear_flags_of_unindexable(
     guard: &Guard,
 ) -> Result<u64, MongoError> {
     let filter = doc! { FLAG: true, "$nor": [ searchable::filter(rules, collection, now) ] };
-    let handle = collection.handle(db);
+    let handle = handle(db, collection);
     flag_retry::with_retries("clear flags", guard, || async {
         let result = handle
             .update_many(filter.clone(), markers::removed())
@@ -375,74 +344,51 @@ pub(crate) async fn reset_flags_batch(
     batch: usize,
     guard: &Guard,
 ) -> Result<(u64, Option<Bson>), MongoError> {
+    let handle = handle(db, collection);
     let mut batch = batch.max(1);
     loop {
-        match reset_flags_range(db, collection, after, batch, guard).await? {
-            Some(done) => return Ok(done),
-            // The server stopped the update for taking too long (code 50,
-            // see `update_each`): a smaller range.
-            None => {
-                tracing::debug!(
-                    batch,
-                    "resetting flags took the server too long: halving the range"
-                );
-                batch = (batch / 2).max(1);
+        // The last `_id` of the next `batch` flagged documents bounds the range.
+        let find = handle
+            .find(after_id(doc! { FLAG: true }, after))
+            .sort(doc! { "_id": 1 })
+            .skip(batch.saturating_sub(1) as u64)
+            .limit(1)
+            .projection(doc! { "_id": 1 });
+        let page = read_all(find, "reset flags").await?;
+        let upper = page.first().and_then(|d| d.get("_id").cloned());
+        let mut range = doc! {};
+        if let Some(after) = after {
+            range.insert("$gt", after.clone());
+        }
+        if let Some(upper) = &upper {
+            range.insert("$lte", upper.clone());
+        }
+        let mut update_filter = doc! { FLAG: true };
+        if !range.is_empty() {
+            update_filter.insert("_id", range);
+        }
+        let cleared = flag_retry::with_retries("reset flags", guard, || async {
+            match handle
+                .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
+                .await
+            {
+                Ok(result) => Ok(Some(result.modified_count)),
+                Err(error) if batch > 1 && update_took_too_long(&error) => Ok(None),
+                Err(error) => Err(attempt_err("reset flags")(error)),
             }
+        })
+        .await?;
+        if let Some(cleared) = cleared {
+            return Ok((cleared, upper));
         }
+        // The server stopped the update for taking too long (code 50, see
+        // `update_each`): a smaller range.
+        tracing::debug!(
+            batch,
+            "resetting flags took the server too long: halving the range"
+        );
+        batch = (batch / 2).max(1);
     }
-}
-
-/// One range of [`reset_flags_batch`]; `None` when the server stopped the
-/// update for taking too long (and more than one document was in it).
-async fn reset_flags_range(
-    db: &Database,
-    collection: Collection,
-    after: Option<&Bson>,
-    batch: usize,
-    guard: &Guard,
-) -> Result<Option<(u64, Option<Bson>)>, MongoError> {
-    let handle = collection.handle(db);
-    let mut filter = doc! { FLAG: true };
-    if let Some(after) = after {
-        filter.insert("_id", doc! { "$gt": after.clone() });
-    }
-    // The last `_id` of the next `batch` flagged documents bounds the range.
-    let page: Vec<Document> = handle
-        .find(filter)
-        .sort(doc! { "_id": 1 })
-        .skip(batch.saturating_sub(1) as u64)
-        .limit(1)
-        .projection(doc! { "_id": 1 })
-        .max_time(READ_TIME_LIMIT)
-        .await
-        .map_err(mongo_err("reset flags"))?
-        .try_collect()
-        .await
-        .map_err(mongo_err("reset flags"))?;
-    let upper = page.first().and_then(|d| d.get("_id").cloned());
-    let mut range = doc! {};
-    if let Some(after) = after {
-        range.insert("$gt", after.clone());
-    }
-    if let Some(upper) = &upper {
-        range.insert("$lte", upper.clone());
-    }
-    let mut update_filter = doc! { FLAG: true };
-    if !range.is_empty() {
-        update_filter.insert("_id", range);
-    }
-    let cleared = flag_retry::with_retries("reset flags", guard, || async {
-        match handle
-            .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
-            .await
-        {
-            Ok(result) => Ok(Some(result.modified_count)),
-            Err(error) if batch > 1 && update_took_too_long(&error) => Ok(None),
-            Err(error) => Err(attempt_err("reset flags")(error)),
-        }
-    })
-    .await?;
-    Ok(cleared.map(|cleared| (cleared, upper)))
 }
 
 /// Whether an `update_many` failed because the server stopped it for
@@ -466,17 +412,14 @@ pub(crate) async fn mark_excluded_removed(
     let Some(path) = rules.exclusion_path(collection) else {
         return Ok(0);
     };
-    let statements = ids
-        .iter()
-        .map(|id| {
-            statement(doc! { "q": { "_id": id.clone(), path: { "$exists": true } }, "u": markers::removed() })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(
-        update_each(db, collection, statements, "mark removed", guard)
-            .await?
-            .matched,
-    )
+    let statements = ids.iter().map(|id| {
+        (
+            doc! { "_id": id.clone(), path: { "$exists": true } },
+            markers::removed(),
+        )
+    });
+    let updated = update_each(db, collection, statements, "mark removed", guard).await?;
+    Ok(updated.matched)
 }
 
 #[cfg(test)]
