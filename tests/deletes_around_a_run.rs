@@ -72,20 +72,27 @@ async fn give_work(env: &Env, round: usize) -> Vec<Bson> {
 }
 
 /// Deletes the documents of `collection` with these `_id`s (plain driver
-/// calls); returns their Meilisearch ids.
+/// calls); returns their Meilisearch ids. Read first and deleted after, so
+/// that a delete the driver retried (its first reply lost on a busy
+/// server) cannot hide a document from the count.
 async fn delete(env: &Env, collection: Collection, ids: &[Bson]) -> Vec<String> {
     let handle = env.db.collection::<Document>(collection.name());
     let mut gone = Vec::new();
     for id in ids {
-        if let Some(d) = handle
-            .find_one_and_delete(doc! { "_id": id })
+        let d = handle
+            .find_one(doc! { "_id": id })
             .await
             .unwrap()
-        {
-            let pk = d.get_str(collection.primary_key()).unwrap();
-            gone.push(pk.replace('|', "--"));
-        }
+            .unwrap_or_else(|| panic!("{id} to delete exists"));
+        handle.delete_one(doc! { "_id": id }).await.unwrap();
+        let pk = d.get_str(collection.primary_key()).unwrap();
+        gone.push(pk.replace('|', "--"));
     }
+    let left = handle
+        .count_documents(doc! { "_id": { "$in": ids } })
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "deleted from {}", collection.name());
     gone
 }
 
