@@ -28,6 +28,7 @@ use crate::config::PreImages;
 use crate::lease::Guard;
 use crate::librechat::{markers, Rules};
 use crate::mongo::{self, Collection, MongoError};
+use crate::reconcile::ReconcileError;
 
 /// What a stream error means for following.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -44,6 +45,15 @@ pub(crate) enum StreamError {
     /// Anything else (network, failover, ...): the run fails and is retried.
     #[error(transparent)]
     Mongo(#[from] MongoError),
+}
+
+impl From<StreamError> for ReconcileError {
+    fn from(error: StreamError) -> Self {
+        match error {
+            StreamError::Mongo(e) => e.into(),
+            other => ReconcileError::Other(other.to_string()),
+        }
+    }
 }
 
 /// Server error codes that say a resume point is gone: ChangeStreamHistoryLost,
