@@ -104,10 +104,7 @@ impl MicroBatch {
     /// `max_wait` after its first change, or since it was held.
     pub(crate) fn due(&self, max_wait: Duration) -> Option<Instant> {
         let waited = self.opened.map(|opened| opened + max_wait);
-        match (self.held, waited) {
-            (Some(held), Some(waited)) => Some(held.min(waited)),
-            (held, waited) => held.or(waited),
-        }
+        [self.held, waited].into_iter().flatten().min()
     }
 
     /// It is due, but the pipeline has no room for it: it goes on gathering

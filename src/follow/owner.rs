@@ -644,11 +644,11 @@ impl Follower<'_> {
         let drained = self.pending.batch.drain();
         let drained_at = Instant::now();
         let docs = drained.changes.len();
-        let soonest_expiry = expiry::soonest(&drained.changes);
+        let expiries = expiry::expiries(&drained.changes);
         let mut prepared = apply::prepare(&self.target, drained.changes).await?;
         let now = prepared.now;
         self.status().server_time(now);
-        self.pending.expiry.consider(soonest_expiry, now);
+        self.pending.expiry.consider(expiries, now);
         self.status().next_expiry(self.pending.expiry.next());
         self.pending.orphans.note(&prepared.unresolved);
         self.pending
