@@ -88,6 +88,7 @@ pub(crate) fn decide(rules: &Rules, change: &Change, now: DateTime) -> Action {
 }
 
 /// The servers and options a micro-batch is applied with.
+#[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
     pub(crate) db: &'a Database,
     pub(crate) meili: &'a Meili,

@@ -162,9 +162,17 @@ impl Owner {
                 "an owner's guard carries its lease".into(),
             ))
         })?;
+        let r = &self.reconciler;
+        let t = Target {
+            db: &r.db,
+            meili: &r.meili,
+            sync: &r.sync,
+            guard: &guard,
+            progress: &progress,
+        };
         let mut reconcile_first = false;
         loop {
-            let begun = self.begin(&guard, &progress, &lease, reconcile_first);
+            let begun = self.begin(&t, &lease, reconcile_first);
             let (reader, token, config) = match begun.await.map_err(failed)? {
                 Begun::Following(reader, token, config) => (reader, token, config),
                 Begun::Unsupported(Ok(summary)) => {
@@ -177,7 +185,7 @@ impl Owner {
                     })
                 }
             };
-            let ended = self.follow(&guard, &progress, &lease, (reader, config), token);
+            let ended = self.follow(&t, &lease, (reader, config), token);
             match ended.await.map_err(failed)? {
                 Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
                 Ended::Restart(reason) => {
@@ -200,15 +208,15 @@ impl Owner {
         }
     }
 
+    /// `t`: the engine's servers and options.
     async fn begin(
         &self,
-        guard: &Guard,
-        progress: &Progress,
+        t: &Target<'_>,
         lease: &LeaseHandle,
         reconcile_first: bool,
     ) -> Result<Begun, ReconcileError> {
         self.status().set_state(FollowState::Reconciling);
-        let db = &self.reconciler.db;
+        let (db, guard) = (t.db, t.guard);
         let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard).await?;
         self.status().deletes(&pre_images);
         let config = self.stream_config(!pre_images.is_empty());
@@ -229,20 +237,16 @@ impl Owner {
                 }
                 Err(StreamError::ResumePointLost(why)) => warn!(%why,
                     "the saved resume token can no longer be used (the oplog no longer holds it): reconciling fully before following"),
-                Err(StreamError::Unsupported(why)) => {
-                    return self.unsupported(&why, guard, progress).await
-                }
+                Err(StreamError::Unsupported(why)) => return self.unsupported(&why, t).await,
                 Err(error) => return Err(error.into()),
             }
         }
         let start = match stream::starting_point(db, &config).await {
-            Err(StreamError::Unsupported(why)) => {
-                return self.unsupported(&why, guard, progress).await
-            }
+            Err(StreamError::Unsupported(why)) => return self.unsupported(&why, t).await,
             start => start?,
         };
         let began = Instant::now();
-        let summary = self.reconcile(guard, progress).await?;
+        let summary = self.reconcile(t).await?;
         lease
             .hold_after_completion(guard, Some(&summary_json(&summary)))
             .await
@@ -288,27 +292,21 @@ impl Owner {
     async fn unsupported(
         &self,
         why: &NoChangeStreams,
-        guard: &Guard,
-        progress: &Progress,
+        t: &Target<'_>,
     ) -> Result<Begun, ReconcileError> {
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
-        Ok(Begun::Unsupported(self.reconcile(guard, progress).await))
+        Ok(Begun::Unsupported(self.reconcile(t).await))
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.
-    async fn reconcile(
-        &self,
-        guard: &Guard,
-        progress: &Progress,
-    ) -> Result<RunSummary, ReconcileError> {
-        let r = &self.reconciler;
+    async fn reconcile(&self, t: &Target<'_>) -> Result<RunSummary, ReconcileError> {
         self.replica.reconciling(true);
-        let result = reconcile::reconcile(&r.db, &r.meili, &r.sync, guard, progress).await;
+        let result = reconcile::reconcile(t.db, t.meili, t.sync, t.guard, t.progress).await;
         self.replica.reconciling(false);
         let summary = result?;
         let outcome = job::record_completed(&summary);
-        crate::between_runs::update_backlog(r).await;
+        crate::between_runs::update_backlog(&self.reconciler).await;
         self.replica
             .finished(outcome, self.options.interval.as_secs());
         Ok(summary)
@@ -316,27 +314,23 @@ impl Owner {
 
     async fn follow(
         &self,
-        guard: &Guard,
-        progress: &Progress,
+        t: &Target<'_>,
         lease: &LeaseHandle,
         (reader, config): (Reader, StreamConfig),
         saved: Document,
     ) -> Result<Ended, ReconcileError> {
-        let opts = &self.options;
-        let r = &self.reconciler;
-        let meili = r
+        let (opts, guard) = (&self.options, t.guard);
+        let meili = t
             .meili
             .clone()
             .with_task_polling(TASK_POLL_MIN, TASK_POLL_MAX);
         let mut f = Follower {
             owner: self,
+            engine: *t,
             // The pipeline's client polls tasks as follow mode does.
             target: Target {
-                db: &r.db,
                 meili: &meili,
-                sync: &r.sync,
-                guard,
-                progress,
+                ..*t
             },
             lease,
             reader,
@@ -412,6 +406,10 @@ impl Owner {
 /// is read but not yet applied or saved.
 struct Follower<'a> {
     owner: &'a Owner,
+    /// What a sweep, a comparison or a reconciliation is applied with: the
+    /// engine's servers, options and Meilisearch client.
+    engine: Target<'a>,
+    /// What micro-batches are applied with.
     target: Target<'a>,
     lease: &'a LeaseHandle,
     reader: Reader,
@@ -422,15 +420,6 @@ struct Follower<'a> {
 impl Follower<'_> {
     fn status(&self) -> &FollowStatus {
         self.owner.status()
-    }
-
-    /// What a sweep or a comparison is applied with: the engine's servers,
-    /// options and Meilisearch client.
-    fn engine_target(&self) -> Target<'_> {
-        Target {
-            meili: &self.owner.reconciler.meili,
-            ..self.target
-        }
     }
 
     fn following(&self) {
@@ -553,14 +542,12 @@ impl Follower<'_> {
     /// The periodic reconciliation: the pipeline drained, changes wait on
     /// the server meanwhile; recorded in the lease as a completion.
     async fn periodic_run(&mut self) -> Result<(), ReconcileError> {
-        let Target {
-            guard, progress, ..
-        } = self.target;
         self.drain().await?;
         self.status().set_state(FollowState::Reconciling);
         info!("periodic reconciliation: changes wait on the server meanwhile");
-        let summary = summary_json(&self.owner.reconcile(guard, progress).await?);
-        if let Err(error) = unless_lost(self.lease.record_completion(guard, &summary).await)? {
+        let summary = summary_json(&self.owner.reconcile(&self.engine).await?);
+        let recorded = self.lease.record_completion(self.engine.guard, &summary);
+        if let Err(error) = unless_lost(recorded.await)? {
             warn!(%error, "could not record the periodic reconciliation in the lease")
         }
         self.plan_expiry().await?;
@@ -605,7 +592,7 @@ impl Follower<'_> {
     /// Sweeps what has expired out of Meilisearch, then asks when the next
     /// document expires.
     async fn sweep_expired(&mut self) -> Result<(), ReconcileError> {
-        let removed = expiry::sweep(&self.engine_target()).await?;
+        let removed = expiry::sweep(&self.engine).await?;
         if removed > 0 {
             let by_op = std::collections::BTreeMap::from([("expired", removed)]);
             self.status().applied(&by_op, None);
@@ -742,7 +729,7 @@ impl Follower<'_> {
     async fn repair_orphans(&mut self) -> Result<(), ReconcileError> {
         let (guard, lease) = (self.target.guard, self.lease);
         for collection in self.pending.orphans.take() {
-            let ctx = self.engine_target().ctx(collection);
+            let ctx = self.engine.ctx(collection);
             let started =
                 unless_lost(lease.server_now().await)?.map_err(ReconcileError::MongoUnreachable)?;
             let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx).await?;

@@ -105,18 +105,13 @@ impl Pending {
         lease: &LeaseHandle,
     ) -> Result<bool, LeaseLost> {
         while let Some(&(collection, since)) = self.unrecorded.first() {
-            match unless_lost(
-                saved::owe_orphan_check(lease, guard, collection.name(), since).await,
-            )? {
-                Ok(()) => {
-                    self.unrecorded.remove(0);
-                }
-                Err(error) => {
-                    warn!(%error, collection = collection.name(),
-                        "could not record an owed id-set comparison in the lease; the resume token waits until it is");
-                    return Ok(false);
-                }
+            let owed = saved::owe_orphan_check(lease, guard, collection.name(), since);
+            if let Err(error) = unless_lost(owed.await)? {
+                warn!(%error, collection = collection.name(),
+                    "could not record an owed id-set comparison in the lease; the resume token waits until it is");
+                return Ok(false);
             }
+            self.unrecorded.remove(0);
         }
         Ok(true)
     }

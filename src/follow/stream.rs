@@ -190,9 +190,10 @@ pub(crate) async fn starting_point(
         .resume_token()
         .and_then(|token| token_document(&token))
         .ok_or_else(|| {
-            StreamError::Unsupported(NoChangeStreams::other(
-                "the server gives change streams no resume token",
-            ))
+            StreamError::Unsupported(NoChangeStreams {
+                refusal: Refusal::Other,
+                answer: "the server gives change streams no resume token".into(),
+            })
         })
 }
 
@@ -501,14 +502,6 @@ impl NoChangeStreams {
             Refusal::Other
         };
         NoChangeStreams { refusal, answer }
-    }
-
-    /// A refusal told by something other than an error code.
-    pub(crate) fn other(answer: impl Into<String>) -> Self {
-        NoChangeStreams {
-            refusal: Refusal::Other,
-            answer: answer.into(),
-        }
     }
 }
 
