@@ -629,10 +629,11 @@ impl Follower<'_> {
             self.settle_ended().await?;
         }
         let drained = self.pending.batch.drain();
+        let changes: Vec<_> = drained.changes.into_values().collect();
         let drained_at = Instant::now();
-        let docs = drained.changes.len();
-        let expiries = expiry::expiries(&drained.changes);
-        let mut prepared = apply::prepare(&self.target, drained.changes).await?;
+        let docs = changes.len();
+        let expiries = expiry::expiries(&changes);
+        let mut prepared = apply::prepare(&self.target, changes).await?;
         let now = prepared.now;
         self.status().server_time(now);
         self.pending.expiry.consider(expiries, now);
