@@ -422,6 +422,7 @@ impl Follower<'_> {
         self.owner.status()
     }
 
+    /// Back to following: the state `/status` shows, the run's phase.
     fn following(&self) {
         self.status().set_state(FollowState::Following);
         self.target.progress.phase("follow", 0);
