@@ -88,6 +88,7 @@ pub(crate) fn decide(rules: &Rules, change: &Change, now: DateTime) -> Action {
 }
 
 /// The servers and options a micro-batch is applied with.
+#[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
     pub(crate) db: &'a Database,
     pub(crate) meili: &'a Meili,
@@ -112,8 +113,8 @@ impl<'a> Target<'a> {
 }
 
 /// What a micro-batch asks of one collection's index.
+#[derive(Default)]
 struct Work {
-    collection: Collection,
     /// Documents to send (searchable at the micro-batch's clock).
     send: Vec<Document>,
     /// Meilisearch ids to delete.
@@ -134,7 +135,7 @@ pub(crate) struct Prepared {
     pub(crate) unresolved: Vec<Collection>,
     /// The times of the documents it writes to Meilisearch.
     pub(crate) written: Vec<DocTimes>,
-    work: Vec<Work>,
+    work: Vec<(Collection, Work)>,
 }
 
 /// Decides what `changes` (at most one per document) ask for, at MongoDB's
@@ -156,12 +157,7 @@ pub(crate) async fn prepare(
     let rules = &target.sync.rules;
     for collection in Collection::ALL {
         let mut send: Vec<ToSend> = Vec::new();
-        let mut work = Work {
-            collection,
-            send: Vec::new(),
-            remove: Vec::new(),
-            mark: Vec::new(),
-        };
+        let mut work = Work::default();
         let mut unresolved = false;
         for change in changes.iter().filter(|c| c.collection == collection) {
             let times = DocTimes {
@@ -208,7 +204,7 @@ pub(crate) async fn prepare(
         }
         work.send = leave_out_flagged(target.db, rules, collection, send, &mut prepared).await?;
         if !(work.send.is_empty() && work.remove.is_empty() && work.mark.is_empty()) {
-            prepared.work.push(work);
+            prepared.work.push((collection, work));
         }
     }
     Ok(prepared)
@@ -228,12 +224,12 @@ impl Prepared {
         target: &Target<'_>,
     ) -> Result<Enqueued, ReconcileError> {
         let mut parts = Vec::with_capacity(self.work.len());
-        for work in std::mem::take(&mut self.work) {
-            let ctx = target.ctx(work.collection).with_scattered_ids();
+        for (collection, work) in std::mem::take(&mut self.work) {
+            let ctx = target.ctx(collection).with_scattered_ids();
             let enqueued =
                 reconcile::apply::enqueue_documents(&ctx, work.send, self.now, &work.remove)
                     .await?;
-            parts.push((work.collection, enqueued, work.mark));
+            parts.push((collection, enqueued, work.mark));
         }
         Ok(Enqueued { parts })
     }
@@ -296,13 +292,11 @@ struct GroupPart {
 
 impl Group {
     fn part(&mut self, collection: Collection) -> &mut GroupPart {
-        let at = match self.parts.iter().position(|(c, _)| *c == collection) {
-            Some(at) => at,
-            None => {
-                self.parts.push((collection, GroupPart::default()));
-                self.parts.len() - 1
-            }
-        };
+        let at = self.parts.iter().position(|(c, _)| *c == collection);
+        let at = at.unwrap_or_else(|| {
+            self.parts.push((collection, GroupPart::default()));
+            self.parts.len() - 1
+        });
         &mut self.parts[at].1
     }
 

@@ -25,30 +25,19 @@ use crate::mongo;
 /// Changes waiting to be applied.
 #[derive(Debug, Default)]
 pub(crate) struct MicroBatch {
-    changes: HashMap<(&'static str, String), Change>,
+    /// The last change of each document (by collection and `_id`).
+    pub(crate) changes: HashMap<(&'static str, String), Change>,
     /// Where to resume once this batch is applied: the last change's token.
-    token: Option<Document>,
+    pub(crate) token: Option<Document>,
     /// When the first change to apply arrived.
     opened: Option<Instant>,
     /// The newest change's time (MongoDB's).
-    newest: Option<DateTime>,
+    pub(crate) newest: Option<DateTime>,
     /// When it was first due while the pipeline had no room for it (it
     /// gathered on meanwhile): the start of its wait for room.
-    held: Option<Instant>,
+    pub(crate) held: Option<Instant>,
     /// The stream had nothing more after its last change (`token` is the
     /// post-batch token of that `getMore`).
-    caught_up: bool,
-}
-
-/// A batch taken for applying.
-#[derive(Debug)]
-pub(crate) struct Drained {
-    pub(crate) changes: Vec<Change>,
-    pub(crate) token: Option<Document>,
-    pub(crate) newest: Option<DateTime>,
-    /// See [`MicroBatch::hold`].
-    pub(crate) held: Option<Instant>,
-    /// See [`MicroBatch::caught_up`].
     pub(crate) caught_up: bool,
 }
 
@@ -104,10 +93,7 @@ impl MicroBatch {
     /// `max_wait` after its first change, or since it was held.
     pub(crate) fn due(&self, max_wait: Duration) -> Option<Instant> {
         let waited = self.opened.map(|opened| opened + max_wait);
-        match (self.held, waited) {
-            (Some(held), Some(waited)) => Some(held.min(waited)),
-            (held, waited) => held.or(waited),
-        }
+        [self.held, waited].into_iter().flatten().min()
     }
 
     /// It is due, but the pipeline has no room for it: it goes on gathering
@@ -119,15 +105,8 @@ impl MicroBatch {
     }
 
     /// Takes everything, leaving an empty batch.
-    pub(crate) fn drain(&mut self) -> Drained {
-        let taken = std::mem::take(self);
-        Drained {
-            changes: taken.changes.into_values().collect(),
-            token: taken.token,
-            newest: taken.newest,
-            held: taken.held,
-            caught_up: taken.caught_up,
-        }
+    pub(crate) fn drain(&mut self) -> MicroBatch {
+        std::mem::take(self)
     }
 }
 
@@ -178,7 +157,7 @@ mod tests {
         assert_eq!(drained.newest, Some(DateTime::from_millis(3)));
         let deleted = drained
             .changes
-            .iter()
+            .values()
             .find(|c| c.id == Bson::Int32(1))
             .unwrap();
         assert_eq!(deleted.op, Op::Delete);
@@ -219,7 +198,11 @@ mod tests {
         let drained = batch.drain();
         assert_eq!(drained.changes.len(), 1);
         assert_eq!(
-            drained.changes[0]
+            drained
+                .changes
+                .values()
+                .next()
+                .unwrap()
                 .full
                 .as_ref()
                 .unwrap()
@@ -228,7 +211,8 @@ mod tests {
             "the later read says the hook indexed it"
         );
         assert_eq!(
-            drained.changes[0].flag_only, None,
+            drained.changes.values().next().unwrap().flag_only,
+            None,
             "still the edit, not an acknowledgement"
         );
 
@@ -237,9 +221,15 @@ mod tests {
         cleared.flag_only = Some(false);
         batch.push(change(8, Op::Update, Some(doc! { "_id": 8 }), 4));
         batch.push(cleared.clone());
-        assert_eq!(batch.drain().changes[0].flag_only, None);
+        assert_eq!(
+            batch.drain().changes.values().next().unwrap().flag_only,
+            None
+        );
         batch.push(cleared);
-        assert_eq!(batch.drain().changes[0].flag_only, Some(false));
+        assert_eq!(
+            batch.drain().changes.values().next().unwrap().flag_only,
+            Some(false)
+        );
     }
 
     #[test]

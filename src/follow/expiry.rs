@@ -24,7 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-use mongodb::bson::{DateTime, Document};
+use mongodb::bson::DateTime;
 
 use super::apply::Target;
 use super::stream::Change;
@@ -93,8 +93,8 @@ impl ExpiryClock {
     /// expire at `expiries`: when the soonest still ahead is before the
     /// next expiry known, the wake-up moves earlier. (One already passed
     /// went with the micro-batch itself: it was not searchable at `now`.)
-    pub(crate) fn consider(&mut self, expiries: Expiries, now: DateTime) {
-        if let Some(at) = expiries.soonest_after(now) {
+    pub(crate) fn consider(&mut self, expiries: Vec<DateTime>, now: DateTime) {
+        if let Some(at) = expiries.into_iter().filter(|at| *at > now).min() {
             if self.at.is_none_or(|known| at < known) {
                 self.set(Some(at), now);
             }
@@ -102,31 +102,16 @@ impl ExpiryClock {
     }
 }
 
-/// The `expiredAt` dates of the documents read with a micro-batch. Which
-/// is the soonest that matters depends on MongoDB's time when the batch is
-/// applied (a passed one is applied as a delete): [`ExpiryClock::consider`].
-#[derive(Debug, Default)]
-pub(crate) struct Expiries(Vec<DateTime>);
-
-impl Expiries {
-    fn soonest_after(&self, now: DateTime) -> Option<DateTime> {
-        self.0.iter().copied().filter(|at| *at > now).min()
-    }
-}
-
-/// The expiries of the documents read with `changes`, from which
-/// [`ExpiryClock::consider`] takes the soonest still ahead.
-pub(crate) fn soonest(changes: &[Change]) -> Expiries {
-    Expiries(
-        changes
-            .iter()
-            .filter_map(|c| expiry_of(c.full.as_ref()?))
-            .collect(),
-    )
-}
-
-fn expiry_of(doc: &Document) -> Option<DateTime> {
-    doc.get_datetime(searchable::EXPIRY).ok().copied()
+/// The `expiredAt` dates of the documents read with `changes`. Which is the
+/// soonest that matters depends on MongoDB's time when the batch is applied
+/// (a passed one is applied as a delete): [`ExpiryClock::consider`] takes
+/// the soonest still ahead.
+pub(crate) fn expiries(changes: &[Change]) -> Vec<DateTime> {
+    changes
+        .iter()
+        .flat_map(|c| &c.full)
+        .filter_map(|doc| doc.get_datetime(searchable::EXPIRY).ok().copied())
+        .collect()
 }
 
 /// Sweeps both collections' expired documents out of Meilisearch. Returns
@@ -173,18 +158,18 @@ mod tests {
         let at = |secs: i64| DateTime::from_millis(1_000_000 + secs * 1_000);
         let mut clock = ExpiryClock::default();
         assert_eq!(clock.due(), None);
-        assert_eq!(soonest(&[change(None)]).soonest_after(now), None);
-        clock.consider(soonest(&[change(None), change(Some(at(-5)))]), now);
+        assert!(expiries(&[change(None)]).is_empty());
+        clock.consider(expiries(&[change(None), change(Some(at(-5)))]), now);
         assert_eq!(clock.due(), None, "no expiry ahead, or one already passed");
-        clock.consider(soonest(&[change(Some(at(90))), change(Some(at(60)))]), now);
+        clock.consider(expiries(&[change(Some(at(90))), change(Some(at(60)))]), now);
         assert_eq!(clock.next(), Some(at(60)));
         let wake = clock.due().unwrap();
         assert!(wake > Instant::now() + Duration::from_secs(59));
-        clock.consider(soonest(&[change(Some(at(120)))]), now);
+        clock.consider(expiries(&[change(Some(at(120)))]), now);
         assert_eq!(clock.next(), Some(at(60)), "a later expiry changes nothing");
         // A passed expiry in the same micro-batch (that document goes with
         // it) hides none that is still ahead.
-        clock.consider(soonest(&[change(Some(at(-1))), change(Some(at(2)))]), now);
+        clock.consider(expiries(&[change(Some(at(-1))), change(Some(at(2)))]), now);
         assert_eq!(clock.next(), Some(at(2)));
         assert!(clock.due().unwrap() < Instant::now() + Duration::from_secs(3));
     }

@@ -41,11 +41,10 @@ use mongodb::bson::Document;
 use tracing::{debug, info, warn};
 
 use super::apply::{self, Target};
-use super::batch::MicroBatch;
-use super::expiry::{self, ExpiryClock};
+use super::expiry;
 use super::latency::BatchTimes;
 use super::mode::{ModeView, NoChangeStreams};
-use super::pending::{OrphanChecks, Pending, Tokens};
+use super::pending::{Pending, Tokens};
 use super::pipeline::{InFlight, Pipeline};
 use super::saved;
 use super::status::{FollowState, FollowStatus};
@@ -55,7 +54,6 @@ use crate::job::{self, Reconciler};
 use crate::lease::{
     clock, unless_lost, Guard, JobEnd, LeaseHandle, LeaseLost, LeaseWriteError, LeasedJob,
 };
-use crate::meili::Meili;
 use crate::mongo::Collection;
 use crate::progress::Progress;
 use crate::reconcile::{self, ReconcileError, RunSummary};
@@ -164,9 +162,17 @@ impl Owner {
                 "an owner's guard carries its lease".into(),
             ))
         })?;
+        let r = &self.reconciler;
+        let t = Target {
+            db: &r.db,
+            meili: &r.meili,
+            sync: &r.sync,
+            guard: &guard,
+            progress: &progress,
+        };
         let mut reconcile_first = false;
         loop {
-            let begun = self.begin(&guard, &progress, &lease, reconcile_first);
+            let begun = self.begin(&t, &lease, reconcile_first);
             let (reader, token, config) = match begun.await.map_err(failed)? {
                 Begun::Following(reader, token, config) => (reader, token, config),
                 Begun::Unsupported(Ok(summary)) => {
@@ -179,7 +185,7 @@ impl Owner {
                     })
                 }
             };
-            let ended = self.follow(&guard, &progress, &lease, (reader, config), token);
+            let ended = self.follow(&t, &lease, (reader, config), token);
             match ended.await.map_err(failed)? {
                 Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
                 Ended::Restart(reason) => {
@@ -191,71 +197,61 @@ impl Owner {
     }
 
     fn stream_config(&self, pre_images: bool) -> StreamConfig {
+        let opts = &self.options;
         StreamConfig {
             pre_images,
-            max_await: self
-                .options
+            max_await: opts
                 .max_wait
                 .clamp(Duration::from_millis(50), Duration::from_secs(1)),
-            capacity: self.options.max_docs.saturating_mul(2),
+            capacity: opts.max_docs.saturating_mul(2),
             rules: self.reconciler.sync.rules.clone(),
         }
     }
 
-    fn stream_error(&self, error: StreamError) -> ReconcileError {
-        match error {
-            StreamError::Mongo(e) => e.into(),
-            other => ReconcileError::Other(other.to_string()),
-        }
-    }
-
+    /// `t`: the engine's servers and options.
     async fn begin(
         &self,
-        guard: &Guard,
-        progress: &Progress,
+        t: &Target<'_>,
         lease: &LeaseHandle,
         reconcile_first: bool,
     ) -> Result<Begun, ReconcileError> {
         self.status().set_state(FollowState::Reconciling);
-        let db = &self.reconciler.db;
+        let (db, guard) = (t.db, t.guard);
         let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard).await?;
         self.status().deletes(&pre_images);
         let config = self.stream_config(!pre_images.is_empty());
-        if !reconcile_first {
-            if let Some(token) = self.resumable_token(lease).await? {
-                match stream::open(db, &token, &config).await {
-                    Ok(reader) => {
-                        lease
-                            .hold_after_completion(guard, None)
-                            .await
-                            .map_err(lease_write)?;
-                        info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
-                        return Ok(Begun::Following(reader, token, config));
-                    }
-                    Err(StreamError::ResumePointLost(why)) => warn!(%why,
-                        "the saved resume token can no longer be used (the oplog no longer holds it): reconciling fully before following"),
-                    Err(StreamError::Unsupported(why)) => {
-                        return self.unsupported(&why, guard, progress).await
-                    }
-                    Err(error) => return Err(self.stream_error(error)),
+        let saved = if reconcile_first {
+            None
+        } else {
+            self.resumable_token(lease).await?
+        };
+        if let Some(token) = saved {
+            match stream::open(db, &token, &config).await {
+                Ok(reader) => {
+                    lease
+                        .hold_after_completion(guard, None)
+                        .await
+                        .map_err(lease_write)?;
+                    info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
+                    return Ok(Begun::Following(reader, token, config));
                 }
+                Err(StreamError::ResumePointLost(why)) => warn!(%why,
+                    "the saved resume token can no longer be used (the oplog no longer holds it): reconciling fully before following"),
+                Err(StreamError::Unsupported(why)) => return self.unsupported(&why, t).await,
+                Err(error) => return Err(error.into()),
             }
         }
         let start = match stream::starting_point(db, &config).await {
-            Ok(start) => start,
-            Err(StreamError::Unsupported(why)) => {
-                return self.unsupported(&why, guard, progress).await
-            }
-            Err(error) => return Err(self.stream_error(error)),
+            Err(StreamError::Unsupported(why)) => return self.unsupported(&why, t).await,
+            start => start?,
         };
         let began = Instant::now();
-        let summary = self.reconcile(guard, progress).await?;
+        let summary = self.reconcile(t).await?;
         lease
             .hold_after_completion(guard, Some(&summary_json(&summary)))
             .await
             .map_err(lease_write)?;
-        let mut tokens = Tokens::new(None);
-        tokens.applied(start.clone());
+        let mut tokens = Tokens::new(Some(start.clone()), None);
         tokens.save(guard, lease).await?;
         match stream::open(db, &start, &config).await {
             Ok(reader) => {
@@ -267,7 +263,7 @@ impl Owner {
                  the oplog must hold more than a reconciliation's worth of writes",
                 began.elapsed().as_secs_f64()
             ))),
-            Err(error) => Err(self.stream_error(error)),
+            Err(error) => Err(error.into()),
         }
     }
 
@@ -281,16 +277,12 @@ impl Owner {
         let record = unless_lost(lease.read().await)?.map_err(ReconcileError::MongoUnreachable)?;
         let now =
             unless_lost(lease.server_now().await)?.map_err(ReconcileError::MongoUnreachable)?;
-        let Some(record) = record else {
+        let Some((Some(token), completed_at)) =
+            record.map(|r| (saved::token(&r.document), r.completed_at))
+        else {
             return Ok(None);
         };
-        let Some(token) = saved::token(&record.document) else {
-            return Ok(None);
-        };
-        let fresh = record
-            .completed_at
-            .is_some_and(|at| at > clock::earlier(now, self.options.interval));
-        if !fresh {
+        if completed_at.is_none_or(|at| at <= clock::earlier(now, self.options.interval)) {
             info!("a resume token is saved, but the last reconciliation is older than serve.interval: reconciling fully before following");
             return Ok(None);
         }
@@ -300,27 +292,21 @@ impl Owner {
     async fn unsupported(
         &self,
         why: &NoChangeStreams,
-        guard: &Guard,
-        progress: &Progress,
+        t: &Target<'_>,
     ) -> Result<Begun, ReconcileError> {
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
-        Ok(Begun::Unsupported(self.reconcile(guard, progress).await))
+        Ok(Begun::Unsupported(self.reconcile(t).await))
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.
-    async fn reconcile(
-        &self,
-        guard: &Guard,
-        progress: &Progress,
-    ) -> Result<RunSummary, ReconcileError> {
-        let r = &self.reconciler;
+    async fn reconcile(&self, t: &Target<'_>) -> Result<RunSummary, ReconcileError> {
         self.replica.reconciling(true);
-        let result = reconcile::reconcile(&r.db, &r.meili, &r.sync, guard, progress).await;
+        let result = reconcile::reconcile(t.db, t.meili, t.sync, t.guard, t.progress).await;
         self.replica.reconciling(false);
         let summary = result?;
         let outcome = job::record_completed(&summary);
-        crate::between_runs::update_backlog(r).await;
+        crate::between_runs::update_backlog(&self.reconciler).await;
         self.replica
             .finished(outcome, self.options.interval.as_secs());
         Ok(summary)
@@ -328,28 +314,45 @@ impl Owner {
 
     async fn follow(
         &self,
-        guard: &Guard,
-        progress: &Progress,
+        t: &Target<'_>,
         lease: &LeaseHandle,
-        (mut reader, config): (Reader, StreamConfig),
+        (reader, config): (Reader, StreamConfig),
         saved: Document,
     ) -> Result<Ended, ReconcileError> {
-        let opts = &self.options;
-        let meili = self
-            .reconciler
+        let (opts, guard) = (&self.options, t.guard);
+        let meili = t
             .meili
             .clone()
             .with_task_polling(TASK_POLL_MIN, TASK_POLL_MAX);
-        let mut pending = self
-            .start_following(guard, progress, lease, &meili, saved)
-            .await?;
-        let target = self.target(&meili, guard, progress);
+        let mut f = Follower {
+            owner: self,
+            engine: *t,
+            // The pipeline's client polls tasks as follow mode does.
+            target: Target {
+                meili: &meili,
+                ..*t
+            },
+            lease,
+            reader,
+            config,
+            pending: Pending::new(
+                Pipeline::new(meili.clone(), guard.clone()),
+                opts.orphan_check_every,
+                saved,
+            ),
+        };
+        // What following starts from (nothing gathered or in flight, the
+        // saved resume token): expired documents swept, and the
+        // comparisons a previous owner owed due at once.
+        f.sweep_expired().await?;
+        f.following();
+        f.owed_from_before().await?;
         let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
         let mut next_handover_check = Instant::now() + opts.poll_every;
         loop {
-            let wake = pending.wake(
+            let wake = f.pending.wake(
                 opts.max_wait,
-                reader.has_queued(),
+                f.reader.has_queued(),
                 next_handover_check.min(next_run),
             );
             tokio::select! {
@@ -360,96 +363,81 @@ impl Owner {
                 // is enqueued first, as if it had come due a moment
                 // earlier: Meilisearch indexes it while the settling's
                 // MongoDB writes run, instead of idling through them.
-                _ = pending.pipeline.head_ended() => {
-                    if !pending.batch.is_empty() && pending.pipeline.has_room() {
-                        self.flush(&target, guard, lease, &mut pending).await?;
+                _ = f.pending.pipeline.head_ended() => {
+                    if !f.pending.batch.is_empty() && f.pending.pipeline.has_room() {
+                        f.flush().await?;
                     }
-                    self.settle_ended(&target, guard, lease, &mut pending).await?;
+                    f.settle_ended().await?;
                 }
-                item = reader.recv() => {
-                    let ended = self.on_stream_item(item, &mut reader, &config, &target, guard, lease, &mut pending);
-                    if let Some(ended) = ended.await? {
+                item = f.reader.recv() => {
+                    if let Some(ended) = f.on_stream_item(item).await? {
                         return Ok(ended);
                     }
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
             let now = Instant::now();
-            if pending
-                .due(opts.max_wait, reader.has_queued())
+            if f.pending
+                .due(opts.max_wait, f.reader.has_queued())
                 .is_some_and(|due| now >= due)
             {
-                if pending.pipeline.has_room() {
-                    self.flush(&target, guard, lease, &mut pending).await?;
+                if f.pending.pipeline.has_room() {
+                    f.flush().await?;
                 } else {
-                    pending.batch.hold();
+                    f.pending.batch.hold();
                 }
             }
             if now >= next_handover_check {
                 next_handover_check = now + opts.poll_every;
-                if let Some(to) = self
-                    .handover_asked(&target, guard, lease, &mut pending)
-                    .await?
-                {
+                if let Some(to) = f.handover_asked().await? {
                     return Ok(Ended::HandOver(to));
                 }
             }
-            self.sweeps_due(now, &target, guard, progress, lease, &mut pending)
-                .await?;
+            f.sweeps_due(now).await?;
             if now >= next_run {
-                self.periodic_run(&target, guard, progress, lease, &mut pending)
-                    .await?;
+                f.periodic_run().await?;
                 next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
             }
         }
     }
+}
 
-    /// What following starts from: nothing gathered or in flight, `saved`
-    /// as the saved resume token, expired documents swept, and the
-    /// comparisons a previous owner owed due at once.
-    async fn start_following(
-        &self,
-        guard: &Guard,
-        progress: &Progress,
-        lease: &LeaseHandle,
-        meili: &Meili,
-        saved: Document,
-    ) -> Result<Pending, ReconcileError> {
-        let mut pending = Pending {
-            batch: MicroBatch::default(),
-            pipeline: Pipeline::new(meili.clone(), guard.clone()),
-            tokens: Tokens::new(Some(saved)),
-            orphans: OrphanChecks::new(self.options.orphan_check_every),
-            unrecorded: Vec::new(),
-            expiry: ExpiryClock::default(),
-        };
-        self.sweep_expired(guard, progress, &mut pending.expiry)
-            .await?;
+/// One stream followed: what its micro-batches are applied with, and what
+/// is read but not yet applied or saved.
+struct Follower<'a> {
+    owner: &'a Owner,
+    /// What a sweep, a comparison or a reconciliation is applied with: the
+    /// engine's servers, options and Meilisearch client.
+    engine: Target<'a>,
+    /// What micro-batches are applied with.
+    target: Target<'a>,
+    lease: &'a LeaseHandle,
+    reader: Reader,
+    config: StreamConfig,
+    pending: Pending,
+}
+
+impl Follower<'_> {
+    fn status(&self) -> &FollowStatus {
+        self.owner.status()
+    }
+
+    /// Back to following: the state `/status` shows, the run's phase.
+    fn following(&self) {
         self.status().set_state(FollowState::Following);
-        progress.phase("follow", 0);
-        self.owed_from_before(lease, &mut pending).await?;
-        Ok(pending)
+        self.target.progress.phase("follow", 0);
     }
 
     /// The id-set comparison and the expiry sweep, each when due (`now`),
     /// after the pipeline is drained.
-    async fn sweeps_due(
-        &self,
-        now: Instant,
-        target: &Target<'_>,
-        guard: &Guard,
-        progress: &Progress,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
-        if pending.orphans.due().is_some_and(|due| now >= due) {
-            self.drain(target, guard, lease, pending).await?;
-            self.repair_orphans(guard, progress, lease, pending).await?;
+    async fn sweeps_due(&mut self, now: Instant) -> Result<(), ReconcileError> {
+        if self.pending.orphans.due().is_some_and(|due| now >= due) {
+            self.drain().await?;
+            self.repair_orphans().await?;
         }
-        if pending.expiry.due().is_some_and(|due| now >= due) {
-            self.drain(target, guard, lease, pending).await?;
-            self.sweep_expired(guard, progress, &mut pending.expiry)
-                .await?;
+        if self.pending.expiry.due().is_some_and(|due| now >= due) {
+            self.drain().await?;
+            self.sweep_expired().await?;
         }
         Ok(())
     }
@@ -457,12 +445,8 @@ impl Owner {
     /// Comparisons a previous owner (or this one, before a restart) owed:
     /// its deletes are behind the token this stream resumed from, so they
     /// are due at once.
-    async fn owed_from_before(
-        &self,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
-        let owed = match unless_lost(saved::orphan_checks_owed(lease).await)? {
+    async fn owed_from_before(&mut self) -> Result<(), ReconcileError> {
+        let owed = match unless_lost(saved::orphan_checks_owed(self.lease).await)? {
             Ok(names) => Collection::ALL
                 .into_iter()
                 .filter(|c| names.iter().any(|n| n == c.name()))
@@ -475,31 +459,24 @@ impl Owner {
         if !owed.is_empty() {
             info!(collections = ?owed.iter().map(|c| c.name()).collect::<Vec<_>>(),
                 "an id-set comparison is owed for deletes without a pre-image applied before this stream's resume point: comparing at once");
-            pending.orphans.owed(&owed);
+            self.pending.orphans.owed(&owed);
         }
         Ok(())
     }
 
     /// What the stream's reader gave (`None`: it stopped): gathered,
     /// flushed, or the stream reopened; `Some` when following must end.
-    #[allow(clippy::too_many_arguments)]
     async fn on_stream_item(
-        &self,
+        &mut self,
         item: Option<StreamItem>,
-        reader: &mut Reader,
-        config: &StreamConfig,
-        target: &Target<'_>,
-        guard: &Guard,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
     ) -> Result<Option<Ended>, ReconcileError> {
         match item {
             Some(StreamItem::Change(change)) => {
                 self.status().behind();
-                pending.pipeline.behind();
-                pending.batch.push(*change);
-                if pending.batch.len() >= self.options.max_docs {
-                    self.flush(target, guard, lease, pending).await?;
+                self.pending.pipeline.behind();
+                self.pending.batch.push(*change);
+                if self.pending.batch.len() >= self.owner.options.max_docs {
+                    self.flush().await?;
                 }
             }
             // The server had nothing more when the reader asked, but
@@ -508,44 +485,37 @@ impl Owner {
             // gathering, so that a backlog is applied in a few
             // large micro-batches rather than one per `getMore` (each
             // costs a fixed handful of round trips).
-            Some(StreamItem::CaughtUp(_)) if reader.has_queued() && !pending.batch.is_empty() => {}
+            Some(StreamItem::CaughtUp(_))
+                if self.reader.has_queued() && !self.pending.batch.is_empty() => {}
             Some(StreamItem::CaughtUp(token)) => {
                 // The token is safe once what is gathered and what
                 // is in flight are applied: it goes with the
                 // gathered changes (due now: `Pending::due`), or,
                 // with nothing gathered, behind what is in flight.
                 if let Some(token) = token {
-                    pending.batch.caught_up(token);
+                    self.pending.batch.caught_up(token);
                 }
-                if pending.batch.is_empty() {
-                    self.flush(target, guard, lease, pending).await?;
+                if self.pending.batch.is_empty() {
+                    self.flush().await?;
                 }
-                if pending.pipeline.is_empty() && pending.batch.is_empty() {
+                if self.pending.pipeline.is_empty() && self.pending.batch.is_empty() {
                     self.status().caught_up();
-                    if pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
-                        self.save_token(guard, lease, pending).await?;
+                    if self.pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
+                        self.save_token().await?;
                     }
                 }
             }
-            Some(StreamItem::Restart(reason)) => return Ok(Some(Ended::Restart(reason))),
-            Some(StreamItem::Failed(StreamError::ResumePointLost(why))) => {
-                return Ok(Some(Ended::Restart(why)))
-            }
+            Some(
+                StreamItem::Restart(why) | StreamItem::Failed(StreamError::ResumePointLost(why)),
+            ) => return Ok(Some(Ended::Restart(why))),
             Some(StreamItem::Failed(StreamError::Mongo(error))) => {
                 // Everything read before the failure is complete: apply it,
                 // then reopen from there.
                 warn!(%error, "the change stream failed; reopening it after the last applied change");
-                self.drain(target, guard, lease, pending).await?;
-                match self.reopen(guard, &pending.tokens, config).await? {
-                    Some(reopened) => *reader = reopened,
-                    None => {
-                        return Ok(Some(Ended::Restart(
-                            "the change stream cannot resume where it failed".into(),
-                        )))
-                    }
-                }
+                self.drain().await?;
+                return self.reopen().await;
             }
-            Some(StreamItem::Failed(error)) => return Err(self.stream_error(error)),
+            Some(StreamItem::Failed(error)) => return Err(error.into()),
             None => {
                 return Err(ReconcileError::Other(
                     "the change stream's reader stopped".into(),
@@ -557,75 +527,58 @@ impl Owner {
 
     /// Whether another replica asked for the lease (`Some`: who); if one
     /// did, the pipeline is drained first, so the handover is at a safe point.
-    async fn handover_asked(
-        &self,
-        target: &Target<'_>,
-        guard: &Guard,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<Option<String>, ReconcileError> {
-        match unless_lost(lease.handover_requested_by().await)? {
-            Ok(Some(to)) => {
-                self.status().set_state(FollowState::HandingOver);
-                info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
-                self.drain(target, guard, lease, pending).await?;
-                Ok(Some(to))
-            }
-            Ok(None) => Ok(None),
-            Err(error) => {
-                warn!(%error, "could not look for a handover request");
-                Ok(None)
-            }
+    async fn handover_asked(&mut self) -> Result<Option<String>, ReconcileError> {
+        let to = unless_lost(self.lease.handover_requested_by().await)?.unwrap_or_else(|error| {
+            warn!(%error, "could not look for a handover request");
+            None
+        });
+        if let Some(to) = &to {
+            self.status().set_state(FollowState::HandingOver);
+            info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
+            self.drain().await?;
         }
+        Ok(to)
     }
 
     /// The periodic reconciliation: the pipeline drained, changes wait on
     /// the server meanwhile; recorded in the lease as a completion.
-    async fn periodic_run(
-        &self,
-        target: &Target<'_>,
-        guard: &Guard,
-        progress: &Progress,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
-        self.drain(target, guard, lease, pending).await?;
+    async fn periodic_run(&mut self) -> Result<(), ReconcileError> {
+        self.drain().await?;
         self.status().set_state(FollowState::Reconciling);
         info!("periodic reconciliation: changes wait on the server meanwhile");
-        let summary = summary_json(&self.reconcile(guard, progress).await?);
-        if let Err(error) = unless_lost(lease.record_completion(guard, &summary).await)? {
+        let summary = summary_json(&self.owner.reconcile(&self.engine).await?);
+        let recorded = self.lease.record_completion(self.engine.guard, &summary);
+        if let Err(error) = unless_lost(recorded.await)? {
             warn!(%error, "could not record the periodic reconciliation in the lease")
         }
-        pending.expiry.plan(&self.reconciler.db).await?;
-        self.status().next_expiry(pending.expiry.next());
-        self.status().set_state(FollowState::Following);
-        progress.phase("follow", 0);
+        self.plan_expiry().await?;
+        self.following();
         Ok(())
     }
 
     /// Reopens the stream after the last applied change, retrying a
-    /// transient failure a few times ([`crate::retry::stream_reopen`]); `None` when that
-    /// point is no longer in the oplog.
-    async fn reopen(
-        &self,
-        guard: &Guard,
-        tokens: &Tokens,
-        config: &StreamConfig,
-    ) -> Result<Option<Reader>, ReconcileError> {
-        let token = tokens.safe.clone().ok_or_else(|| {
+    /// transient failure a few times ([`crate::retry::stream_reopen`]);
+    /// following starts over when that point is no longer in the oplog.
+    async fn reopen(&mut self) -> Result<Option<Ended>, ReconcileError> {
+        let token = self.pending.tokens.safe.clone().ok_or_else(|| {
             ReconcileError::Other("following always has a point to resume from".into())
         })?;
+        let guard = self.target.guard;
         let mut delays = crate::retry::stream_reopen().build();
         loop {
-            match stream::open(&self.reconciler.db, &token, config).await {
-                Ok(reader) => return Ok(Some(reader)),
-                Err(StreamError::ResumePointLost(why)) => {
-                    warn!(%why, "the change stream cannot resume where it failed");
+            match stream::open(self.target.db, &token, &self.config).await {
+                Ok(reader) => {
+                    self.reader = reader;
                     return Ok(None);
+                }
+                Err(StreamError::ResumePointLost(why)) => {
+                    let lost = "the change stream cannot resume where it failed";
+                    warn!(%why, "{lost}");
+                    return Ok(Some(Ended::Restart(lost.into())));
                 }
                 Err(error) => {
                     let Some(delay) = delays.next() else {
-                        return Err(self.stream_error(error));
+                        return Err(error.into());
                     };
                     warn!(%error, retry_in = ?delay, "could not reopen the change stream");
                     tokio::select! {
@@ -639,40 +592,20 @@ impl Owner {
 
     /// Sweeps what has expired out of Meilisearch, then asks when the next
     /// document expires.
-    async fn sweep_expired(
-        &self,
-        guard: &Guard,
-        progress: &Progress,
-        clock: &mut ExpiryClock,
-    ) -> Result<(), ReconcileError> {
-        let removed = expiry::sweep(&self.target(&self.reconciler.meili, guard, progress)).await?;
+    async fn sweep_expired(&mut self) -> Result<(), ReconcileError> {
+        let removed = expiry::sweep(&self.engine).await?;
         if removed > 0 {
-            let mut by_op = std::collections::BTreeMap::new();
-            by_op.insert("expired", removed);
+            let by_op = std::collections::BTreeMap::from([("expired", removed)]);
             self.status().applied(&by_op, None);
         }
-        clock.plan(&self.reconciler.db).await?;
-        self.status().next_expiry(clock.next());
-        Ok(())
+        self.plan_expiry().await
     }
 
-    /// What a micro-batch, a sweep or a comparison is applied with: the
-    /// engine's servers and options, with `meili` (the pipeline's polls
-    /// tasks as follow mode does).
-    fn target<'a>(
-        &'a self,
-        meili: &'a Meili,
-        guard: &'a Guard,
-        progress: &'a Progress,
-    ) -> Target<'a> {
-        let r = &self.reconciler;
-        Target {
-            db: &r.db,
-            meili,
-            sync: &r.sync,
-            guard,
-            progress,
-        }
+    /// Asks when the next document expires.
+    async fn plan_expiry(&mut self) -> Result<(), ReconcileError> {
+        self.pending.expiry.plan(self.target.db).await?;
+        self.status().next_expiry(self.pending.expiry.next());
+        Ok(())
     }
 
     /// Takes the gathered micro-batch and enqueues its Meilisearch writes
@@ -680,42 +613,39 @@ impl Owner {
     /// in flight while the pipeline is full. A batch that holds only a
     /// resume token (acknowledgement events, a caught-up stream) hands it
     /// to the pipeline, behind whatever is in flight.
-    async fn flush(
-        &self,
-        target: &Target<'_>,
-        guard: &Guard,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
-        if pending.batch.is_empty() {
+    async fn flush(&mut self) -> Result<(), ReconcileError> {
+        if self.pending.batch.is_empty() {
+            let pending = &mut self.pending;
             let drained = pending.batch.drain();
-            if let Some(token) = drained.token {
-                if let Some(safe) = pending.pipeline.token_after(token, drained.caught_up) {
-                    pending.tokens.applied(safe);
-                }
+            if let Some(safe) = drained
+                .token
+                .and_then(|token| pending.pipeline.token_after(token, drained.caught_up))
+            {
+                pending.tokens.safe = Some(safe);
             }
             return Ok(());
         }
-        while !pending.pipeline.has_room() {
-            pending.batch.hold();
-            self.settle_ended(target, guard, lease, pending).await?;
+        while !self.pending.pipeline.has_room() {
+            self.pending.batch.hold();
+            self.settle_ended().await?;
         }
-        let drained = pending.batch.drain();
+        let drained = self.pending.batch.drain();
+        let changes: Vec<_> = drained.changes.into_values().collect();
         let drained_at = Instant::now();
-        let docs = drained.changes.len();
-        let soonest_expiry = expiry::soonest(&drained.changes);
-        let mut prepared = apply::prepare(target, drained.changes).await?;
+        let docs = changes.len();
+        let expiries = expiry::expiries(&changes);
+        let mut prepared = apply::prepare(&self.target, changes).await?;
         let now = prepared.now;
         self.status().server_time(now);
-        pending.expiry.consider(soonest_expiry, now);
-        self.status().next_expiry(pending.expiry.next());
-        pending.orphans.note(&prepared.unresolved);
-        pending
+        self.pending.expiry.consider(expiries, now);
+        self.status().next_expiry(self.pending.expiry.next());
+        self.pending.orphans.note(&prepared.unresolved);
+        self.pending
             .unrecorded
             .extend(prepared.unresolved.iter().map(|c| (*c, now)));
         let writing = Instant::now();
-        let enqueued = prepared.enqueue(target).await?;
-        let depth = pending.pipeline.len() + 1;
+        let enqueued = prepared.enqueue(&self.target).await?;
+        let depth = self.pending.pipeline.len() + 1;
         debug!(
             docs,
             depth,
@@ -723,7 +653,7 @@ impl Owner {
             enqueue_ms = writing.elapsed().as_millis() as u64,
             "micro-batch enqueued"
         );
-        pending.pipeline.push(InFlight {
+        self.pending.pipeline.push(InFlight {
             enqueued,
             token: drained.token,
             by_op: prepared.by_op,
@@ -745,46 +675,39 @@ impl Owner {
     /// Settles the oldest micro-batch in flight (waiting for its tasks if
     /// they have not ended) and those whose tasks ended with it, then makes
     /// the newest one's token the safe point and saves it.
-    async fn settle_ended(
-        &self,
-        target: &Target<'_>,
-        guard: &Guard,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
+    async fn settle_ended(&mut self) -> Result<(), ReconcileError> {
+        let status = self.owner.status();
+        let pending = &mut self.pending;
         let Some(settled) = pending
             .pipeline
-            .settle_ended(target, self.options.max_docs)
+            .settle_ended(&self.target, self.owner.options.max_docs)
             .await?
         else {
             return Ok(());
         };
-        self.status().applied(&settled.by_op, settled.newest);
+        status.applied(&settled.by_op, settled.newest);
         if let Some(token) = settled.token {
-            pending.tokens.applied(token);
+            pending.tokens.safe = Some(token);
         }
         if settled.caught_up && pending.batch.is_empty() {
-            self.status().caught_up();
+            status.caught_up();
         }
         // While micro-batches follow in flight, the token is saved at most
         // every `BUSY_TOKEN_SAVE_EVERY` (a later save covers this one); a
         // token saved late costs replays, never losses.
         if pending.pipeline.is_empty() || pending.tokens.saved_at.elapsed() >= BUSY_TOKEN_SAVE_EVERY
         {
-            self.save_token(guard, lease, pending).await?;
+            self.save_token().await?;
         }
         Ok(())
     }
 
     /// Saves the safe resume token (see [`Pending::save_token`]), timing it.
-    async fn save_token(
-        &self,
-        guard: &Guard,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
+    async fn save_token(&mut self) -> Result<(), ReconcileError> {
         let started = Instant::now();
-        pending.save_token(guard, lease).await?;
+        self.pending
+            .save_token(self.target.guard, self.lease)
+            .await?;
         crate::metrics::follow_batch_stage("token_save", started.elapsed());
         Ok(())
     }
@@ -793,33 +716,21 @@ impl Owner {
     /// in flight, and saves the token — before anything else writes
     /// (a handover, a reconciliation, a comparison, a sweep, a reopened
     /// stream).
-    async fn drain(
-        &self,
-        target: &Target<'_>,
-        guard: &Guard,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
-        self.flush(target, guard, lease, pending).await?;
-        while !pending.pipeline.is_empty() {
-            self.settle_ended(target, guard, lease, pending).await?;
+    async fn drain(&mut self) -> Result<(), ReconcileError> {
+        self.flush().await?;
+        while !self.pending.pipeline.is_empty() {
+            self.settle_ended().await?;
         }
-        self.save_token(guard, lease, pending).await
+        self.save_token().await
     }
 
     /// The id-set comparison of each collection that had deletes without a
     /// Meilisearch id; each comparison that completes clears, in the lease,
     /// what was owed up to when it started.
-    async fn repair_orphans(
-        &self,
-        guard: &Guard,
-        progress: &Progress,
-        lease: &LeaseHandle,
-        pending: &mut Pending,
-    ) -> Result<(), ReconcileError> {
-        let target = self.target(&self.reconciler.meili, guard, progress);
-        for collection in pending.orphans.take() {
-            let ctx = target.ctx(collection);
+    async fn repair_orphans(&mut self) -> Result<(), ReconcileError> {
+        let (guard, lease) = (self.target.guard, self.lease);
+        for collection in self.pending.orphans.take() {
+            let ctx = self.engine.ctx(collection);
             let started =
                 unless_lost(lease.server_now().await)?.map_err(ReconcileError::MongoUnreachable)?;
             let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx).await?;
@@ -828,14 +739,14 @@ impl Owner {
             crate::metrics::documents(&ctx.uid, 0, deleted, 0);
             // Recorded debts first: a clear must not overtake the record of
             // a delete applied after this comparison began.
-            pending.record_owed(guard, lease).await?;
+            self.pending.record_owed(guard, lease).await?;
             let cleared = saved::orphan_check_done(lease, guard, collection.name(), started);
             if let Err(error) = unless_lost(cleared.await)? {
                 warn!(%error, collection = collection.name(),
                     "could not clear the owed id-set comparison in the lease (the next owner compares once more)")
             }
         }
-        progress.phase("follow", 0);
+        self.target.progress.phase("follow", 0);
         Ok(())
     }
 }

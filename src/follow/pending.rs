@@ -38,6 +38,21 @@ pub(super) struct Pending {
 const ENQUEUE_SPACING: Duration = Duration::from_millis(50);
 
 impl Pending {
+    /// Nothing gathered or in flight; `saved`: the resume token saved.
+    pub(super) fn new(pipeline: Pipeline, orphan_check_every: Duration, saved: Document) -> Self {
+        Pending {
+            batch: MicroBatch::default(),
+            pipeline,
+            tokens: Tokens::new(Some(saved.clone()), Some(saved)),
+            orphans: OrphanChecks {
+                every: orphan_check_every,
+                ..OrphanChecks::default()
+            },
+            unrecorded: Vec::new(),
+            expiry: ExpiryClock::default(),
+        }
+    }
+
     /// When the follow loop must look again, at `then` at the latest: a
     /// micro-batch, a comparison or a sweep due. A due micro-batch waits
     /// while the pipeline is full: settling the oldest one makes room.
@@ -90,18 +105,13 @@ impl Pending {
         lease: &LeaseHandle,
     ) -> Result<bool, LeaseLost> {
         while let Some(&(collection, since)) = self.unrecorded.first() {
-            match unless_lost(
-                saved::owe_orphan_check(lease, guard, collection.name(), since).await,
-            )? {
-                Ok(()) => {
-                    self.unrecorded.remove(0);
-                }
-                Err(error) => {
-                    warn!(%error, collection = collection.name(),
-                        "could not record an owed id-set comparison in the lease; the resume token waits until it is");
-                    return Ok(false);
-                }
+            let owed = saved::owe_orphan_check(lease, guard, collection.name(), since);
+            if let Err(error) = unless_lost(owed.await)? {
+                warn!(%error, collection = collection.name(),
+                    "could not record an owed id-set comparison in the lease; the resume token waits until it is");
+                return Ok(false);
             }
+            self.unrecorded.remove(0);
         }
         Ok(true)
     }
@@ -121,8 +131,8 @@ impl Pending {
     }
 }
 
-/// The resume tokens: the furthest one up to which everything is applied,
-/// and the one saved in the lease.
+/// The resume tokens: the furthest one up to which everything is applied
+/// (`safe`), and the one saved in the lease.
 pub(super) struct Tokens {
     pub(super) safe: Option<Document>,
     pub(super) saved: Option<Document>,
@@ -130,17 +140,13 @@ pub(super) struct Tokens {
 }
 
 impl Tokens {
-    pub(super) fn new(saved: Option<Document>) -> Self {
+    /// Everything up to `safe` is applied; `saved` is in the lease.
+    pub(super) fn new(safe: Option<Document>, saved: Option<Document>) -> Self {
         Tokens {
-            safe: saved.clone(),
+            safe,
             saved,
             saved_at: Instant::now(),
         }
-    }
-
-    /// Everything up to `token` is applied.
-    pub(super) fn applied(&mut self, token: Document) {
-        self.safe = Some(token);
     }
 
     /// Saves the safe token if it moved. A save that is not confirmed is
@@ -170,6 +176,7 @@ impl Tokens {
 
 /// Deletes without a known Meilisearch id wait for the id-set comparison,
 /// which runs at most once per `follow.orphan_check_every`.
+#[derive(Default)]
 pub(super) struct OrphanChecks {
     every: Duration,
     pending: Vec<Collection>,
@@ -178,15 +185,6 @@ pub(super) struct OrphanChecks {
 }
 
 impl OrphanChecks {
-    pub(super) fn new(every: Duration) -> Self {
-        OrphanChecks {
-            every,
-            pending: Vec::new(),
-            last: None,
-            due: None,
-        }
-    }
-
     pub(super) fn note(&mut self, collections: &[Collection]) {
         for collection in collections {
             if !self.pending.contains(collection) {
@@ -232,7 +230,10 @@ mod tests {
 
     #[test]
     fn orphan_checks_run_at_once_then_at_most_once_per_period() {
-        let mut checks = OrphanChecks::new(Duration::from_secs(60));
+        let mut checks = OrphanChecks {
+            every: Duration::from_secs(60),
+            ..OrphanChecks::default()
+        };
         assert!(checks.due().is_none());
         checks.note(&[Collection::Messages]);
         checks.note(&[Collection::Messages]);

@@ -109,32 +109,24 @@ pub fn describe(document: Option<&Document>) -> JobFields {
             _ => None,
         })
         .map(rfc3339);
-    let owed: Vec<(String, String)> = document
-        .map(owed)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(collection, since)| (collection, rfc3339(since)))
-        .collect();
     let mut fields = JobFields::default();
     fields
         .json
         .insert("followTokenSavedAt".into(), json!(saved_at));
-    fields.json.insert(
-        "orphanChecksOwed".into(),
-        Value::Array(
-            owed.iter()
-                .map(|(collection, since)| json!({ "collection": collection, "since": since }))
-                .collect(),
-        ),
-    );
-    if let Some(at) = &saved_at {
-        fields.lines.push(format!("resume token saved: {at}"));
-    }
-    for (collection, since) in &owed {
+    fields
+        .lines
+        .extend(saved_at.map(|at| format!("resume token saved: {at}")));
+    let mut owed_json = Vec::new();
+    for (collection, since) in document.map(owed).unwrap_or_default() {
+        let since = rfc3339(since);
         fields.lines.push(format!(
             "id-set comparison owed: {collection} (deletes without a pre-image since {since})"
         ));
+        owed_json.push(json!({ "collection": collection, "since": since }));
     }
+    fields
+        .json
+        .insert("orphanChecksOwed".into(), Value::Array(owed_json));
     fields
 }
 

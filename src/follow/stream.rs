@@ -28,6 +28,7 @@ use crate::config::PreImages;
 use crate::lease::Guard;
 use crate::librechat::{markers, Rules};
 use crate::mongo::{self, Collection, MongoError};
+use crate::reconcile::ReconcileError;
 
 /// What a stream error means for following.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -44,6 +45,15 @@ pub(crate) enum StreamError {
     /// Anything else (network, failover, ...): the run fails and is retried.
     #[error(transparent)]
     Mongo(#[from] MongoError),
+}
+
+impl From<StreamError> for ReconcileError {
+    fn from(error: StreamError) -> Self {
+        match error {
+            StreamError::Mongo(e) => e.into(),
+            other => ReconcileError::Other(other.to_string()),
+        }
+    }
 }
 
 /// Server error codes that say a resume point is gone: ChangeStreamHistoryLost,
@@ -180,9 +190,10 @@ pub(crate) async fn starting_point(
         .resume_token()
         .and_then(|token| token_document(&token))
         .ok_or_else(|| {
-            StreamError::Unsupported(NoChangeStreams::other(
-                "the server gives change streams no resume token",
-            ))
+            StreamError::Unsupported(NoChangeStreams {
+                refusal: Refusal::Other,
+                answer: "the server gives change streams no resume token".into(),
+            })
         })
 }
 
@@ -203,10 +214,7 @@ pub(crate) async fn open(
 
 /// The resume token as stored in the lease document.
 pub(crate) fn token_document(token: &ResumeToken) -> Option<Document> {
-    match mongodb::bson::to_bson(token).ok()? {
-        Bson::Document(doc) => Some(doc),
-        _ => None,
-    }
+    mongodb::bson::to_document(token).ok()
 }
 
 fn resume_token(doc: &Document) -> Result<ResumeToken, String> {
@@ -350,34 +358,24 @@ async fn read(
     loop {
         let item = match stream.next_if_any().await {
             Ok(Some(event)) => match convert(event, &rules) {
-                Converted::Change(change) => StreamItem::Change(change),
-                Converted::Restart(reason) => {
-                    let _ = tx.send(StreamItem::Restart(reason)).await;
-                    return;
-                }
-                Converted::Ignored => continue,
+                Some(item) => item,
+                None => continue,
             },
             Ok(None) => {
                 StreamItem::CaughtUp(stream.resume_token().and_then(|t| token_document(&t)))
             }
-            Err(error) => {
-                let _ = tx.send(StreamItem::Failed(classify(&error, true))).await;
-                return;
-            }
+            Err(error) => StreamItem::Failed(classify(&error, true)),
         };
-        if tx.send(item).await.is_err() {
+        // A restart or a failure is the stream's last item.
+        let last = matches!(item, StreamItem::Restart(_) | StreamItem::Failed(_));
+        if tx.send(item).await.is_err() || last {
             return;
         }
     }
 }
 
-enum Converted {
-    Change(Box<Change>),
-    Restart(String),
-    Ignored,
-}
-
-fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
+/// The event as the owner gets it (`None`: not one to follow).
+fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Option<StreamItem> {
     let op = match &event.operation_type {
         OperationType::Insert => Op::Insert,
         OperationType::Update => Op::Update,
@@ -392,9 +390,12 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
                 .as_ref()
                 .map(|ns| format!("{}.{}", ns.db, ns.coll.as_deref().unwrap_or("*")))
                 .unwrap_or_default();
-            return Converted::Restart(format!("{:?} {ns}", event.operation_type));
+            return Some(StreamItem::Restart(format!(
+                "{:?} {ns}",
+                event.operation_type
+            )));
         }
-        _ => return Converted::Ignored,
+        _ => return None,
     };
     let collection = event
         .ns
@@ -409,31 +410,20 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
     let (Some(collection), Some(id), Some(token)) = (collection, id, token_document(&event.id))
     else {
         tracing::warn!(?event.ns, ?event.document_key, "a change without a collection, _id or token: ignored");
-        return Converted::Ignored;
+        return None;
     };
-    let meili_id = event
-        .full_document
-        .as_ref()
-        .and_then(|d| mongo::meili_id(collection, d))
-        .or_else(|| {
-            event
-                .full_document_before_change
-                .as_ref()
-                .and_then(|d| mongo::meili_id(collection, d))
+    let meili_id = [&event.full_document, &event.full_document_before_change]
+        .into_iter()
+        .flatten()
+        .find_map(|d| mongo::meili_id(collection, d));
+    let update = event.update_description.as_ref();
+    let flag_only = update
+        .filter(|change| change.truncated_arrays.as_ref().is_none_or(Vec::is_empty))
+        .and_then(|change| {
+            markers::marker_only_update(rules, &change.updated_fields, &change.removed_fields)
         });
-    let flag_only = event.update_description.as_ref().and_then(|change| {
-        let untruncated = change
-            .truncated_arrays
-            .as_ref()
-            .is_none_or(|arrays| arrays.is_empty());
-        untruncated
-            .then(|| {
-                markers::marker_only_update(rules, &change.updated_fields, &change.removed_fields)
-            })
-            .flatten()
-    });
     let around_hooks = op == Op::Update
-        && event.update_description.as_ref().is_some_and(|change| {
+        && update.is_some_and(|change| {
             edited_around_hooks(collection, &change.updated_fields, &change.removed_fields)
         });
     let at = event.wall_time.or_else(|| {
@@ -441,7 +431,7 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
             .cluster_time
             .map(|ts| DateTime::from_millis(i64::from(ts.time) * 1000))
     });
-    Converted::Change(Box::new(Change {
+    Some(StreamItem::Change(Box::new(Change {
         collection,
         op,
         id,
@@ -452,7 +442,7 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Converted {
         token,
         at,
         received: Instant::now(),
-    }))
+    })))
 }
 
 /// Whether an update (its `updatedFields` and `removedFields`) changed a
@@ -512,14 +502,6 @@ impl NoChangeStreams {
             Refusal::Other
         };
         NoChangeStreams { refusal, answer }
-    }
-
-    /// A refusal told by something other than an error code.
-    pub(crate) fn other(answer: impl Into<String>) -> Self {
-        NoChangeStreams {
-            refusal: Refusal::Other,
-            answer: answer.into(),
-        }
     }
 }
 
