@@ -93,11 +93,7 @@ impl Secret {
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            f.write_str("\"\"")
-        } else {
-            f.write_str("***")
-        }
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "***" })
     }
 }
 
@@ -116,12 +112,7 @@ pub enum LogFormat {
 
 impl<'de> Deserialize<'de> for LogFormat {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let choices = [
-            ("auto", LogFormat::Auto),
-            ("pretty", LogFormat::Pretty),
-            ("json", LogFormat::Json),
-        ];
-        setting::one_of(d, &choices, "auto, pretty or json")
+        setting::variant(d, "auto, pretty or json")
     }
 }
 
@@ -294,7 +285,7 @@ fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
 /// `follow.pre_images`: whether change events carry the document as it was
 /// before the change (`changeStreamPreAndPostImages`, MongoDB 6.0+), which
 /// is how a delete names the Meilisearch document it removes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PreImages {
     /// Use them on collections that have them enabled.
     Auto,
@@ -306,13 +297,8 @@ pub enum PreImages {
 
 impl<'de> Deserialize<'de> for PreImages {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let choices = [
-            ("auto", PreImages::Auto),
-            ("enable", PreImages::Enable),
-            ("off", PreImages::Off),
-        ];
         let allowed = "auto (use them where the collections have them), enable (turn them on with collMod) or off";
-        setting::one_of(d, &choices, allowed)
+        setting::variant(d, allowed)
     }
 }
 
@@ -390,13 +376,6 @@ pub struct LibreChatOverride {
     replaced_default: bool,
 }
 
-impl LibreChatOverride {
-    /// The setting's own variable, which wins over the LibreChat one.
-    fn own_var(&self) -> String {
-        env_var_of(self.key)
-    }
-}
-
 impl fmt::Display for LibreChatOverride {
     /// One line: the variable, its value, what it replaced, what to do.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -414,7 +393,7 @@ impl fmt::Display for LibreChatOverride {
             value = self.value,
             key = self.key,
             set_to = self.set_to,
-            own = self.own_var(),
+            own = env_var_of(self.key),
         )
     }
 }
@@ -516,6 +495,11 @@ pub(crate) fn built_in() -> Settings {
 }
 
 impl Settings {
+    /// Uid of the index `collection` feeds, with the configured prefix.
+    pub fn index_uid(&self, collection: librechat::Collection) -> String {
+        collection.index_uid(&self.meili.index_prefix)
+    }
+
     /// The rules that tie settings together, checked once each has been
     /// read, and the values taken from other settings.
     fn complete(mut self, raw: &Config) -> Result<Self, ConfigError> {
@@ -735,11 +719,4 @@ pub fn known_keys() -> Vec<String> {
         .collect();
     keys.sort();
     keys
-}
-
-impl Settings {
-    /// Uid of the index `collection` feeds, with the configured prefix.
-    pub fn index_uid(&self, collection: librechat::Collection) -> String {
-        collection.index_uid(&self.meili.index_prefix)
-    }
 }

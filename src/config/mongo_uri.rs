@@ -15,7 +15,7 @@ use crate::setting;
 
 /// A MongoDB connection string, validated by the driver's own parser, whose
 /// `Debug`/`Display` hide its credentials and secret-bearing options.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct MongoUri {
     uri: String,
     /// The database named in the path, percent-decoded, as the driver reads it.
@@ -60,10 +60,7 @@ impl<'de> Deserialize<'de> for MongoUri {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let uri = setting::text(d)?;
         if uri.is_empty() {
-            return Ok(MongoUri {
-                uri,
-                database: None,
-            });
+            return Ok(MongoUri::default());
         }
         parse_mongo_uri(&uri).map_err(D::Error::custom)
     }
