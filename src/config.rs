@@ -401,10 +401,8 @@ impl fmt::Display for LibreChatOverride {
 /// The environment variable of a `section.key` setting:
 /// `RECONCILER__SECTION__KEY`.
 pub fn env_var_of(key: &str) -> String {
-    format!(
-        "{ENV_PREFIX}__{}",
-        key.replace('.', "__").to_ascii_uppercase()
-    )
+    let key = key.replace('.', "__").to_ascii_uppercase();
+    format!("{ENV_PREFIX}__{key}")
 }
 
 /// Where settings come from besides the built-in defaults.
@@ -460,12 +458,8 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
     let files = builder.clone().build().map_err(file_error)?;
     let librechat = librechat_layer(&sources.env)?;
     builder = builder.add_source(librechat.clone());
-    let env_map: config::Map<String, String> = sources
-        .env
-        .iter()
-        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut env_map = sources.env.clone();
+    env_map.retain(|var, _| var.starts_with(&format!("{ENV_PREFIX}__")));
     let own_env = Environment::with_prefix(ENV_PREFIX)
         .prefix_separator("__")
         .separator("__")

@@ -280,16 +280,13 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         }
         Command::Verify {
             index: only,
-            repair: false,
-            json,
-            ..
-        } => verify(&reconciler, only, json).await,
-        Command::Verify {
-            index: only,
+            repair,
             json,
             wait_timeout,
-            ..
-        } => verify_repair(reconciler, own_run(lease_opts, wait_timeout), only, json).await,
+        } => match repair {
+            false => verify(&reconciler, only, json).await,
+            true => verify_repair(reconciler, own_run(lease_opts, wait_timeout), only, json).await,
+        },
         Command::Run => {
             let shutdown = Shutdown::on_signals();
             match serve::run(&settings, reconciler, lease_opts, replica, shutdown).await {

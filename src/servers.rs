@@ -77,14 +77,6 @@ impl Patience {
     }
 }
 
-/// Removes `secret` from `text` wherever a driver echoed it back.
-fn scrub(text: String, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .filter(|s| s.len() >= 4)
-        .fold(text, |t, s| t.replace(s, "***"))
-}
-
 /// MongoDB refused the credentials: the driver's authentication error, or
 /// the server's `AuthenticationFailed` (code 18). Not retried.
 fn is_auth_failure(error: &MongoError) -> bool {
@@ -152,12 +144,11 @@ pub async fn connect_mongo(
     patience: &Patience,
 ) -> Result<(mongodb::Client, mongodb::Database), Unreachable> {
     let server = format!("MongoDB at {}", settings.uri.redacted());
-    let secrets = settings.uri.secrets();
     let last_failure = LastHeartbeatFailure::default();
     let timeout = settings.connect_timeout;
-    let reason = |e: &MongoError| scrub(mongo_reason(e, &last_failure, timeout), &secrets);
+    let reason = |e: &MongoError| settings.uri.scrub(mongo_reason(e, &last_failure, timeout));
     let unreachable = |e: MongoError| {
-        tracing::debug!(server = %server, error = %scrub(e.to_string(), &secrets), "MongoDB unreachable (driver detail)");
+        tracing::debug!(server = %server, error = %settings.uri.scrub(e.to_string()), "MongoDB unreachable (driver detail)");
         Unreachable {
             server: server.clone(),
             reason: reason(&e),
@@ -237,17 +228,4 @@ pub async fn check_meili(
                 },
             }
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scrubs_uri_secrets() {
-        assert_eq!(
-            scrub("auth failed for s3cret".into(), &["s3cret".into()]),
-            "auth failed for ***"
-        );
-    }
 }
