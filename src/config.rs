@@ -600,8 +600,7 @@ fn shown(raw: &Config, key: &str) -> String {
         (ValueKind::String(uri), "mongo.uri" | "meili.host") => redact_uri(uri),
         (_, "mongo.uri") => "***".into(),
         (ValueKind::String(text), _) => text.clone(),
-        (ValueKind::Table(_) | ValueKind::Array(_), _) => render(&value),
-        _ => value.to_string(),
+        _ => render(&value),
     }
 }
 

@@ -158,10 +158,7 @@ impl Command {
     /// of waiting for a server that may still be starting (as `once` and `run`
     /// do beside it).
     fn is_interactive(&self) -> bool {
-        matches!(
-            self,
-            Command::Plan { .. } | Command::Status { .. } | Command::Verify { repair: false, .. }
-        )
+        matches!(self.name(), "plan" | "status" | "verify")
     }
 }
 
@@ -175,9 +172,7 @@ fn main() -> ExitCode {
             return Exit::BadConfig.into();
         }
     };
-    if let Some(format) = cli.log_format {
-        settings.log.format = format;
-    }
+    settings.log.format = cli.log_format.unwrap_or(settings.log.format);
     // Unique per process even when every replica is given the same
     // `lease.owner`: this replica's id in the lease and in every log line.
     let replica = settings.lease.owner.clone();
@@ -254,10 +249,9 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         meili,
         sync: job::sync_options(&settings),
     };
-    let plan_only = settings.sync.plan_only;
     match command {
         Command::Plan { json } => plan(&reconciler, json).await,
-        Command::Once { .. } | Command::Run if plan_only => {
+        Command::Once { .. } | Command::Run if settings.sync.plan_only => {
             tracing::info!("sync.plan_only is set: printing the plan, writing nothing");
             plan(&reconciler, false).await
         }
