@@ -185,13 +185,10 @@ fn index_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 }
 
 fn filterable_attributes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let attributes = setting::list(d)?;
-    if !attributes.iter().any(|a| a == "user") {
-        return Err(D::Error::custom(
-            "a list of attribute names that includes \"user\" (LibreChat filters every search by user)",
-        ));
-    }
-    Ok(attributes)
+    let allowed =
+        "a list of attribute names that includes \"user\" (LibreChat filters every search by user)";
+    let with_user = Some(setting::list(d)?).filter(|names| names.iter().any(|n| n == "user"));
+    with_user.ok_or_else(|| D::Error::custom(allowed))
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -85,11 +85,8 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
 }
 
 pub(crate) fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let duration = duration(d)?;
-    if duration.is_zero() {
-        return Err(D::Error::custom("a duration greater than zero"));
-    }
-    Ok(duration)
+    let positive = Some(duration(d)?).filter(|duration| !duration.is_zero());
+    positive.ok_or_else(|| D::Error::custom("a duration greater than zero"))
 }
 
 /// A number of bytes, at least 1 KiB: `8MiB`, `512KiB` or a plain number.
