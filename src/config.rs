@@ -93,11 +93,7 @@ impl Secret {
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            f.write_str("\"\"")
-        } else {
-            f.write_str("***")
-        }
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "***" })
     }
 }
 
@@ -107,7 +103,7 @@ impl fmt::Display for Secret {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Auto,
     Pretty,
@@ -116,12 +112,7 @@ pub enum LogFormat {
 
 impl<'de> Deserialize<'de> for LogFormat {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let choices = [
-            ("auto", LogFormat::Auto),
-            ("pretty", LogFormat::Pretty),
-            ("json", LogFormat::Json),
-        ];
-        setting::one_of(d, &choices, "auto, pretty or json")
+        setting::variant(d, "auto, pretty or json")
     }
 }
 
@@ -194,13 +185,10 @@ fn index_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 }
 
 fn filterable_attributes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let attributes = setting::list(d)?;
-    if !attributes.iter().any(|a| a == "user") {
-        return Err(D::Error::custom(
-            "a list of attribute names that includes \"user\" (LibreChat filters every search by user)",
-        ));
-    }
-    Ok(attributes)
+    let allowed =
+        "a list of attribute names that includes \"user\" (LibreChat filters every search by user)";
+    let with_user = Some(setting::list(d)?).filter(|names| names.iter().any(|n| n == "user"));
+    with_user.ok_or_else(|| D::Error::custom(allowed))
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -294,7 +282,7 @@ fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
 /// `follow.pre_images`: whether change events carry the document as it was
 /// before the change (`changeStreamPreAndPostImages`, MongoDB 6.0+), which
 /// is how a delete names the Meilisearch document it removes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PreImages {
     /// Use them on collections that have them enabled.
     Auto,
@@ -306,13 +294,8 @@ pub enum PreImages {
 
 impl<'de> Deserialize<'de> for PreImages {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let choices = [
-            ("auto", PreImages::Auto),
-            ("enable", PreImages::Enable),
-            ("off", PreImages::Off),
-        ];
         let allowed = "auto (use them where the collections have them), enable (turn them on with collMod) or off";
-        setting::one_of(d, &choices, allowed)
+        setting::variant(d, allowed)
     }
 }
 
@@ -390,13 +373,6 @@ pub struct LibreChatOverride {
     replaced_default: bool,
 }
 
-impl LibreChatOverride {
-    /// The setting's own variable, which wins over the LibreChat one.
-    fn own_var(&self) -> String {
-        env_var_of(self.key)
-    }
-}
-
 impl fmt::Display for LibreChatOverride {
     /// One line: the variable, its value, what it replaced, what to do.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -414,7 +390,7 @@ impl fmt::Display for LibreChatOverride {
             value = self.value,
             key = self.key,
             set_to = self.set_to,
-            own = self.own_var(),
+            own = env_var_of(self.key),
         )
     }
 }
@@ -422,10 +398,8 @@ impl fmt::Display for LibreChatOverride {
 /// The environment variable of a `section.key` setting:
 /// `RECONCILER__SECTION__KEY`.
 pub fn env_var_of(key: &str) -> String {
-    format!(
-        "{ENV_PREFIX}__{}",
-        key.replace('.', "__").to_ascii_uppercase()
-    )
+    let key = key.replace('.', "__").to_ascii_uppercase();
+    format!("{ENV_PREFIX}__{key}")
 }
 
 /// Where settings come from besides the built-in defaults.
@@ -481,12 +455,8 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
     let files = builder.clone().build().map_err(file_error)?;
     let librechat = librechat_layer(&sources.env)?;
     builder = builder.add_source(librechat.clone());
-    let env_map: config::Map<String, String> = sources
-        .env
-        .iter()
-        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut env_map = sources.env.clone();
+    env_map.retain(|var, _| var.starts_with(&format!("{ENV_PREFIX}__")));
     let own_env = Environment::with_prefix(ENV_PREFIX)
         .prefix_separator("__")
         .separator("__")
@@ -516,6 +486,11 @@ pub(crate) fn built_in() -> Settings {
 }
 
 impl Settings {
+    /// Uid of the index `collection` feeds, with the configured prefix.
+    pub fn index_uid(&self, collection: librechat::Collection) -> String {
+        collection.index_uid(&self.meili.index_prefix)
+    }
+
     /// The rules that tie settings together, checked once each has been
     /// read, and the values taken from other settings.
     fn complete(mut self, raw: &Config) -> Result<Self, ConfigError> {
@@ -622,8 +597,7 @@ fn shown(raw: &Config, key: &str) -> String {
         (ValueKind::String(uri), "mongo.uri" | "meili.host") => redact_uri(uri),
         (_, "mongo.uri") => "***".into(),
         (ValueKind::String(text), _) => text.clone(),
-        (ValueKind::Table(_) | ValueKind::Array(_), _) => render(&value),
-        _ => value.to_string(),
+        _ => render(&value),
     }
 }
 
@@ -735,11 +709,4 @@ pub fn known_keys() -> Vec<String> {
         .collect();
     keys.sort();
     keys
-}
-
-impl Settings {
-    /// Uid of the index `collection` feeds, with the configured prefix.
-    pub fn index_uid(&self, collection: librechat::Collection) -> String {
-        collection.index_uid(&self.meili.index_prefix)
-    }
 }

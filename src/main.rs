@@ -2,12 +2,13 @@
 //! calls the library, and ends with the exit code of each outcome
 //! ([`Exit`], numbered in `meili_reconciler::job`).
 
+use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
 use meili_reconciler::follow::{self, ModeView};
@@ -22,6 +23,7 @@ use meili_reconciler::servers::{self, Patience, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use meili_reconciler::views;
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 /// Prints a line to stdout. A reader that went away (`status --json | head`)
@@ -54,17 +56,10 @@ struct Cli {
 
     /// Log format; overrides log.format / RECONCILER__LOG__FORMAT.
     #[arg(long, global = true, value_enum)]
-    log_format: Option<LogFormatArg>,
+    log_format: Option<LogFormat>,
 
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormatArg {
-    Auto,
-    Pretty,
-    Json,
 }
 
 /// `--index NAME`: one of the table's index names (`messages`, `convos`).
@@ -163,10 +158,7 @@ impl Command {
     /// of waiting for a server that may still be starting (as `once` and `run`
     /// do beside it).
     fn is_interactive(&self) -> bool {
-        matches!(
-            self,
-            Command::Plan { .. } | Command::Status { .. } | Command::Verify { repair: false, .. }
-        )
+        matches!(self.name(), "plan" | "status" | "verify")
     }
 }
 
@@ -180,13 +172,7 @@ fn main() -> ExitCode {
             return Exit::BadConfig.into();
         }
     };
-    if let Some(format) = cli.log_format {
-        settings.log.format = match format {
-            LogFormatArg::Auto => LogFormat::Auto,
-            LogFormatArg::Pretty => LogFormat::Pretty,
-            LogFormatArg::Json => LogFormat::Json,
-        };
-    }
+    settings.log.format = cli.log_format.unwrap_or(settings.log.format);
     // Unique per process even when every replica is given the same
     // `lease.owner`: this replica's id in the lease and in every log line.
     let replica = settings.lease.owner.clone();
@@ -263,10 +249,9 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         meili,
         sync: job::sync_options(&settings),
     };
-    let plan_only = settings.sync.plan_only;
     match command {
         Command::Plan { json } => plan(&reconciler, json).await,
-        Command::Once { .. } | Command::Run if plan_only => {
+        Command::Once { .. } | Command::Run if settings.sync.plan_only => {
             tracing::info!("sync.plan_only is set: printing the plan, writing nothing");
             plan(&reconciler, false).await
         }
@@ -281,7 +266,11 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             wait_timeout,
         } => {
             let options = ReindexOptions { only, in_place };
-            reindex(reconciler, own_run(lease_opts, wait_timeout), &options).await
+            let lease_opts = own_run(lease_opts, wait_timeout);
+            leased(false, |progress, stop| {
+                job::reindex(&reconciler, &options, &lease_opts, progress, stop)
+            })
+            .await
         }
         Command::Verify {
             index: only,
@@ -292,7 +281,13 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             false => verify(&reconciler, only, json).await,
             true => verify_repair(reconciler, own_run(lease_opts, wait_timeout), only, json).await,
         },
-        Command::Run => run(&settings, reconciler, lease_opts, replica).await,
+        Command::Run => {
+            let shutdown = Shutdown::on_signals();
+            match serve::run(&settings, reconciler, lease_opts, replica, shutdown).await {
+                Ok(()) => Exit::Done,
+                Err(error) => fail(error, Exit::BadConfig),
+            }
+        }
         Command::Status { .. } => unreachable!("handled above"),
     }
 }
@@ -323,32 +318,10 @@ async fn once(
     lease_opts.wait_timeout = Some(wait_timeout);
     reconciler.sync.force = force;
     reconciler.sync.deep = deep;
-    let shutdown = Shutdown::on_signals();
-    let outcome = with_progress(|progress| {
-        job::reconcile_once(&reconciler, &lease_opts, progress, shutdown.token())
+    leased(false, |progress, stop| {
+        job::reconcile_once(&reconciler, &lease_opts, progress, stop)
     })
-    .await;
-    finish(outcome)
-}
-
-/// `reindex`: a forced full reindex under the lease.
-async fn reindex(
-    reconciler: Reconciler,
-    lease_opts: lease::LeaseOptions,
-    options: &ReindexOptions,
-) -> Exit {
-    let shutdown = Shutdown::on_signals();
-    let outcome = with_progress(|progress| {
-        job::reindex(
-            &reconciler,
-            options,
-            &lease_opts,
-            progress,
-            shutdown.token(),
-        )
-    })
-    .await;
-    finish(outcome)
+    .await
 }
 
 /// `verify --repair`: the repairing exact comparison under the lease.
@@ -358,13 +331,12 @@ async fn verify_repair(
     only: Option<Collection>,
     json: bool,
 ) -> Exit {
-    let shutdown = Shutdown::on_signals();
-    let outcome = with_progress(|progress| {
+    leased(json, |progress, stop| {
         job::run_leased(
             &reconciler.db,
             &lease_opts,
             progress,
-            shutdown.token(),
+            stop,
             |guard, progress| {
                 let r = reconciler.clone();
                 async move {
@@ -374,34 +346,21 @@ async fn verify_repair(
             },
         )
     })
-    .await;
-    if json {
-        if let RunOutcome::Completed { summary, .. } = &outcome {
-            out!(
-                "{}",
-                serde_json::to_string_pretty(summary).expect("summary serializes")
-            );
-            return Exit::Done;
-        }
-    }
-    finish(outcome)
+    .await
 }
 
-/// `run`: beside a LibreChat replica until a signal.
-async fn run(
-    settings: &Settings,
-    reconciler: Reconciler,
-    lease_opts: lease::LeaseOptions,
-    replica: String,
-) -> Exit {
+/// A command under the lease: `work` runs with a progress reporter until
+/// done or a signal, then its outcome is printed ([`finish`]).
+async fn leased<F, Fut>(json: bool, work: F) -> Exit
+where
+    F: FnOnce(Progress, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = RunOutcome>,
+{
     let shutdown = Shutdown::on_signals();
-    match serve::run(settings, reconciler, lease_opts, replica, shutdown).await {
-        Ok(()) => Exit::Done,
-        Err(error) => {
-            eprintln!("meili-reconciler: {error}");
-            Exit::BadConfig
-        }
-    }
+    finish(
+        with_progress(|progress| work(progress, shutdown.token())).await,
+        json,
+    )
 }
 
 /// Runs `work` with a progress reporter (log lines, and a bar on a terminal).
@@ -419,9 +378,12 @@ where
     outcome
 }
 
-/// Prints the outcome for the operator and picks the exit code.
-fn finish(outcome: RunOutcome) -> Exit {
+/// Prints the outcome for the operator (a completed run's summary as JSON
+/// with `json`) and picks the exit code.
+fn finish(outcome: RunOutcome, json: bool) -> Exit {
+    let exit = outcome.exit();
     match &outcome {
+        RunOutcome::Completed { summary, .. } if json => return show(summary, true, exit),
         RunOutcome::Completed { text, rejects, .. } => {
             out!("{text}");
             if *rejects > 0 {
@@ -435,9 +397,9 @@ fn finish(outcome: RunOutcome) -> Exit {
         RunOutcome::HandedOver { to } => out!("handed the lease over to {to}"),
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
-        | RunOutcome::LeaseLost { error } => eprintln!("meili-reconciler: {error}"),
+        | RunOutcome::LeaseLost { error } => return fail(error, exit),
     }
-    outcome.exit()
+    exit
 }
 
 async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
@@ -447,21 +409,8 @@ async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
         Ok::<_, reconcile::ReconcileError>(plan)
     };
     match planned.await {
-        Ok(plan) if json => {
-            out!(
-                "{}",
-                serde_json::to_string_pretty(&plan).expect("plan serializes")
-            );
-            Exit::Done
-        }
-        Ok(plan) => {
-            out!("{plan}");
-            Exit::Done
-        }
-        Err(error) => {
-            eprintln!("meili-reconciler: {error}");
-            Exit::of_engine_error(&error)
-        }
+        Ok(plan) => show(&plan, json, Exit::Done),
+        Err(error) => fail(&error, Exit::of_engine_error(&error)),
     }
 }
 
@@ -481,25 +430,9 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
     })
     .await;
     match report {
-        Ok(report) => {
-            if json {
-                out!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).expect("report serializes")
-                );
-            } else {
-                out!("{report}");
-            }
-            if report.clean {
-                Exit::Done
-            } else {
-                Exit::Failed
-            }
-        }
-        Err(error) => {
-            eprintln!("meili-reconciler: {error}");
-            Exit::of_engine_error(&error)
-        }
+        Ok(report) if report.clean => show(&report, json, Exit::Done),
+        Ok(report) => show(&report, json, Exit::Failed),
+        Err(error) => fail(&error, Exit::of_engine_error(&error)),
     }
 }
 
@@ -530,11 +463,7 @@ async fn status(
                 .expect("the status is an object")
                 .extend(ModeView::status_fields(Some(&mode)));
             value["collections"] = serde_json::to_value(&collections).expect("the views serialize");
-            out!(
-                "{}",
-                serde_json::to_string_pretty(&value).expect("status serializes")
-            );
-            Exit::Done
+            show(&value, true, Exit::Done)
         }
         Ok((status, mode, collections)) => {
             out!("{status}");
@@ -544,11 +473,27 @@ async fn status(
             }
             Exit::Done
         }
-        Err(error) => {
-            eprintln!("meili-reconciler: {error}");
-            Exit::Unreachable
-        }
+        Err(error) => fail(error, Exit::Unreachable),
     }
+}
+
+/// Prints what a command found, as text or, with `json`, as pretty JSON;
+/// `exit` is the exit code it ends with.
+fn show(value: &(impl Serialize + fmt::Display), json: bool, exit: Exit) -> Exit {
+    if json {
+        let json = serde_json::to_string_pretty(value).expect("the output serializes");
+        out!("{json}");
+    } else {
+        out!("{value}");
+    }
+    exit
+}
+
+/// Says why a command failed, in one line on stderr; `exit` is the exit
+/// code it ends with.
+fn fail(error: impl fmt::Display, exit: Exit) -> Exit {
+    eprintln!("meili-reconciler: {error}");
+    exit
 }
 
 /// Reports an unreachable server: one line on stderr; a service (`once`,
@@ -557,6 +502,5 @@ fn unreachable(error: Unreachable, interactive: bool) -> Exit {
     if !interactive {
         tracing::error!(server = %error.server, reason = %error.reason, "server unreachable");
     }
-    eprintln!("meili-reconciler: {error}");
-    Exit::Unreachable
+    fail(error, Exit::Unreachable)
 }

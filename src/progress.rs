@@ -37,11 +37,11 @@ struct Track {
 }
 
 impl Track {
-    fn new(phase: &str) -> Track {
+    fn new(phase: &str, total: u64) -> Track {
         Track {
             phase: phase.to_string(),
             done: 0,
-            total: 0,
+            total,
             phase_started: Instant::now(),
         }
     }
@@ -66,7 +66,7 @@ impl Default for Progress {
     fn default() -> Self {
         Progress {
             inner: Arc::new(Mutex::new(Inner {
-                tracks: vec![Some(Track::new("starting"))],
+                tracks: vec![Some(Track::new("starting", 0))],
                 last_logged: Instant::now(),
             })),
             track: 0,
@@ -101,7 +101,7 @@ impl Progress {
     /// Opens a lane for work running beside others.
     pub(crate) fn lane(&self) -> Lane {
         let mut inner = self.inner.lock().expect("progress poisoned");
-        inner.tracks.push(Some(Track::new("starting")));
+        inner.tracks.push(Some(Track::new("starting", 0)));
         Lane(Progress {
             inner: Arc::clone(&self.inner),
             track: inner.tracks.len() - 1,
@@ -117,10 +117,7 @@ impl Progress {
 
     /// Starts a new phase with an expected total (0 if unknown).
     pub fn phase(&self, phase: &str, total: u64) {
-        self.with_track(|t| {
-            *t = Track::new(phase);
-            t.total = total;
-        });
+        self.with_track(|t| *t = Track::new(phase, total));
     }
 
     /// Adds `n` to the documents done in the current phase.
@@ -144,25 +141,14 @@ impl Progress {
     pub fn snapshot(&self) -> ProgressSnapshot {
         let inner = self.inner.lock().expect("progress poisoned");
         let lanes: Vec<&Track> = inner.tracks[1..].iter().flatten().collect();
-        let (phase, done, total, started) = match lanes.as_slice() {
-            [] => {
-                let own = inner.tracks[0]
-                    .as_ref()
-                    .expect("the job's track stays open");
-                (own.phase.clone(), own.done, own.total, own.phase_started)
-            }
-            lanes => (
-                lanes
-                    .iter()
-                    .map(|t| t.phase.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" · "),
-                lanes.iter().map(|t| t.done).sum(),
-                lanes.iter().map(|t| t.total).sum(),
-                lanes.iter().map(|t| t.phase_started).min().expect("a lane"),
-            ),
-        };
-        let secs = started.elapsed().as_secs_f64();
+        let own = inner.tracks[0].as_ref().expect("the job's track");
+        let tracks = if lanes.is_empty() { vec![own] } else { lanes };
+        let phases: Vec<&str> = tracks.iter().map(|t| t.phase.as_str()).collect();
+        let phase = phases.join(" · ");
+        let done = tracks.iter().map(|t| t.done).sum();
+        let total = tracks.iter().map(|t| t.total).sum();
+        let started = tracks.iter().map(|t| t.phase_started).min();
+        let secs = started.expect("a track").elapsed().as_secs_f64();
         let docs_per_sec = if secs > 0.0 { done as f64 / secs } else { 0.0 };
         let eta_secs = (docs_per_sec > 0.0 && total >= done)
             .then(|| ((total - done) as f64 / docs_per_sec).ceil() as u64);

@@ -77,14 +77,6 @@ impl Patience {
     }
 }
 
-/// Removes `secret` from `text` wherever a driver echoed it back.
-fn scrub(text: String, secrets: &[&str]) -> String {
-    secrets
-        .iter()
-        .filter(|s| s.len() >= 4)
-        .fold(text, |t, s| t.replace(s, "***"))
-}
-
 /// MongoDB refused the credentials: the driver's authentication error, or
 /// the server's `AuthenticationFailed` (code 18). Not retried.
 fn is_auth_failure(error: &MongoError) -> bool {
@@ -152,17 +144,14 @@ pub async fn connect_mongo(
     patience: &Patience,
 ) -> Result<(mongodb::Client, mongodb::Database), Unreachable> {
     let server = format!("MongoDB at {}", settings.uri.redacted());
-    let secrets = settings.uri.secrets();
-    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     let last_failure = LastHeartbeatFailure::default();
+    let timeout = settings.connect_timeout;
+    let reason = |e: &MongoError| settings.uri.scrub(mongo_reason(e, &last_failure, timeout));
     let unreachable = |e: MongoError| {
-        tracing::debug!(server = %server, error = %scrub(e.to_string(), &secrets), "MongoDB unreachable (driver detail)");
+        tracing::debug!(server = %server, error = %settings.uri.scrub(e.to_string()), "MongoDB unreachable (driver detail)");
         Unreachable {
             server: server.clone(),
-            reason: scrub(
-                mongo_reason(&e, &last_failure, settings.connect_timeout),
-                &secrets,
-            ),
+            reason: reason(&e),
         }
     };
     // Validated by config; only a `mongodb+srv://` lookup can fail here.
@@ -174,8 +163,8 @@ pub async fn connect_mongo(
     options
         .app_name
         .get_or_insert_with(|| "meili-reconciler".into());
-    options.connect_timeout = Some(settings.connect_timeout);
-    options.server_selection_timeout = Some(settings.connect_timeout);
+    options.connect_timeout = Some(timeout);
+    options.server_selection_timeout = Some(timeout);
     options.sdam_event_handler = Some(last_failure.handler());
     let client = mongodb::Client::with_options(options).map_err(unreachable)?;
     let db = client.database(&settings.database);
@@ -185,7 +174,7 @@ pub async fn connect_mongo(
         .notify(|e, delay| {
             tracing::warn!(
                 server = %server,
-                error = %scrub(mongo_reason(e, &last_failure, settings.connect_timeout), &secrets),
+                error = %reason(e),
                 retry_in = ?delay,
                 "MongoDB not reachable yet"
             )
@@ -239,17 +228,4 @@ pub async fn check_meili(
                 },
             }
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scrubs_uri_secrets() {
-        assert_eq!(
-            scrub("auth failed for s3cret".into(), &["s3cret"]),
-            "auth failed for ***"
-        );
-    }
 }

@@ -70,18 +70,13 @@ pub(crate) fn parse<'de, D: Deserializer<'de>, T>(
     parse(&single(d, expected)?).ok_or_else(|| D::Error::custom(allowed))
 }
 
-/// One of `choices`, named in any case.
-pub(crate) fn one_of<'de, D: Deserializer<'de>, T: Copy>(
+/// One of the variants of `T`, named in any case (by the names `clap`
+/// derives for it, which the command line shares).
+pub(crate) fn variant<'de, D: Deserializer<'de>, T: clap::ValueEnum>(
     d: D,
-    choices: &[(&str, T)],
     allowed: &str,
 ) -> Result<T, D::Error> {
-    parse(d, STRING, allowed, |text| {
-        let found = choices
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(text));
-        found.map(|(_, value)| *value)
-    })
+    parse(d, STRING, allowed, |text| T::from_str(text, true).ok())
 }
 
 pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -90,11 +85,8 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
 }
 
 pub(crate) fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let duration = duration(d)?;
-    if duration.is_zero() {
-        return Err(D::Error::custom("a duration greater than zero"));
-    }
-    Ok(duration)
+    let positive = Some(duration(d)?).filter(|duration| !duration.is_zero());
+    positive.ok_or_else(|| D::Error::custom("a duration greater than zero"))
 }
 
 /// A number of bytes, at least 1 KiB: `8MiB`, `512KiB` or a plain number.

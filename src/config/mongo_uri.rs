@@ -3,8 +3,8 @@
 //! is bad configuration (exit 2) rather than an unreachable server, and held
 //! in [`MongoUri`], whose `Debug`/`Display` hide its credentials and
 //! secret-bearing options. Also the redaction of URLs that may not be well
-//! formed ([`redact_uri`]) and the secrets the driver may echo back in its
-//! messages ([`MongoUri::secrets`]), for scrubbing them.
+//! formed ([`redact_uri`]) and the scrubbing of the secrets the driver may
+//! echo back in its messages ([`MongoUri::scrub`]).
 
 use std::fmt;
 
@@ -15,7 +15,7 @@ use crate::setting;
 
 /// A MongoDB connection string, validated by the driver's own parser, whose
 /// `Debug`/`Display` hide its credentials and secret-bearing options.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct MongoUri {
     uri: String,
     /// The database named in the path, percent-decoded, as the driver reads it.
@@ -48,11 +48,17 @@ impl MongoUri {
         self.database.clone()
     }
 
-    /// Every secret of the URI as the driver may echo it back (the password
-    /// and the values of secret-bearing options, raw and percent-decoded), for
-    /// scrubbing its messages.
-    pub(crate) fn secrets(&self) -> Vec<String> {
-        uri_secrets(&self.uri)
+    /// `text`, a message of the driver's, without any secret of the URI it
+    /// may echo back (the password and the values of secret-bearing options,
+    /// raw and percent-decoded); one shorter than 4 bytes is left, not to
+    /// mangle the message.
+    pub(crate) fn scrub(&self, text: String) -> String {
+        let mut secrets = uri_passwords(&self.uri);
+        secrets.extend(uri_option_secrets(&self.uri));
+        secrets.sort();
+        secrets.dedup();
+        let secrets = secrets.iter().filter(|s| s.len() >= 4);
+        secrets.fold(text, |text, secret| text.replace(secret, "***"))
     }
 }
 
@@ -60,10 +66,7 @@ impl<'de> Deserialize<'de> for MongoUri {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let uri = setting::text(d)?;
         if uri.is_empty() {
-            return Ok(MongoUri {
-                uri,
-                database: None,
-            });
+            return Ok(MongoUri::default());
         }
         parse_mongo_uri(&uri).map_err(D::Error::custom)
     }
@@ -106,10 +109,8 @@ enum UserinfoEnds {
 }
 
 fn redact(uri: &str, userinfo_ends: UserinfoEnds) -> String {
-    let (scheme, rest) = match uri.split_once("://") {
-        Some((scheme, rest)) => (format!("{scheme}://"), rest),
-        None => (String::new(), uri),
-    };
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    let scheme = &uri[..uri.len() - rest.len()];
     let searched = match userinfo_ends {
         UserinfoEnds::BeforeOptions => rest.split('?').next().unwrap_or(rest),
         UserinfoEnds::AnywhereBeforeTheLastAt => rest,
@@ -144,16 +145,6 @@ fn is_secret_option(key: &str) -> bool {
 /// `%41` → `A`; a `%` not followed by two hex digits stays as it is.
 fn percent_decode(text: &str) -> String {
     percent_decode_str(text).decode_utf8_lossy().into_owned()
-}
-
-/// The secrets of a connection string, well formed or not: its passwords
-/// ([`uri_passwords`]) and secret option values ([`uri_option_secrets`]).
-fn uri_secrets(uri: &str) -> Vec<String> {
-    let mut secrets = uri_passwords(uri);
-    secrets.extend(uri_option_secrets(uri));
-    secrets.sort();
-    secrets.dedup();
-    secrets
 }
 
 /// The password, raw and percent-decoded: after the first `:` of the userinfo
@@ -310,11 +301,17 @@ mod tests {
     }
 
     #[test]
-    fn finds_the_secrets_the_driver_may_echo() {
-        let secrets = uri_secrets("mongodb://u:s3%2Fcret@h:1/x?authMechanismProperties=K:v4lue");
-        for secret in ["s3%2Fcret", "s3/cret", "K:v4lue", "v4lue"] {
-            assert!(secrets.iter().any(|s| s == secret), "{secret}: {secrets:?}");
-        }
-        assert!(uri_secrets("mongodb://h:1/x").is_empty());
+    fn scrubs_the_secrets_the_driver_may_echo() {
+        let of = |uri: &str| MongoUri {
+            uri: uri.into(),
+            database: None,
+        };
+        let uri = of("mongodb://u:s3%2Fcret@h:1/x?authMechanismProperties=K:v4lue");
+        let echoed = "auth failed for s3%2Fcret, s3/cret, K:v4lue, v4lue".to_string();
+        assert_eq!(
+            uri.scrub(echoed.clone()),
+            "auth failed for ***, ***, ***, ***"
+        );
+        assert_eq!(of("mongodb://h:1/x").scrub(echoed.clone()), echoed);
     }
 }
