@@ -216,11 +216,7 @@ where
 {
     let mut job = move |guard: Guard, progress: Progress| {
         let run = work(guard, progress);
-        async move {
-            let summary = run.await?;
-            record_documents(&summary);
-            Ok::<_, ReconcileError>(summary)
-        }
+        async move { run.await.inspect(record_documents) }
     };
     let result = lease::run_single_flight(db, lease, &mut job, progress, shutdown).await;
     let outcome = RunOutcome::of_lease(result);
@@ -260,17 +256,11 @@ pub async fn reconcile_once(
     progress: Progress,
     shutdown: CancellationToken,
 ) -> RunOutcome {
-    run_leased(
-        &reconciler.db,
-        lease,
-        progress,
-        shutdown,
-        |guard, progress| {
-            let r = reconciler.clone();
-            async move { reconcile::reconcile(&r.db, &r.meili, &r.sync, &guard, &progress).await }
-        },
-    )
-    .await
+    let r = reconciler;
+    let work = |guard: Guard, progress: Progress| async move {
+        reconcile::reconcile(&r.db, &r.meili, &r.sync, &guard, &progress).await
+    };
+    run_leased(&r.db, lease, progress, shutdown, work).await
 }
 
 /// A forced full reindex under the lease (`reindex`).
@@ -281,20 +271,11 @@ pub async fn reindex(
     progress: Progress,
     shutdown: CancellationToken,
 ) -> RunOutcome {
-    run_leased(
-        &reconciler.db,
-        lease,
-        progress,
-        shutdown,
-        |guard, progress| {
-            let r = reconciler.clone();
-            let options = options.clone();
-            async move {
-                reconcile::reindex(&r.db, &r.meili, &r.sync, &options, &guard, &progress).await
-            }
-        },
-    )
-    .await
+    let r = reconciler;
+    let work = |guard: Guard, progress: Progress| async move {
+        reconcile::reindex(&r.db, &r.meili, &r.sync, options, &guard, &progress).await
+    };
+    run_leased(&r.db, lease, progress, shutdown, work).await
 }
 
 #[cfg(test)]

@@ -20,6 +20,15 @@ use std::time::Duration;
 
 use backon::ExponentialBuilder;
 
+/// Delays from `first` doubling up to `cap` (at least `first`), without a
+/// bound on their number: the base of every policy below.
+fn doubling(first: Duration, cap: Duration) -> ExponentialBuilder {
+    ExponentialBuilder::new()
+        .with_min_delay(first)
+        .with_max_delay(cap.max(first))
+        .without_max_times()
+}
+
 /// A lease store call (read the server clock, claim, renew, complete, poll)
 /// that failed transiently (a network error, a failover): endless jittered
 /// delays from about `period / 8` (at least 10 ms, at most 1 s) doubling up
@@ -32,12 +41,7 @@ use backon::ExponentialBuilder;
 /// (`lease::follower`).
 pub(crate) fn lease_store(period: Duration) -> ExponentialBuilder {
     let first = (period / 8).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    ExponentialBuilder::new()
-        .with_min_delay(first)
-        .with_max_delay(period.max(first))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
+    doubling(first, period).with_jitter()
 }
 
 /// How long one flag write keeps being sent again ([`flag_writes`]): long
@@ -53,12 +57,7 @@ pub(crate) const FLAG_WRITES_FOR: Duration = Duration::from_secs(120);
 /// idempotent, so sending one again is always safe; an election usually ends
 /// within a few of these delays.
 pub(crate) fn flag_writes() -> ExponentialBuilder {
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(5))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
+    doubling(Duration::from_millis(100), Duration::from_secs(5)).with_jitter()
 }
 
 /// Attempts at reaching a server at start-up ([`server_startup`]).
@@ -71,10 +70,7 @@ pub(crate) const SERVER_STARTUP_ATTEMPTS: usize = 5;
 /// pod), short enough for a deploy job to fail fast with exit code 4.
 /// Interactive commands try once instead (`servers::Patience::interactive`).
 pub(crate) fn server_startup() -> ExponentialBuilder {
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(500))
-        .with_max_delay(Duration::from_secs(8))
-        .with_factor(2.0)
+    doubling(Duration::from_millis(500), Duration::from_secs(8))
         .with_jitter()
         .with_max_times(SERVER_STARTUP_ATTEMPTS - 1)
 }
@@ -86,12 +82,8 @@ pub(crate) fn server_startup() -> ExponentialBuilder {
 /// starting over. The first delays are short because a 429 or a dropped
 /// keep-alive connection usually clears at once.
 pub(crate) fn meili_calls(retry_for: Duration) -> ExponentialBuilder {
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(50))
-        .with_max_delay(Duration::from_secs(5))
-        .with_factor(2.0)
+    doubling(Duration::from_millis(50), Duration::from_secs(5))
         .with_jitter()
-        .without_max_times()
         .with_total_delay(Some(retry_for))
 }
 
@@ -101,11 +93,7 @@ pub(crate) fn meili_calls(retry_for: Duration) -> ExponentialBuilder {
 /// long task is then polled every `max`, which bounds how late its end is
 /// seen.
 pub(crate) fn task_polling(first: Duration, max: Duration) -> ExponentialBuilder {
-    ExponentialBuilder::new()
-        .with_min_delay(first)
-        .with_max_delay(max.max(first))
-        .with_factor(2.0)
-        .without_max_times()
+    doubling(first, max)
 }
 
 /// Reopening a change stream after a transient failure (follow mode):
@@ -113,11 +101,7 @@ pub(crate) fn task_polling(first: Duration, max: Duration) -> ExponentialBuilder
 /// fails and the interval schedule takes over). A resume point lost from the
 /// oplog is not retried at all: no delay brings it back.
 pub(crate) fn stream_reopen() -> ExponentialBuilder {
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(500))
-        .with_max_delay(Duration::from_secs(8))
-        .with_factor(2.0)
-        .with_max_times(5)
+    doubling(Duration::from_millis(500), Duration::from_secs(8)).with_max_times(5)
 }
 
 #[cfg(test)]

@@ -14,28 +14,19 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    fn new() -> Self {
-        Self::default()
-    }
-
     /// A shutdown that SIGTERM and SIGINT (Ctrl-C) trigger.
     pub fn on_signals() -> Self {
-        let shutdown = Shutdown::new();
-        let trigger = shutdown.clone();
+        let shutdown = Shutdown::default();
+        let trigger = shutdown.token();
         tokio::spawn(async move {
             let signal = wait_for_signal().await;
             tracing::info!(
                 signal,
                 "shutdown requested; stopping at the next safe point"
             );
-            trigger.request();
+            trigger.cancel();
         });
         shutdown
-    }
-
-    /// Asks everything to stop.
-    fn request(&self) {
-        self.token.cancel();
     }
 
     pub(crate) fn is_requested(&self) -> bool {

@@ -30,14 +30,11 @@ const DEFAULT_FILTER: &str = "info,meilisearch_sdk=error";
 /// unless it names `meilisearch_sdk` itself: `RUST_LOG=info` should not fill
 /// operators' logs with those 404 warnings), else [`DEFAULT_FILTER`].
 fn log_filter(rust_log: Option<&str>) -> EnvFilter {
-    let Some(given) = rust_log.filter(|v| !v.trim().is_empty()) else {
-        return EnvFilter::new(DEFAULT_FILTER);
-    };
-    if given.contains("meilisearch_sdk") {
-        EnvFilter::new(given)
-    } else {
-        EnvFilter::new(format!("{given},meilisearch_sdk=error"))
-    }
+    EnvFilter::new(match rust_log.filter(|v| !v.trim().is_empty()) {
+        None => DEFAULT_FILTER.to_string(),
+        Some(given) if given.contains("meilisearch_sdk") => given.to_string(),
+        Some(given) => format!("{given},meilisearch_sdk=error"),
+    })
 }
 
 /// Installs the global subscriber. Safe to call once per process.
@@ -51,7 +48,8 @@ pub fn init(format: &LogFormat, replica: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    let result = if json {
+    // A second init (tests) keeps the first subscriber.
+    let _ = if json {
         builder
             .event_format(WithReplica {
                 replica: replica.to_string(),
@@ -69,8 +67,6 @@ pub fn init(format: &LogFormat, replica: &str) {
             })
             .try_init()
     };
-    // A second init (tests) keeps the first subscriber.
-    let _ = result;
 }
 
 /// Adds the replica id to every line: a `replica` field in JSON, a prefix

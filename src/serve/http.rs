@@ -7,18 +7,17 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Json, Response};
+use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use mongodb::bson::doc;
-use mongodb::Database;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::state::ReplicaState;
-use crate::follow::ModeView;
+use crate::follow::saved;
+use crate::job::Reconciler;
 use crate::lease::{self, LeaseOptions};
-use crate::meili::Meili;
 
 /// A readiness probe answers within this, whatever the servers do.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -26,8 +25,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub(crate) struct HttpContext {
     pub(crate) state: ReplicaState,
-    pub(crate) db: Database,
-    pub(crate) meili: Meili,
+    pub(crate) reconciler: Reconciler,
     pub(crate) lease: LeaseOptions,
     pub(crate) metrics: PrometheusHandle,
 }
@@ -41,13 +39,14 @@ pub(crate) fn router(ctx: HttpContext) -> Router {
         .with_state(ctx)
 }
 
-async fn healthz() -> Json<serde_json::Value> {
+async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-async fn readyz(State(ctx): State<HttpContext>) -> Response {
-    let mongo = tokio::time::timeout(PROBE_TIMEOUT, ctx.db.run_command(doc! { "ping": 1 }));
-    let meili = tokio::time::timeout(PROBE_TIMEOUT, ctx.meili.health());
+async fn readyz(State(ctx): State<HttpContext>) -> (StatusCode, Json<Value>) {
+    let r = &ctx.reconciler;
+    let mongo = tokio::time::timeout(PROBE_TIMEOUT, r.db.run_command(doc! { "ping": 1 }));
+    let meili = tokio::time::timeout(PROBE_TIMEOUT, r.meili.health());
     let (mongo, meili) = tokio::join!(mongo, meili);
     let mongo_ok = matches!(mongo, Ok(Ok(_)));
     let meili_ok = matches!(meili, Ok(Ok(_)));
@@ -60,38 +59,23 @@ async fn readyz(State(ctx): State<HttpContext>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (code, Json(body)).into_response()
+    (code, Json(body))
 }
 
-async fn status(State(ctx): State<HttpContext>) -> Response {
-    let read = lease::read_status_with(&ctx.db, &ctx.lease, crate::follow::saved::describe);
+async fn status(State(ctx): State<HttpContext>) -> Json<Value> {
+    let read = lease::read_status_with(&ctx.reconciler.db, &ctx.lease, saved::describe);
     let lease = match tokio::time::timeout(PROBE_TIMEOUT, read).await {
         Ok(Ok(status)) => serde_json::to_value(status).unwrap_or_default(),
         Ok(Err(e)) => json!({ "error": e.to_string() }),
         Err(_) => json!({ "error": "MongoDB did not answer in time" }),
     };
-    let mut body = json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "replica": ctx.state.replica,
-        "role": ctx.state.role(),
-        "progress": ctx.state.progress.snapshot(),
-        "lastRun": ctx.state.last_run(),
-        "nextRunInSecs": ctx.state.next_run_in_secs(),
-        "follow": ctx.state.follow.view(),
-        "lease": lease,
-    });
-    let mode = ModeView::status_fields(ctx.state.mode().as_ref());
-    body.as_object_mut()
-        .expect("the body is an object")
-        .extend(mode);
-    Json(body).into_response()
+    Json(ctx.state.status(lease))
 }
 
-async fn metrics(State(ctx): State<HttpContext>) -> Response {
+async fn metrics(State(ctx): State<HttpContext>) -> impl IntoResponse {
     ctx.state.follow.publish_lag();
     (
         [("content-type", "text/plain; version=0.0.4")],
         crate::metrics::render(&ctx.metrics),
     )
-        .into_response()
 }

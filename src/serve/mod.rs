@@ -18,6 +18,7 @@
 mod http;
 mod state;
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,11 +26,11 @@ use tokio::net::TcpListener;
 
 use crate::between_runs::{jittered, retry_delay};
 use crate::config::Settings;
+use crate::follow::replica::{self, FollowEnd};
 use crate::follow::{Mode, ModeView, ReplicaReport};
 use crate::job::{self, Reconciler, RunOutcome};
 use crate::lease::LeaseOptions;
 use crate::mongo::Collection;
-use crate::progress::Progress;
 use crate::shutdown::Shutdown;
 use state::{ReplicaState, Role};
 
@@ -64,28 +65,20 @@ pub async fn run(
         .unwrap_or_default();
     tracing::info!(listen = %local, "serving /healthz /readyz /status /metrics");
 
-    let progress = Progress::new();
-    let state = ReplicaState::new(replica, progress.clone());
+    let state = ReplicaState::new(replica);
     let ctx = http::HttpContext {
         state: state.clone(),
-        db: reconciler.db.clone(),
-        meili: reconciler.meili.clone(),
+        reconciler: reconciler.clone(),
         lease: lease.clone(),
         metrics: crate::metrics::install(&crate::metrics::KnownLabels {
             indexes: Collection::ALL.map(|c| settings.index_uid(c)).to_vec(),
-            collections: Collection::ALL
-                .iter()
-                .map(|c| c.name().to_string())
-                .collect(),
+            collections: Collection::ALL.map(|c| c.name().to_string()).to_vec(),
         }),
     };
-    let http_shutdown = shutdown.clone();
-    let server = tokio::spawn(async move {
-        let app = http::router(ctx);
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { http_shutdown.requested().await })
-            .await;
-    });
+    let server = axum::serve(listener, http::router(ctx))
+        .with_graceful_shutdown(shutdown.token().cancelled_owned())
+        .into_future();
+    let server = tokio::spawn(server);
 
     let schedule = schedule(settings, &reconciler, &lease, &state, &shutdown);
     tokio::pin!(schedule);
@@ -123,23 +116,15 @@ async fn schedule(
     let follow = mode.mode == Mode::Follow;
     state.enter_mode(mode, interval);
     if follow {
-        let options = settings.follow.clone();
         let report: Arc<dyn ReplicaReport> = Arc::new(state.clone());
-        match crate::follow::replica::run(reconciler, &options, lease, &report, shutdown).await {
-            crate::follow::replica::FollowEnd::Stopped => return,
-            crate::follow::replica::FollowEnd::Unsupported => {}
+        let end = replica::run(reconciler, &settings.follow, lease, &report, shutdown).await;
+        if end == FollowEnd::Stopped {
+            return;
         }
     }
     let mut lease = lease.clone();
     lease.wait_timeout = None;
-    let mut first = true;
     while !shutdown.is_requested() {
-        if !first {
-            // After the first run, a completion from within this interval
-            // (by any replica) is the reconciliation this tick asks for.
-            lease.reuse_completion_for = interval.mul_f64(0.9);
-        }
-        first = false;
         state.set_role(Role::Reconciling);
         let outcome = if settings.sync.plan_only {
             log_plan_only(reconciler).await
@@ -160,13 +145,13 @@ async fn schedule(
         };
         state.finished(outcome, wait.as_secs());
         tracing::info!(next_run_in = %humantime::format_duration(Duration::from_secs(wait.as_secs())), "waiting for the next run");
-        let paused_fully = tokio::select! {
-            _ = tokio::time::sleep(wait) => true,
-            _ = shutdown.requested() => false,
-        };
-        if !paused_fully {
-            break;
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.requested() => break,
         }
+        // After the first run, a completion from within this interval
+        // (by any replica) is the reconciliation this tick asks for.
+        lease.reuse_completion_for = interval.mul_f64(0.9);
     }
 }
 

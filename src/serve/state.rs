@@ -6,16 +6,18 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::{json, Value};
 
 use crate::follow::{FollowState, FollowStatus, Mode, ModeView, ReplicaReport};
 use crate::job::RunOutcome;
 use crate::progress::Progress;
 
 /// What the replica is doing right now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Role {
     /// Started, no run yet.
+    #[default]
     Starting,
     /// In a run: owning the lease or waiting for its owner.
     Reconciling,
@@ -27,14 +29,14 @@ pub(crate) enum Role {
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct LastRun {
+struct LastRun {
     /// RFC 3339, this replica's clock (informational only).
     finished_at: String,
     #[serde(flatten)]
     outcome: RunOutcome,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Inner {
     role: Role,
     last_run: Option<LastRun>,
@@ -54,17 +56,12 @@ pub(crate) struct ReplicaState {
 }
 
 impl ReplicaState {
-    pub(crate) fn new(replica: String, progress: Progress) -> Self {
+    pub(crate) fn new(replica: String) -> Self {
         ReplicaState {
             replica,
-            progress,
+            progress: Progress::new(),
             follow: FollowStatus::new(FollowState::Off),
-            inner: Arc::new(RwLock::new(Inner {
-                role: Role::Starting,
-                last_run: None,
-                next_run_in_secs: None,
-                mode: None,
-            })),
+            inner: Arc::default(),
         }
     }
 
@@ -72,50 +69,23 @@ impl ReplicaState {
         self.inner.write().expect("state poisoned").role = role;
     }
 
-    pub(crate) fn role(&self) -> Role {
-        self.inner.read().expect("state poisoned").role
-    }
-
-    fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
-        let mut inner = self.inner.write().expect("state poisoned");
-        inner.last_run = Some(LastRun {
-            finished_at: time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default(),
-            outcome,
+    /// `/status`'s body: this replica, with `lease` as the store answered.
+    pub(crate) fn status(&self, lease: Value) -> Value {
+        let inner = self.inner.read().expect("state poisoned");
+        let mut body = json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "replica": self.replica,
+            "role": inner.role,
+            "progress": self.progress.snapshot(),
+            "lastRun": inner.last_run,
+            "nextRunInSecs": inner.next_run_in_secs,
+            "follow": self.follow.view(),
+            "lease": lease,
         });
-        inner.next_run_in_secs = Some(next_run_in_secs);
-        if inner.role != Role::Stopping {
-            inner.role = Role::Idle;
-        }
-    }
-
-    pub(crate) fn last_run(&self) -> Option<LastRun> {
-        self.inner.read().expect("state poisoned").last_run.clone()
-    }
-
-    pub(crate) fn next_run_in_secs(&self) -> Option<u64> {
-        self.inner.read().expect("state poisoned").next_run_in_secs
-    }
-
-    /// Takes `mode` and logs its line, once: the mode this replica already
-    /// has is not logged again. Interval mode imposed by the server also
-    /// shows as follow state `unsupported`.
-    fn enter_mode(&self, mode: ModeView, interval: Duration) {
-        let mut inner = self.inner.write().expect("state poisoned");
-        if inner.mode.as_ref() == Some(&mode) {
-            return;
-        }
-        mode.log(interval);
-        if mode.mode == Mode::Interval && !mode.chosen {
-            self.follow.set_state(FollowState::Unsupported);
-        }
-        inner.mode = Some(mode);
-    }
-
-    /// The mode, once `run` has decided it.
-    pub(crate) fn mode(&self) -> Option<ModeView> {
-        self.inner.read().expect("state poisoned").mode.clone()
+        body.as_object_mut()
+            .expect("the body is an object")
+            .extend(ModeView::status_fields(inner.mode.as_ref()));
+        body
     }
 }
 
@@ -137,10 +107,31 @@ impl ReplicaReport for ReplicaState {
     }
 
     fn finished(&self, outcome: RunOutcome, next_run_in_secs: u64) {
-        ReplicaState::finished(self, outcome, next_run_in_secs);
+        let mut inner = self.inner.write().expect("state poisoned");
+        inner.last_run = Some(LastRun {
+            finished_at: time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+            outcome,
+        });
+        inner.next_run_in_secs = Some(next_run_in_secs);
+        if inner.role != Role::Stopping {
+            inner.role = Role::Idle;
+        }
     }
 
+    /// Takes `mode` and logs its line, once: the mode this replica already
+    /// has is not logged again. Interval mode imposed by the server also
+    /// shows as follow state `unsupported`.
     fn enter_mode(&self, mode: ModeView, interval: Duration) {
-        ReplicaState::enter_mode(self, mode, interval);
+        let mut inner = self.inner.write().expect("state poisoned");
+        if inner.mode.as_ref() == Some(&mode) {
+            return;
+        }
+        mode.log(interval);
+        if mode.mode == Mode::Interval && !mode.chosen {
+            self.follow.set_state(FollowState::Unsupported);
+        }
+        inner.mode = Some(mode);
     }
 }
