@@ -5,8 +5,8 @@
 //!   the lease owner applies every change within about a second and
 //!   reconciles every `serve.interval` besides.
 //! - **interval**: a reconciliation every `serve.interval`, nothing in
-//!   between. Either the operator chose it (`serve.follow = false`,
-//!   `sync.plan_only`: logged at INFO) or the server serves no change
+//!   between. Either the operator chose it (`serve.follow = false`:
+//!   logged at INFO) or the server serves no change
 //!   streams. The latter is logged as a WARN: the operator left follow mode
 //!   on (the default) and gets a slower guarantee, so it must not pass
 //!   silently; the line says why, from the server's answer, and what would
@@ -99,13 +99,12 @@ impl ModeView {
         }
     }
 
-    /// Interval mode by `sync.plan_only`.
+    /// What `status` shows under `sync.plan_only`, where `run` only plans.
     fn plan_only() -> Self {
         ModeView {
             mode: Mode::Interval,
-            mode_reason:
-                "sync.plan_only is set: logging the plan every serve.interval, writing nothing"
-                    .into(),
+            mode_reason: "sync.plan_only is set: `run` prints the plan and exits, writing nothing"
+                .into(),
             follow_needs: Some("sync.plan_only = false (the default)".into()),
             chosen: true,
         }

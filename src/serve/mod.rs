@@ -107,12 +107,8 @@ async fn schedule(
     shutdown: &Shutdown,
 ) {
     let interval = settings.serve.interval;
-    let mode = ModeView::of_server(
-        &reconciler.db,
-        settings.serve.follow,
-        settings.sync.plan_only,
-    )
-    .await;
+    // Never under `sync.plan_only`: `run` then only prints the plan (main.rs).
+    let mode = ModeView::of_server(&reconciler.db, settings.serve.follow, false).await;
     let follow = mode.mode == Mode::Follow;
     state.enter_mode(mode, interval);
     if follow {
@@ -126,11 +122,8 @@ async fn schedule(
     lease.wait_timeout = None;
     while !shutdown.is_requested() {
         state.set_role(Role::Reconciling);
-        let outcome = if settings.sync.plan_only {
-            log_plan_only(reconciler).await
-        } else {
-            job::reconcile_once(reconciler, &lease, state.progress.clone(), shutdown.token()).await
-        };
+        let outcome =
+            job::reconcile_once(reconciler, &lease, state.progress.clone(), shutdown.token()).await;
         report(&outcome);
         if shutdown.is_requested() {
             state.finished(outcome, 0);
@@ -162,20 +155,5 @@ fn report(outcome: &RunOutcome) {
         RunOutcome::Failed { error }
         | RunOutcome::Unreachable { error }
         | RunOutcome::LeaseLost { error } => tracing::warn!(%error, "run did not complete"),
-    }
-}
-
-async fn log_plan_only(reconciler: &Reconciler) -> RunOutcome {
-    match crate::reconcile::plan(&reconciler.db, &reconciler.meili, &reconciler.sync).await {
-        Ok(plan) => {
-            tracing::info!(plan = %serde_json::to_string(&plan).unwrap_or_default(), "plan only (sync.plan_only): nothing written");
-            RunOutcome::DoneByOther {
-                owner: None,
-                summary: serde_json::to_value(&plan).ok(),
-            }
-        }
-        Err(e) => RunOutcome::Failed {
-            error: e.to_string(),
-        },
     }
 }
