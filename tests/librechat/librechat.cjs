@@ -330,6 +330,26 @@ async function connect() {
 
 const EXCLUDED_PATH = { messages: 'subagentTask', conversations: 'subagentThread' };
 
+/**
+ * LibreChat's saveConvo/saveMessage, again after a connection the server
+ * reset. Both are upserts keyed by the conversation's or message's id, so a
+ * second call writes the same document; the DocumentDB gateway on the test
+ * machines resets connections now and then while several processes connect
+ * at once, which is the test server's trouble, not what a test is about.
+ */
+async function againAfterReset(what, save) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await save();
+    } catch (err) {
+      const text = `${err && err.name} ${err && err.message}`;
+      if (attempt >= 4 || !/MongoNetworkError|ECONNRESET|pool.*clear/i.test(text)) throw err;
+      log(`${what}: the connection was reset (${text}); saving again (attempt ${attempt + 1})`);
+      await new Promise((r) => setTimeout(r, 250 * attempt));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Waiting for LibreChat's detached Meili hooks.
 
@@ -429,14 +449,14 @@ async function history(flags) {
   };
 
   async function saveConvo(ctx, params, kind) {
-    const convo = await m.saveConvo(ctx, params, { context: 'librechat-harness' });
+    const convo = await againAfterReset(`saveConvo ${params.conversationId}`, () => m.saveConvo(ctx, params, { context: 'librechat-harness' }));
     if (!convo || convo._id == null) throw new Error(`saveConvo failed for ${params.conversationId}: ${JSON.stringify(convo)}`);
     touch('conversations', convo);
     if (kind) count(kind);
     return convo;
   }
   async function saveMessage(ctx, params, kind) {
-    const msg = await m.saveMessage(ctx, params, { context: 'librechat-harness' });
+    const msg = await againAfterReset(`saveMessage ${params.messageId}`, () => m.saveMessage(ctx, params, { context: 'librechat-harness' }));
     if (!msg || msg._id == null) throw new Error(`saveMessage failed for ${params.messageId}`);
     touch('messages', msg);
     if (kind) count(kind);
@@ -721,7 +741,7 @@ async function chats(flags) {
     const ctx = { userId: user, isTemporary: false };
     const conversationId = c === pipeAt ? `${newId(0x0007)}|${newId(0x0007)}` : newId(0x0007);
     if (c === pipeAt) pipe = conversationId;
-    const convo = await m.saveConvo(ctx, { conversationId, endpoint: 'agents', title: sentence(rand, 2, 5) }, metadata);
+    const convo = await againAfterReset(`saveConvo ${conversationId}`, () => m.saveConvo(ctx, { conversationId, endpoint: 'agents', title: sentence(rand, 2, 5) }, metadata));
     if (!convo || convo._id == null) throw new Error(`saveConvo failed for ${conversationId}: ${JSON.stringify(convo)}`);
     const question = {
       messageId: newId(0x0007), conversationId, parentMessageId: '00000000-0000-0000-0000-000000000000',
@@ -735,7 +755,7 @@ async function chats(flags) {
     for (const params of [question, answer]) {
       const saved = c === pipeAt
         ? await new Message({ ...params, user, isTemporary: false }).save()
-        : await m.saveMessage(ctx, params, metadata);
+        : await againAfterReset(`saveMessage ${params.messageId}`, () => m.saveMessage(ctx, params, metadata));
       if (!saved || saved._id == null) throw new Error(`saving message ${params.messageId} failed`);
       messages += 1;
     }
