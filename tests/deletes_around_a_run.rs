@@ -73,9 +73,10 @@ async fn give_work(env: &Env, round: usize) -> Vec<Bson> {
 
 /// Deletes the documents of `collection` with these `_id`s (plain driver
 /// calls) until MongoDB holds none of them; returns their Meilisearch ids.
-/// Read first, and deleted until gone: the DocumentDB gateway on the test
-/// machines now and then loses a write in flight while several processes
-/// connect at once, and reports it done.
+/// Read first, and deleted until gone: under CI's load the DocumentDB
+/// gateway on the test machines once answered a delete without an error
+/// and still held the document (and once a `find_one_and_delete` found
+/// nothing for a document that was there).
 async fn delete(env: &Env, collection: Collection, ids: &[Bson]) -> Vec<String> {
     let handle = env.db.collection::<Document>(collection.name());
     let mut gone = Vec::new();

@@ -333,9 +333,9 @@ const EXCLUDED_PATH = { messages: 'subagentTask', conversations: 'subagentThread
 /**
  * LibreChat's saveConvo/saveMessage, again after a connection the server
  * reset. Both are upserts keyed by the conversation's or message's id, so a
- * second call writes the same document; the DocumentDB gateway on the test
- * machines resets connections now and then while several processes connect
- * at once, which is the test server's trouble, not what a test is about.
+ * second call writes the same document. Under CI's load the DocumentDB
+ * gateway on the test machines now and then resets a connection as it is
+ * made (ECONNRESET): the test server's trouble, not what a test is about.
  */
 async function againAfterReset(what, save) {
   for (let attempt = 1; ; attempt++) {
