@@ -30,12 +30,10 @@ use mongodb::Database;
 
 use super::latency::DocTimes;
 use super::stream::Change;
-use crate::lease::Guard;
 use crate::librechat::{markers, searchable, Rules};
-use crate::meili::{Meili, TaskOutcome};
+use crate::meili::TaskOutcome;
 use crate::mongo::{self, Collection, DocVersion};
-use crate::progress::Progress;
-use crate::reconcile::{self, Ctx, ReconcileError, SyncOptions};
+use crate::reconcile::{self, ReconcileError, Run};
 
 /// What to do with one changed document.
 #[derive(Debug, PartialEq)]
@@ -87,31 +85,6 @@ pub(crate) fn decide(rules: &Rules, change: &Change, now: DateTime) -> Action {
     }
 }
 
-/// The servers and options a micro-batch is applied with.
-#[derive(Clone, Copy)]
-pub(crate) struct Target<'a> {
-    pub(crate) db: &'a Database,
-    pub(crate) meili: &'a Meili,
-    pub(crate) sync: &'a SyncOptions,
-    pub(crate) guard: &'a Guard,
-    pub(crate) progress: &'a Progress,
-}
-
-impl<'a> Target<'a> {
-    /// The context of `collection`'s work on its index.
-    pub(crate) fn ctx(&self, collection: Collection) -> Ctx<'a> {
-        Ctx::new(
-            self.db,
-            self.meili,
-            self.sync,
-            self.guard,
-            self.progress,
-            collection,
-            self.sync.index_uid(collection),
-        )
-    }
-}
-
 /// What a micro-batch asks of one collection's index.
 #[derive(Default)]
 struct Work {
@@ -143,7 +116,7 @@ pub(crate) struct Prepared {
 /// before sending — which of the documents to send were indexed and
 /// flagged meanwhile (LibreChat's save hook), left out.
 pub(crate) async fn prepare(
-    target: &Target<'_>,
+    target: &Run<'_>,
     changes: Vec<Change>,
 ) -> Result<Prepared, ReconcileError> {
     let now = mongo::server_time(target.db).await?;
@@ -154,25 +127,16 @@ pub(crate) async fn prepare(
         written: Vec::new(),
         work: Vec::new(),
     };
-    let rules = &target.sync.rules;
+    let rules = &target.opts.rules;
     for collection in Collection::ALL {
-        let mut send: Vec<ToSend> = Vec::new();
+        let mut send: Vec<(Document, &Change)> = Vec::new();
         let mut work = Work::default();
         let mut unresolved = false;
         for change in changes.iter().filter(|c| c.collection == collection) {
-            let times = DocTimes {
-                written: change.at,
-                received: change.received,
-            };
             let label = match decide(rules, change, now) {
                 Action::Send(doc) => {
                     // Counted once the flush-time check below has kept it.
-                    send.push(ToSend {
-                        doc,
-                        label: change.op.label(),
-                        around_hooks: change.around_hooks,
-                        times,
-                    });
+                    send.push((doc, change));
                     continue;
                 }
                 Action::Skip => "skipped",
@@ -181,7 +145,7 @@ pub(crate) async fn prepare(
                     mark_removed,
                 } => {
                     work.remove.push(meili_id);
-                    prepared.written.push(times);
+                    prepared.written.push(doc_times(change));
                     if mark_removed {
                         work.mark.extend(change.full.as_ref().map(DocVersion::of));
                     }
@@ -219,13 +183,10 @@ impl Prepared {
     /// Enqueues every Meilisearch write of the micro-batch — each
     /// collection's additions and deletions — and returns without waiting
     /// for any (every request checks the guard first).
-    pub(crate) async fn enqueue(
-        &mut self,
-        target: &Target<'_>,
-    ) -> Result<Enqueued, ReconcileError> {
+    pub(crate) async fn enqueue(&mut self, target: &Run<'_>) -> Result<Enqueued, ReconcileError> {
         let mut parts = Vec::with_capacity(self.work.len());
         for (collection, work) in std::mem::take(&mut self.work) {
-            let ctx = target.ctx(collection).with_scattered_ids();
+            let ctx = target.ctx(collection, target.progress).with_scattered_ids();
             let enqueued =
                 reconcile::apply::enqueue_documents(&ctx, work.send, self.now, &work.remove)
                     .await?;
@@ -248,13 +209,13 @@ impl Enqueued {
     /// was refused and parts of it sent again (isolation).
     pub(crate) async fn settle_tasks(
         self,
-        target: &Target<'_>,
+        target: &Run<'_>,
         outcomes: &mut HashMap<u64, TaskOutcome>,
         group: &mut Group,
     ) -> Result<bool, ReconcileError> {
         let mut isolated = false;
         for (collection, enqueued, mark) in self.parts {
-            let ctx = target.ctx(collection).with_scattered_ids();
+            let ctx = target.ctx(collection, target.progress).with_scattered_ids();
             let part = group.part(collection);
             let done =
                 reconcile::apply::settle_enqueued(&ctx, enqueued, outcomes, &mut part.accepted)
@@ -308,9 +269,9 @@ impl Group {
     /// Acknowledges the accepted documents version-exactly
     /// (`reconcile::apply::acknowledge_accepted`), then marks removed, each
     /// version-exactly, what the micro-batches deleted.
-    pub(crate) async fn acknowledge(self, target: &Target<'_>) -> Result<(), ReconcileError> {
+    pub(crate) async fn acknowledge(self, target: &Run<'_>) -> Result<(), ReconcileError> {
         for (collection, part) in self.parts {
-            let ctx = target.ctx(collection).with_scattered_ids();
+            let ctx = target.ctx(collection, target.progress).with_scattered_ids();
             let acked = reconcile::apply::acknowledge_accepted(&ctx, part.accepted).await?;
             mongo::mark_removed(target.db, collection, &part.mark, target.guard).await?;
             crate::metrics::documents(
@@ -324,12 +285,12 @@ impl Group {
     }
 }
 
-/// A document decided to be sent, before the flush-time check.
-struct ToSend {
-    doc: Document,
-    label: &'static str,
-    around_hooks: bool,
-    times: DocTimes,
+/// When `change` was written and received.
+fn doc_times(change: &Change) -> DocTimes {
+    DocTimes {
+        written: change.at,
+        received: change.received,
+    }
 }
 
 /// The documents of `send` that nobody has marked indexed since their
@@ -343,28 +304,28 @@ async fn leave_out_flagged(
     db: &Database,
     rules: &Rules,
     collection: Collection,
-    send: Vec<ToSend>,
+    send: Vec<(Document, &Change)>,
     prepared: &mut Prepared,
 ) -> Result<Vec<Document>, ReconcileError> {
     let ids: Vec<Bson> = send
         .iter()
-        .filter(|s| !s.around_hooks)
-        .filter_map(|s| s.doc.get("_id").cloned())
+        .filter(|(_, change)| !change.around_hooks)
+        .filter_map(|(doc, _)| doc.get("_id").cloned())
         .collect();
     let flagged = mongo::processed_among(db, rules, collection, &ids).await?;
     let mut kept = Vec::with_capacity(send.len());
-    for s in send {
+    for (doc, change) in send {
         let indexed_meanwhile =
-            !s.around_hooks && s.doc.get("_id").is_some_and(|id| flagged.contains(id));
+            !change.around_hooks && doc.get("_id").is_some_and(|id| flagged.contains(id));
         let label = if indexed_meanwhile {
             "skipped"
         } else {
-            s.label
+            change.op.label()
         };
         *prepared.by_op.entry(label).or_default() += 1;
         if !indexed_meanwhile {
-            prepared.written.push(s.times);
-            kept.push(s.doc);
+            prepared.written.push(doc_times(change));
+            kept.push(doc);
         }
     }
     Ok(kept)

@@ -26,11 +26,10 @@ use std::time::{Duration, Instant};
 
 use mongodb::bson::DateTime;
 
-use super::apply::Target;
 use super::stream::Change;
 use crate::librechat::searchable;
 use crate::mongo::{self, Collection};
-use crate::reconcile::{self, ReconcileError};
+use crate::reconcile::{self, ReconcileError, Run};
 
 /// Woken this long after the expiry, so that MongoDB's clock has passed it
 /// however the local one reads (and, with expiries overdue, the shortest
@@ -116,10 +115,10 @@ pub(crate) fn expiries(changes: &[Change]) -> Vec<DateTime> {
 
 /// Sweeps both collections' expired documents out of Meilisearch. Returns
 /// how many went.
-pub(crate) async fn sweep(target: &Target<'_>) -> Result<u64, ReconcileError> {
+pub(crate) async fn sweep(target: &Run<'_>) -> Result<u64, ReconcileError> {
     let mut removed = 0;
     for collection in Collection::ALL {
-        let ctx = target.ctx(collection);
+        let ctx = target.ctx(collection, target.progress);
         let n = reconcile::expiry::sweep(&ctx).await?;
         crate::metrics::documents(&ctx.uid, 0, n, 0);
         removed += n;

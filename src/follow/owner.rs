@@ -40,7 +40,7 @@ use backon::BackoffBuilder;
 use mongodb::bson::Document;
 use tracing::{debug, info, warn};
 
-use super::apply::{self, Target};
+use super::apply;
 use super::expiry;
 use super::latency::BatchTimes;
 use super::mode::{ModeView, NoChangeStreams};
@@ -56,7 +56,7 @@ use crate::lease::{
 };
 use crate::mongo::Collection;
 use crate::progress::Progress;
-use crate::reconcile::{self, ReconcileError, RunSummary};
+use crate::reconcile::{self, ReconcileError, Run, RunSummary};
 
 /// While nothing is applied, the furthest safe resume token is saved at
 /// most this often (it keeps the saved token inside the oplog's window).
@@ -163,13 +163,7 @@ impl Owner {
             ))
         })?;
         let r = &self.reconciler;
-        let t = Target {
-            db: &r.db,
-            meili: &r.meili,
-            sync: &r.sync,
-            guard: &guard,
-            progress: &progress,
-        };
+        let t = Run::new(&r.db, &r.meili, &r.sync, &guard, &progress);
         let mut reconcile_first = false;
         loop {
             let begun = self.begin(&t, &lease, reconcile_first);
@@ -211,7 +205,7 @@ impl Owner {
     /// `t`: the engine's servers and options.
     async fn begin(
         &self,
-        t: &Target<'_>,
+        t: &Run<'_>,
         lease: &LeaseHandle,
         reconcile_first: bool,
     ) -> Result<Begun, ReconcileError> {
@@ -292,7 +286,7 @@ impl Owner {
     async fn unsupported(
         &self,
         why: &NoChangeStreams,
-        t: &Target<'_>,
+        t: &Run<'_>,
     ) -> Result<Begun, ReconcileError> {
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
@@ -300,9 +294,9 @@ impl Owner {
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.
-    async fn reconcile(&self, t: &Target<'_>) -> Result<RunSummary, ReconcileError> {
+    async fn reconcile(&self, t: &Run<'_>) -> Result<RunSummary, ReconcileError> {
         self.replica.reconciling(true);
-        let result = reconcile::reconcile(t.db, t.meili, t.sync, t.guard, t.progress).await;
+        let result = reconcile::reconcile(t.db, t.meili, t.opts, t.guard, t.progress).await;
         self.replica.reconciling(false);
         let summary = result?;
         let outcome = job::record_completed(&summary);
@@ -314,7 +308,7 @@ impl Owner {
 
     async fn follow(
         &self,
-        t: &Target<'_>,
+        t: &Run<'_>,
         lease: &LeaseHandle,
         (reader, config): (Reader, StreamConfig),
         saved: Document,
@@ -326,12 +320,9 @@ impl Owner {
             .with_task_polling(TASK_POLL_MIN, TASK_POLL_MAX);
         let mut f = Follower {
             owner: self,
-            engine: *t,
+            engine: t,
             // The pipeline's client polls tasks as follow mode does.
-            target: Target {
-                meili: &meili,
-                ..*t
-            },
+            target: Run::new(t.db, &meili, t.opts, guard, t.progress),
             lease,
             reader,
             config,
@@ -377,16 +368,7 @@ impl Owner {
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
             let now = Instant::now();
-            if f.pending
-                .due(opts.max_wait, f.reader.has_queued())
-                .is_some_and(|due| now >= due)
-            {
-                if f.pending.pipeline.has_room() {
-                    f.flush().await?;
-                } else {
-                    f.pending.batch.hold();
-                }
-            }
+            f.flush_when_due(now).await?;
             if now >= next_handover_check {
                 next_handover_check = now + opts.poll_every;
                 if let Some(to) = f.handover_asked().await? {
@@ -408,9 +390,9 @@ struct Follower<'a> {
     owner: &'a Owner,
     /// What a sweep, a comparison or a reconciliation is applied with: the
     /// engine's servers, options and Meilisearch client.
-    engine: Target<'a>,
+    engine: &'a Run<'a>,
     /// What micro-batches are applied with.
-    target: Target<'a>,
+    target: Run<'a>,
     lease: &'a LeaseHandle,
     reader: Reader,
     config: StreamConfig,
@@ -418,14 +400,25 @@ struct Follower<'a> {
 }
 
 impl Follower<'_> {
-    fn status(&self) -> &FollowStatus {
-        self.owner.status()
-    }
-
     /// Back to following: the state `/status` shows, the run's phase.
     fn following(&self) {
-        self.status().set_state(FollowState::Following);
+        self.owner.status().set_state(FollowState::Following);
         self.target.progress.phase("follow", 0);
+    }
+
+    /// Enqueues the gathered micro-batch when it is due (`now`), or holds it
+    /// while the pipeline has no room.
+    async fn flush_when_due(&mut self, now: Instant) -> Result<(), ReconcileError> {
+        let max_wait = self.owner.options.max_wait;
+        let due = self.pending.due(max_wait, self.reader.has_queued());
+        if due.is_some_and(|due| now >= due) {
+            if self.pending.pipeline.has_room() {
+                self.flush().await?;
+            } else {
+                self.pending.batch.hold();
+            }
+        }
+        Ok(())
     }
 
     /// The id-set comparison and the expiry sweep, each when due (`now`),
@@ -472,7 +465,7 @@ impl Follower<'_> {
     ) -> Result<Option<Ended>, ReconcileError> {
         match item {
             Some(StreamItem::Change(change)) => {
-                self.status().behind();
+                self.owner.status().behind();
                 self.pending.pipeline.behind();
                 self.pending.batch.push(*change);
                 if self.pending.batch.len() >= self.owner.options.max_docs {
@@ -499,7 +492,7 @@ impl Follower<'_> {
                     self.flush().await?;
                 }
                 if self.pending.pipeline.is_empty() && self.pending.batch.is_empty() {
-                    self.status().caught_up();
+                    self.owner.status().caught_up();
                     if self.pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
                         self.save_token().await?;
                     }
@@ -533,7 +526,7 @@ impl Follower<'_> {
             None
         });
         if let Some(to) = &to {
-            self.status().set_state(FollowState::HandingOver);
+            self.owner.status().set_state(FollowState::HandingOver);
             info!(%to, "another replica asked for the lease: handing it over after the micro-batches in flight");
             self.drain().await?;
         }
@@ -544,9 +537,9 @@ impl Follower<'_> {
     /// the server meanwhile; recorded in the lease as a completion.
     async fn periodic_run(&mut self) -> Result<(), ReconcileError> {
         self.drain().await?;
-        self.status().set_state(FollowState::Reconciling);
+        self.owner.status().set_state(FollowState::Reconciling);
         info!("periodic reconciliation: changes wait on the server meanwhile");
-        let summary = summary_json(&self.owner.reconcile(&self.engine).await?);
+        let summary = summary_json(&self.owner.reconcile(self.engine).await?);
         let recorded = self.lease.record_completion(self.engine.guard, &summary);
         if let Err(error) = unless_lost(recorded.await)? {
             warn!(%error, "could not record the periodic reconciliation in the lease")
@@ -593,10 +586,10 @@ impl Follower<'_> {
     /// Sweeps what has expired out of Meilisearch, then asks when the next
     /// document expires.
     async fn sweep_expired(&mut self) -> Result<(), ReconcileError> {
-        let removed = expiry::sweep(&self.engine).await?;
+        let removed = expiry::sweep(self.engine).await?;
         if removed > 0 {
             let by_op = std::collections::BTreeMap::from([("expired", removed)]);
-            self.status().applied(&by_op, None);
+            self.owner.status().applied(&by_op, None);
         }
         self.plan_expiry().await
     }
@@ -604,7 +597,7 @@ impl Follower<'_> {
     /// Asks when the next document expires.
     async fn plan_expiry(&mut self) -> Result<(), ReconcileError> {
         self.pending.expiry.plan(self.target.db).await?;
-        self.status().next_expiry(self.pending.expiry.next());
+        self.owner.status().next_expiry(self.pending.expiry.next());
         Ok(())
     }
 
@@ -636,9 +629,9 @@ impl Follower<'_> {
         let expiries = expiry::expiries(&changes);
         let mut prepared = apply::prepare(&self.target, changes).await?;
         let now = prepared.now;
-        self.status().server_time(now);
+        self.owner.status().server_time(now);
         self.pending.expiry.consider(expiries, now);
-        self.status().next_expiry(self.pending.expiry.next());
+        self.owner.status().next_expiry(self.pending.expiry.next());
         self.pending.orphans.note(&prepared.unresolved);
         self.pending
             .unrecorded
@@ -665,7 +658,7 @@ impl Follower<'_> {
                 drained: drained_at,
                 writing,
                 enqueued: Instant::now(),
-                server_offset_ms: self.status().server_offset_ms(),
+                server_offset_ms: self.owner.status().server_offset_ms(),
                 depth,
             },
         });
@@ -730,7 +723,7 @@ impl Follower<'_> {
     async fn repair_orphans(&mut self) -> Result<(), ReconcileError> {
         let (guard, lease) = (self.target.guard, self.lease);
         for collection in self.pending.orphans.take() {
-            let ctx = self.engine.ctx(collection);
+            let ctx = self.engine.ctx(collection, self.engine.progress);
             let started =
                 unless_lost(lease.server_now().await)?.map_err(ReconcileError::MongoUnreachable)?;
             let (deleted, flags_cleared) = reconcile::apply::repair_id_drift(&ctx).await?;

@@ -63,11 +63,11 @@ use mongodb::bson::{DateTime, Document};
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::apply::{Enqueued, Group, Target};
+use super::apply::{Enqueued, Group};
 use super::latency::{self, BatchTimes, DocTimes, Settlings, TaskTimes};
 use crate::lease::Guard;
 use crate::meili::{Meili, MeiliError, TaskOutcome};
-use crate::reconcile::ReconcileError;
+use crate::reconcile::{ReconcileError, Run};
 
 /// Most micro-batches in flight at once.
 pub(crate) const DEPTH: usize = 32;
@@ -87,6 +87,7 @@ pub(crate) struct InFlight {
 }
 
 /// What settling micro-batches gives the owner.
+#[derive(Default)]
 pub(crate) struct Settled {
     /// The newest settled micro-batch's token.
     pub(crate) token: Option<Document>,
@@ -210,7 +211,7 @@ impl Pipeline {
     /// `None` when nothing is in flight.
     pub(crate) async fn settle_ended(
         &mut self,
-        target: &Target<'_>,
+        target: &Run<'_>,
         max_docs: usize,
     ) -> Result<Option<Settled>, ReconcileError> {
         if self.queue.is_empty() {
@@ -224,12 +225,7 @@ impl Pipeline {
         }
         let settling = Instant::now();
         let mut group = Group::default();
-        let mut settled = Settled {
-            token: None,
-            by_op: BTreeMap::new(),
-            newest: None,
-            caught_up: false,
-        };
+        let mut settled = Settled::default();
         let mut members = 0;
         while let Some(ended) = self.ended.pop_front() {
             let (outcomes, seen) = ended?;

@@ -9,6 +9,7 @@
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use serde_json::{json, Value};
 
+use crate::lease::clock::rfc3339;
 use crate::lease::{Guard, JobFields, LeaseHandle, LeaseWriteError};
 
 const TOKEN: &str = "followToken";
@@ -98,17 +99,13 @@ pub(crate) async fn orphan_checks_owed(
 /// Follow mode's fields as `status` shows them: when the resume token was
 /// saved, and each comparison owed (`document`: the lease document, if any).
 pub fn describe(document: Option<&Document>) -> JobFields {
-    let rfc3339 = |at: DateTime| {
-        at.try_to_rfc3339_string()
-            .unwrap_or_else(|_| at.to_string())
-    };
     let saved_at = document
         .and_then(|d| match d.get(TOKEN_SAVED_AT) {
             Some(Bson::DateTime(at)) => Some(*at),
             Some(Bson::Int64(ms)) => Some(DateTime::from_millis(*ms)),
             _ => None,
         })
-        .map(rfc3339);
+        .map(|at| rfc3339(&at));
     let mut fields = JobFields::default();
     fields
         .json
@@ -118,7 +115,7 @@ pub fn describe(document: Option<&Document>) -> JobFields {
         .extend(saved_at.map(|at| format!("resume token saved: {at}")));
     let mut owed_json = Vec::new();
     for (collection, since) in document.map(owed).unwrap_or_default() {
-        let since = rfc3339(since);
+        let since = rfc3339(&since);
         fields.lines.push(format!(
             "id-set comparison owed: {collection} (deletes without a pre-image since {since})"
         ));

@@ -18,15 +18,17 @@ use std::sync::{Arc, Mutex};
 use mongodb::bson::DateTime;
 use serde::Serialize;
 
+use crate::lease::clock::rfc3339;
 use crate::metrics;
 use crate::mongo::Collection;
 use crate::views::DeleteRegime;
 
 /// Where this replica stands in follow mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum FollowState {
     /// `serve.follow` is false: interval-only reconciliation.
+    #[default]
     Off,
     /// The server has no change streams: interval-only reconciliation.
     Unsupported,
@@ -72,7 +74,7 @@ pub(crate) struct FollowView {
     next_expiry_at: Option<String>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Inner {
     state: FollowState,
     caught_up: bool,
@@ -100,13 +102,8 @@ impl FollowStatus {
         FollowStatus {
             inner: Arc::new(Mutex::new(Inner {
                 state,
-                caught_up: false,
-                applied_through: None,
-                last_event_at: None,
-                server_offset_ms: 0,
                 applied: metrics::FOLLOW_OPS.iter().map(|op| (*op, 0)).collect(),
-                deletes: BTreeMap::new(),
-                next_expiry_at: None,
+                ..Inner::default()
             })),
         }
     }
@@ -208,10 +205,7 @@ impl FollowStatus {
         self.with(|inner| FollowView {
             state: inner.state,
             lag_secs,
-            last_event_at: inner.last_event_at.map(|at| {
-                at.try_to_rfc3339_string()
-                    .unwrap_or_else(|_| at.to_string())
-            }),
+            last_event_at: inner.last_event_at.as_ref().map(rfc3339),
             applied: inner.applied.clone(),
             deletes: if inner.state.owns_the_stream() {
                 inner.deletes.clone()
@@ -221,10 +215,7 @@ impl FollowStatus {
             next_expiry_at: inner
                 .next_expiry_at
                 .filter(|_| inner.state.owns_the_stream())
-                .map(|at| {
-                    at.try_to_rfc3339_string()
-                        .unwrap_or_else(|_| at.to_string())
-                }),
+                .map(|at| rfc3339(&at)),
         })
     }
 }

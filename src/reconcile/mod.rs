@@ -57,7 +57,7 @@ mod sync;
 mod test_hook;
 pub mod verify;
 
-pub(crate) use ctx::Ctx;
+pub(crate) use ctx::Run;
 pub use error::ReconcileError;
 pub(crate) use options::build_uid;
 pub use options::SyncOptions;
