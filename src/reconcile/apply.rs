@@ -221,7 +221,6 @@ pub(crate) async fn settle_enqueued(
     for addition in enqueued.additions {
         let outcome = outcome_of(addition.task)?;
         done.isolated |= outcome.error.is_some();
-        crate::metrics::batch_latency(addition.sent.elapsed());
         let settled = send::settle_outcome(ctx, addition, outcome).await?;
         done.indexed += settled.accepted.len() as u64;
         done.rejected.extend(settled.rejected);

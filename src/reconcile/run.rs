@@ -164,13 +164,13 @@ pub(crate) async fn prepare_index(
     index: &IndexPlan,
 ) -> Result<CollectionSummary, ReconcileError> {
     let (meili, guard) = (run.meili, run.guard);
+    let ctx = run.ctx(index.collection, run.progress);
     let recreate = index
         .rebuild
         .as_ref()
         .is_some_and(RebuildReason::recreates_index);
     let diff = if recreate {
-        run.progress
-            .phase(&format!("rebuild {}", index.collection.name()), 0);
+        ctx.phase("rebuild", 0);
         rebuild::recreate_index(
             meili,
             &index.index_uid,
@@ -184,8 +184,7 @@ pub(crate) async fn prepare_index(
     } else {
         index.settings_to_apply.clone()
     };
-    run.progress
-        .phase(&format!("settings {}", index.collection.name()), 0);
+    ctx.phase("settings", 0);
     let mut summary = CollectionSummary::new(index.collection, &index.index_uid);
     summary.settings_changed = settings::apply(meili, &index.index_uid, &diff, guard).await?;
     Ok(summary)
