@@ -34,12 +34,12 @@ use std::collections::HashMap;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, DateTime, Document};
 
-use super::batch::{id_key, BatchDoc};
+use super::batch::BatchDoc;
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::rejects::Rejected;
 use crate::librechat::{markers, searchable, Rules};
-use crate::mongo::{self, DocVersion};
+use crate::mongo::{self, id_key, DocVersion};
 
 /// What sending and acknowledging documents did: what an acknowledgement,
 /// a sender, an indexing pass or a repairing comparison did, added up into

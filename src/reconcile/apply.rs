@@ -30,13 +30,14 @@ use mongodb::bson::{Bson, DateTime, Document};
 use tokio::sync::mpsc;
 
 use super::ack::{self, Tally};
-use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
+use super::batch::{ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::orphans;
 use super::send::{self, send_batches};
 use crate::librechat::searchable;
 use crate::meili::TaskOutcome;
+use crate::mongo::id_key;
 
 /// Sends `docs` (full MongoDB documents read with their version fields,
 /// each searchable at MongoDB's time `now`) into `ctx.uid` and acknowledges
@@ -220,7 +221,6 @@ pub(crate) async fn settle_enqueued(
     for addition in enqueued.additions {
         let outcome = outcome_of(addition.task)?;
         done.isolated |= outcome.error.is_some();
-        crate::metrics::batch_latency(addition.sent.elapsed());
         let settled = send::settle_outcome(ctx, addition, outcome).await?;
         done.indexed += settled.accepted.len() as u64;
         done.rejected.extend(settled.rejected);

@@ -1,8 +1,8 @@
 //! What the indexer sends: a [`Batch`] of NDJSON lines, in `_id` order, with
 //! the compact [`BatchDoc`] of each document (what its acknowledgement
-//! needs once the NDJSON is dropped), and the key a document is skipped by
-//! ([`id_key`]). Below the sender (`send`), the acknowledgement (`ack`),
-//! poison isolation (`rejects`) and every feed (`sync`, `apply`, `exact`).
+//! needs once the NDJSON is dropped). Below the sender (`send`), the
+//! acknowledgement (`ack`), poison isolation (`rejects`) and every feed
+//! (`sync`, `apply`, `exact`).
 
 use std::ops::Range;
 
@@ -239,11 +239,6 @@ pub(crate) fn ndjson_line(
         .map_err(|e| ReconcileError::Other(format!("serializing a document: {e}")))?;
     line.push(b'\n');
     Ok(line)
-}
-
-/// The key a document's `_id` has in skip sets (see [`Rejected`](super::rejects::Rejected)).
-pub(crate) fn id_key(id: &Bson) -> String {
-    mongo::id_key(id)
 }
 
 #[cfg(test)]

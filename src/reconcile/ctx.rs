@@ -58,10 +58,12 @@ impl<'a> Run<'a> {
     /// `progress` (the run's, or a lane of it) and timed on the run's clock.
     pub(crate) fn ctx<'b>(&'b self, collection: Collection, progress: &'b Progress) -> Ctx<'b> {
         let uid = self.opts.index_uid(collection);
-        Ctx::new(
-            self.db, self.meili, self.opts, self.guard, progress, collection, uid,
-        )
-        .with_phases(&self.phases)
+        Ctx {
+            phases: Arc::clone(&self.phases),
+            ..Ctx::new(
+                self.db, self.meili, self.opts, self.guard, progress, collection, uid,
+            )
+        }
     }
 }
 
@@ -140,12 +142,6 @@ impl<'a> Ctx<'a> {
         let ms = waiting.elapsed().as_millis() as u64;
         tracing::debug!(index = %self.uid, open, ms, "acknowledgement no longer waits for the plan's counts");
         open
-    }
-
-    /// The same context counting its phases on `phases` (the run's clock).
-    pub(crate) fn with_phases(mut self, phases: &Arc<phases::PhaseClock>) -> Ctx<'a> {
-        self.phases = Arc::clone(phases);
-        self
     }
 
     /// The same work aimed at another index (e.g. a reindex's build target).

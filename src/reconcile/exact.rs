@@ -42,7 +42,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::ack::{self, Tally};
-use super::batch::{id_key, ndjson_line, Batch, BatchDoc};
+use super::batch::{ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::orphans::{id_hash, Partitions, Seen};
@@ -50,7 +50,7 @@ use super::send::send_batches;
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
 use crate::meili;
-use crate::mongo;
+use crate::mongo::{self, id_key};
 
 /// Documents per page read from Meilisearch (whole documents, so fewer than
 /// the id pages of pass 3).

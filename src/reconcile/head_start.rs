@@ -19,6 +19,8 @@
 //! written nothing, and what it enqueued is in the index the rebuild fills
 //! anyway.
 
+use std::collections::HashSet;
+
 use mongodb::bson::DateTime;
 use tokio::sync::watch;
 
@@ -30,28 +32,19 @@ use super::plan::{self, IndexPlan, Surveyed};
 use super::sync;
 use crate::mongo;
 
-/// What the head start did besides counting.
-#[derive(Debug, Default)]
-pub(crate) enum HeadStart {
-    /// The whole unflagged backlog was sent, and acknowledged once the
-    /// counts allowed it: what its sender did.
-    Sent(Tally),
-    /// Nothing was sent: the backlog fills a page (the counts choose how to
-    /// read it), it is below the threshold, or the counts decided a rebuild.
-    #[default]
-    NotSent,
-}
-
 /// Counts `surveyed`'s collection at `now` while reading the first page of
 /// its unflagged backlog (and sending it, when it is the whole backlog and
 /// reaches the threshold); returns the index's plan, decided from the
-/// counts, and what was sent. Nothing is acknowledged before the counts
-/// are taken.
+/// counts, and what the sender of the backlog did, acknowledged once the
+/// counts allowed it. Nothing is acknowledged before the counts are taken.
+/// `None`: nothing was sent — the backlog fills a page (the counts choose
+/// how to read it), it is below the threshold, or the counts decided a
+/// rebuild.
 pub(crate) async fn count_with_head_start(
     ctx: &Ctx<'_>,
     surveyed: &Surveyed,
     now: DateTime,
-) -> Result<(IndexPlan, HeadStart), ReconcileError> {
+) -> Result<(IndexPlan, Option<Tally>), ReconcileError> {
     let (gate, gate_rx) = watch::channel(false);
     let gated = ctx.on_index(ctx.uid.clone()).with_ack_gate(gate_rx);
     let counting = async {
@@ -72,14 +65,14 @@ pub(crate) async fn count_with_head_start(
     if index.rebuild.is_some() {
         // Dropped with the gate closed: nothing of it was acknowledged.
         tracing::info!(index = %ctx.uid, "the counts decided a rebuild: the head start is dropped");
-        return Ok((index, HeadStart::NotSent));
+        return Ok((index, None));
     }
     gate.send_replace(true);
     let settled = match sent {
         Some(settled) => settled,
         None => sending.await?,
     };
-    Ok((index, settled.map_or(HeadStart::NotSent, HeadStart::Sent)))
+    Ok((index, settled))
 }
 
 /// Reads the first page of the unflagged backlog at `now` and, when it is
@@ -109,8 +102,8 @@ async fn send_small_backlog(ctx: &Ctx<'_>, now: DateTime) -> Result<Option<Tally
     ctx.phase("index", docs as u64);
     // Cut and sent as the reader cuts a page it read (the raw page freed
     // as it is cut), through the same sender.
-    let backlog = mongo::Backlog::Unflagged;
-    Ok(Some(
-        sync::send_page(ctx, backlog, now, page).await?.settled,
-    ))
+    let read = sync::Read::Filtered(mongo::Backlog::Unflagged);
+    let (feed, skip) = (sync::Feed::Unindexed, HashSet::new());
+    let pass = sync::run_pass(ctx, feed, read, &skip, Some((now, page))).await?;
+    Ok(Some(pass.settled))
 }

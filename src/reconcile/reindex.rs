@@ -58,7 +58,7 @@ use super::run::{finish, prepare_index, reconcile_collection};
 use super::summary::{CollectionSummary, RunSummary};
 use super::sync::{self, Feed};
 use super::test_hook::pause_after;
-use super::{exact, excluded, marker, plan, rebuild, settings};
+use super::{exact, excluded, marker, plan, rebuild, rejects, settings};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::{self, Collection};
@@ -158,7 +158,7 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     // 5. Flags exactly as the new index holds the documents.
     let (comparison, repairs) = exact::compare(ctx, Some(&rejected)).await?;
     marker::clear(ctx.db, ctx.opts, &live, ctx.guard).await?;
-    rejected.extend(repairs.rejected.iter().map(|r| r.mongo_id_key.clone()));
+    rejected.extend(rejects::keys(&repairs.rejected));
     summary.add(repairs);
     summary.verified = Some(comparison);
     summary.add(excluded::clean_up(ctx).await?);
@@ -229,12 +229,7 @@ async fn build(
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
     let skip = HashSet::new();
     let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &skip, None).await?;
-    let rejected = built
-        .settled
-        .rejected
-        .iter()
-        .map(|r| r.mongo_id_key.clone())
-        .collect();
+    let rejected = rejects::keys(&built.settled.rejected).collect();
     // Not acknowledged: what it indexed and rejected is all it did.
     summary.add(built.settled);
     Ok(rejected)

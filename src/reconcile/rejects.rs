@@ -9,10 +9,11 @@ use std::ops::Range;
 
 use serde::Serialize;
 
-use super::batch::{id_key, Batch, BatchDoc};
+use super::batch::{Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use crate::meili::TaskError;
+use crate::mongo::id_key;
 
 /// A document Meilisearch refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -39,6 +40,11 @@ impl Rejected {
             mongo_id_key: id_key(&doc.mongo_id()),
         }
     }
+}
+
+/// The `_id` keys of `rejected`, which later sends of the run leave out.
+pub(crate) fn keys(rejected: &[Rejected]) -> impl Iterator<Item = String> + '_ {
+    rejected.iter().map(|r| r.mongo_id_key.clone())
 }
 
 /// Whether a failed task's error is about a document (so splitting the batch

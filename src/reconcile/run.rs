@@ -10,13 +10,14 @@ use std::time::Instant;
 
 use mongodb::Database;
 
+use super::ack::Tally;
 use super::ctx::{Ctx, Run};
 use super::error::ReconcileError;
-use super::head_start::{self, HeadStart};
+use super::head_start;
 use super::options::{build_uid, SyncOptions};
 use super::plan::{self, IndexPlan, RebuildReason, Surveyed};
 use super::summary::{CollectionSummary, RunSummary};
-use super::{exact, excluded, expiry, marker, orphans, rebuild, settings, sync};
+use super::{exact, excluded, expiry, marker, orphans, rebuild, rejects, settings, sync};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo;
@@ -120,7 +121,8 @@ pub(crate) struct BeforeCounts {
     /// The expiry sweep, when it ran: documents deleted, and the index's
     /// count after it when any were.
     swept: Option<(u64, Option<u64>)>,
-    head_start: HeadStart,
+    /// What the head start's sender did, when it sent the backlog.
+    head_start: Option<Tally>,
 }
 
 /// Sweeps the collection's expired documents from its index (a delete:
@@ -162,13 +164,13 @@ pub(crate) async fn prepare_index(
     index: &IndexPlan,
 ) -> Result<CollectionSummary, ReconcileError> {
     let (meili, guard) = (run.meili, run.guard);
+    let ctx = run.ctx(index.collection, run.progress);
     let recreate = index
         .rebuild
         .as_ref()
         .is_some_and(RebuildReason::recreates_index);
     let diff = if recreate {
-        run.progress
-            .phase(&format!("rebuild {}", index.collection.name()), 0);
+        ctx.phase("rebuild", 0);
         rebuild::recreate_index(
             meili,
             &index.index_uid,
@@ -182,8 +184,7 @@ pub(crate) async fn prepare_index(
     } else {
         index.settings_to_apply.clone()
     };
-    run.progress
-        .phase(&format!("settings {}", index.collection.name()), 0);
+    ctx.phase("settings", 0);
     let mut summary = CollectionSummary::new(index.collection, &index.index_uid);
     summary.settings_changed = settings::apply(meili, &index.index_uid, &diff, guard).await?;
     Ok(summary)
@@ -345,11 +346,11 @@ async fn index_backlog(
     ctx: &Ctx<'_>,
     counts: &mongo::Counts,
     exempt: bool,
-    head_start: HeadStart,
+    head_start: Option<Tally>,
     summary: &mut CollectionSummary,
 ) -> Result<(), ReconcileError> {
     let exempt = exempt || counts.indexed == 0;
-    if let HeadStart::Sent(settled) = head_start {
+    if let Some(settled) = head_start {
         // The unflagged backlog went while the plan counted: what changed
         // in flight is sent again, then what is flagged at another schema
         // version, which the head start's narrow read left out.
@@ -405,11 +406,7 @@ async fn index_unindexed(
     backlog: mongo::Backlog,
     summary: &mut CollectionSummary,
 ) -> Result<(), ReconcileError> {
-    let skip: HashSet<String> = summary
-        .rejected
-        .iter()
-        .map(|r| r.mongo_id_key.clone())
-        .collect();
+    let skip: HashSet<String> = rejects::keys(&summary.rejected).collect();
     summary.add(sync::index_unindexed(ctx, expected, backlog, &skip).await?);
     Ok(())
 }

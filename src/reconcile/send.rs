@@ -289,20 +289,20 @@ pub(crate) struct Done {
 async fn settle(ctx: &Ctx<'_>, enqueued: Enqueued) -> Result<Done, ReconcileError> {
     super::test_hook::pause_after("batch-enqueued").await;
     let outcome = ctx.meili.wait_for_task(enqueued.task, ctx.guard).await?;
-    crate::metrics::batch_latency(enqueued.sent.elapsed());
     settle_outcome(ctx, enqueued, outcome).await
 }
 
-/// What a batch's ended task means: every document accepted, or — on a
-/// document error — the batch read again from MongoDB (its NDJSON was
-/// dropped when it was enqueued: the current versions of the documents
-/// still to index) and bisected (§4.8), the rejected ones set apart. Any
-/// other failure is an error.
+/// What a batch's ended task means (its latency counted): every document
+/// accepted, or — on a document error — the batch read again from MongoDB
+/// (its NDJSON was dropped when it was enqueued: the current versions of
+/// the documents still to index) and bisected (§4.8), the rejected ones
+/// set apart. Any other failure is an error.
 pub(crate) async fn settle_outcome(
     ctx: &Ctx<'_>,
     enqueued: Enqueued,
     outcome: TaskOutcome,
 ) -> Result<Done, ReconcileError> {
+    crate::metrics::batch_latency(enqueued.sent.elapsed());
     let Enqueued {
         docs, bytes, task, ..
     } = enqueued;

@@ -30,8 +30,8 @@
 //! the exact comparison's repairs ([`super::exact`], which feeds its own
 //! batches to [`send_batches`]).
 //!
-//! A pass may start from a page already read ([`send_page`]): the head
-//! start's (`super::head_start`), sent while the plan counts.
+//! A pass may start from a page already read ([`run_pass`]'s `first`): the
+//! head start's (`super::head_start`), sent while the plan counts.
 //!
 //! Here: the passes and the reader; the sender and the acknowledger are in
 //! `send`, what a batch holds in `batch`.
@@ -44,14 +44,14 @@ use tokio::sync::{mpsc, watch};
 
 use super::ack::Tally;
 use super::apply;
-use super::batch::{id_key, ndjson_line, Batch};
+use super::batch::{ndjson_line, Batch};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::phases::Phase;
 use super::send::{max_changed_ids, send_batches, Demand};
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
-use crate::mongo;
+use crate::mongo::{self, id_key};
 
 /// Passes of one run: the read of the unindexed documents, then re-sends of
 /// the documents that changed while in flight, until none did (bounded: a
@@ -65,12 +65,6 @@ pub(crate) enum Feed {
     Unindexed,
     /// Every indexable document whatever its flag, not acknowledged.
     Indexable,
-}
-
-impl Feed {
-    fn acknowledges(self) -> bool {
-        matches!(self, Feed::Unindexed)
-    }
 }
 
 /// What one pass did.
@@ -191,7 +185,7 @@ fn absorb(
     mut settled: Tally,
     rejected_ids: &mut HashSet<String>,
 ) -> (Vec<Bson>, bool) {
-    rejected_ids.extend(settled.rejected.iter().map(|r| r.mongo_id_key.clone()));
+    rejected_ids.extend(super::rejects::keys(&settled.rejected));
     let changed = std::mem::take(&mut settled.changed);
     let overflowed = std::mem::take(&mut settled.changed_overflowed);
     outcome.add(settled);
@@ -209,23 +203,11 @@ pub(crate) enum Read {
     Plain,
 }
 
-/// A pass of the unindexed documents whose first page (of those `backlog`
-/// selects, read at MongoDB's time `now`) is `page`, already read: the
-/// head start's (`super::head_start`). It is cut and sent as the reader
-/// cuts a page it read; a page shorter than `sync.batch_docs` ends the pass.
-pub(crate) async fn send_page(
-    ctx: &Ctx<'_>,
-    backlog: mongo::Backlog,
-    now: DateTime,
-    page: Vec<RawDocumentBuf>,
-) -> Result<PassOutcome, ReconcileError> {
-    let read = Read::Filtered(backlog);
-    let skip = HashSet::new();
-    run_pass(ctx, Feed::Unindexed, read, &skip, Some((now, page))).await
-}
-
 /// One pass over the documents `feed` selects (leaving out `skip`), sent
-/// into `ctx.uid`; its first page is `first` when given (read at its time).
+/// into `ctx.uid`; its first page is `first` when given (read at its time,
+/// e.g. the head start's, `super::head_start`): it is cut and sent as the
+/// reader cuts a page it read, and one shorter than `sync.batch_docs` ends
+/// the pass.
 pub(crate) async fn run_pass(
     ctx: &Ctx<'_>,
     feed: Feed,
@@ -241,10 +223,8 @@ pub(crate) async fn run_pass(
         feed,
         read,
         tx,
-        demand: SenderDemand {
-            demand: demand_rx,
-            handed: 0,
-        },
+        demand: demand_rx,
+        handed: 0,
         skip,
         first,
         scan: (read == Read::Plain)
@@ -256,28 +236,9 @@ pub(crate) async fn run_pass(
     };
     let (sent, settled) = tokio::try_join!(
         reader.run(),
-        send_batches(ctx, feed.acknowledges(), rx, Some(demand_tx))
+        send_batches(ctx, matches!(feed, Feed::Unindexed), rx, Some(demand_tx))
     )?;
     Ok(PassOutcome { sent, settled })
-}
-
-/// What the sender asks the reader for ([`Demand`]), with how many batches
-/// the reader has handed over.
-struct SenderDemand {
-    demand: watch::Receiver<Demand>,
-    handed: u64,
-}
-
-impl SenderDemand {
-    /// Waits until the sender has taken every batch handed over and has
-    /// room for another. `false`: the sender stopped.
-    async fn wanted(&mut self) -> bool {
-        let handed = self.handed;
-        self.demand
-            .wait_for(|d| d.wants_more_after(handed))
-            .await
-            .is_ok()
-    }
 }
 
 /// The reader stage of a pass: pages of the documents `feed` selects in,
@@ -287,7 +248,10 @@ struct Reader<'r, 'a> {
     feed: Feed,
     read: Read,
     tx: mpsc::Sender<Batch>,
-    demand: SenderDemand,
+    /// What the sender asks for ([`Demand`]).
+    demand: watch::Receiver<Demand>,
+    /// Batches handed to the sender.
+    handed: u64,
     skip: &'r HashSet<String>,
     /// A page already read, and its time.
     first: Option<(DateTime, Vec<RawDocumentBuf>)>,
@@ -324,7 +288,9 @@ impl Reader<'_, '_> {
             // only when the sender can enqueue it, so a run the budget holds
             // back keeps what a run it never holds back keeps.
             let waiting = Instant::now();
-            let wanted = self.demand.wanted().await;
+            let handed = self.handed;
+            let demand = self.demand.wait_for(|d| d.wants_more_after(handed));
+            let wanted = demand.await.is_ok();
             self.ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
             if !wanted {
                 return Ok(self.sent); // the sender stopped; its error is reported
@@ -486,8 +452,8 @@ impl Reader<'_, '_> {
         self.sent += self.batch.len() as u64;
         let mut full = std::mem::replace(&mut self.batch, Batch::new());
         full.shrink_to_fit();
-        self.demand.handed += 1;
-        tracing::debug!(index = %self.ctx.uid, docs = full.len(), handed = self.demand.handed, "batch handed to the sender");
+        self.handed += 1;
+        tracing::debug!(index = %self.ctx.uid, docs = full.len(), handed = self.handed, "batch handed to the sender");
         let waiting = Instant::now();
         let delivered = self.tx.send(full).await.is_ok();
         self.ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
