@@ -56,18 +56,18 @@ use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::store::{error_code, ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
-/// What the follower ends with: no job of ours ran, so no job output or
-/// error can be in it.
-type Done = Outcome<Infallible>;
+/// What the follower fails with: no job of ours ran, so no job error can be
+/// in it.
 type Failure = LeaseError<Infallible>;
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// What the follower decided, given the document and the server time.
+/// What the follower decided, given the document and the server time. `T`
+/// is the job's output, which `Done` never carries (it is never `Ran`).
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Verdict {
-    Done(Done),
+pub(crate) enum Verdict<T> {
+    Done(Outcome<T>),
     Wait,
     Claim,
     /// The document shows our own running lease (a claim whose reply we lost).
@@ -78,12 +78,12 @@ pub(crate) enum Verdict {
 }
 
 /// The lease rules for a waiting replica, as a pure function (tables above).
-pub(crate) fn judge(
+pub(crate) fn judge<T>(
     record: Option<&JobRecord>,
     now: DateTime,
     wait_started: DateTime,
     opts: &LeaseOptions,
-) -> Verdict {
+) -> Verdict<T> {
     let Some(record) = record else {
         return Verdict::Claim;
     };
@@ -138,12 +138,12 @@ fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) 
 
 /// `Done` when our last recorded run satisfies this follower (the
 /// `completed` rows of the table above), else `None`.
-fn completion_satisfies(
+fn completion_satisfies<T>(
     record: &JobRecord,
     now: DateTime,
     wait_started: DateTime,
     opts: &LeaseOptions,
-) -> Option<Verdict> {
+) -> Option<Verdict<T>> {
     let completed_at = record.completed_at?;
     let done = |age: Option<Duration>| {
         let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
@@ -189,7 +189,7 @@ pub(crate) struct Claimed {
 impl Claimed {
     /// Our turn: `record` shows the lease held under our owner id and
     /// `epoch`, safely ours until `deadline`.
-    fn turn(opts: &LeaseOptions, epoch: i64, record: JobRecord, deadline: Instant) -> Turn {
+    fn turn<T>(opts: &LeaseOptions, epoch: i64, record: JobRecord, deadline: Instant) -> Turn<T> {
         Turn::Claimed(Box::new(Claimed {
             fence: our_fence(opts, epoch),
             record,
@@ -199,8 +199,8 @@ impl Claimed {
 }
 
 /// Where waiting ended.
-pub(crate) enum Turn {
-    Finished(Done),
+pub(crate) enum Turn<T> {
+    Finished(Outcome<T>),
     Claimed(Box<Claimed>),
 }
 
@@ -228,11 +228,11 @@ fn local_deadline(
 }
 
 /// Polls until the job is done for us or we hold the lease.
-pub(crate) async fn wait_for_turn(
+pub(crate) async fn wait_for_turn<T>(
     store: &JobStore,
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
-) -> Result<Turn, Failure> {
+) -> Result<Turn<T>, Failure> {
     let mut wait = Wait::new(store, opts, shutdown);
     let result = wait.until_turn().await;
     if result.is_err() && wait.claim_unsure {
@@ -284,7 +284,7 @@ impl<'w> Wait<'w> {
 
     /// Polls, judges (the module's tables) and acts on the verdict until the
     /// job is done for us or we hold the lease.
-    async fn until_turn(&mut self) -> Result<Turn, Failure> {
+    async fn until_turn<T>(&mut self) -> Result<Turn<T>, Failure> {
         let opts = self.opts;
         loop {
             if self.shutdown.is_cancelled() {
@@ -311,7 +311,7 @@ impl<'w> Wait<'w> {
                 }
                 verdict @ (Verdict::Wait | Verdict::RequestHandover) => {
                     self.observe(record.as_ref(), now);
-                    if verdict == Verdict::RequestHandover {
+                    if matches!(verdict, Verdict::RequestHandover) {
                         self.request_handover(now).await?;
                     }
                     self.pause_one_poll().await;
@@ -371,7 +371,7 @@ impl<'w> Wait<'w> {
 
     /// Adopts a claim of ours whose answer was lost, unless it ends within the
     /// safety margin (`None`).
-    fn adopt(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn> {
+    fn adopt<T>(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn<T>> {
         let opts = self.opts;
         let deadline = record
             .lease_expires_at
@@ -407,12 +407,12 @@ impl<'w> Wait<'w> {
     /// a pause, so a server failing every claim is not hammered). Not raced
     /// against shutdown: a claim we sent must be answered, or we could walk
     /// away from a lease we hold.
-    async fn claim(
+    async fn claim<T>(
         &mut self,
         record: Option<&JobRecord>,
         before_now: Instant,
         now: DateTime,
-    ) -> Result<Option<Turn>, Failure> {
+    ) -> Result<Option<Turn<T>>, Failure> {
         let opts = self.opts;
         match self.store.claim(&opts.owner, now, record).await {
             Ok(ClaimResult::Won(claimed)) => {
@@ -574,7 +574,7 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-fn log_done(opts: &LeaseOptions, outcome: &Done) {
+fn log_done<T>(opts: &LeaseOptions, outcome: &Outcome<T>) {
     match outcome {
         Outcome::CompletedByOther { owner, epoch, .. } => {
             info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
@@ -636,6 +636,16 @@ mod tests {
 
     fn record(doc: Document) -> JobRecord {
         JobRecord::from_document(&doc)
+    }
+
+    /// The verdict, for a job without output (a follower's is never `Ran`).
+    fn judge(
+        record: Option<&JobRecord>,
+        now: DateTime,
+        wait_started: DateTime,
+        opts: &LeaseOptions,
+    ) -> Verdict<Infallible> {
+        super::judge(record, now, wait_started, opts)
     }
 
     #[test]

@@ -38,46 +38,6 @@ pub enum Outcome<T = serde_json::Value> {
     },
 }
 
-impl<T> Outcome<T> {
-    /// The same outcome, with the job's output (if any) mapped by `f`.
-    pub(crate) fn map_summary<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
-        match self {
-            Outcome::Ran { epoch, summary } => Outcome::Ran {
-                epoch,
-                summary: f(summary),
-            },
-            Outcome::CompletedByOther {
-                owner,
-                epoch,
-                summary,
-            } => Outcome::CompletedByOther {
-                owner,
-                epoch,
-                summary,
-            },
-            Outcome::HandedOver { to } => Outcome::HandedOver { to },
-            Outcome::ReusedCompletion {
-                owner,
-                epoch,
-                age,
-                summary,
-            } => Outcome::ReusedCompletion {
-                owner,
-                epoch,
-                age,
-                summary,
-            },
-        }
-    }
-}
-
-impl Outcome<Infallible> {
-    /// An outcome that cannot be `Ran` (the follower's), as any job's.
-    pub(crate) fn widen<T>(self) -> Outcome<T> {
-        self.map_summary(|never| match never {})
-    }
-}
-
 /// Why the job's work is not (known to be) done. `E` is the job's error
 /// ([`LeasedJob::Error`](super::LeasedJob::Error)); only
 /// [`LeaseError::JobFailed`] carries one.
@@ -144,25 +104,8 @@ fn held_by(owner: &Option<String>) -> String {
 impl LeaseError<Infallible> {
     /// A failure of the lease itself (no job ran), as any job's.
     pub(crate) fn widen<E>(self) -> LeaseError<E> {
-        self.map_job_error(|never| match never {})
-    }
-}
-
-impl<E> LeaseError<E> {
-    /// The same failure, with the job's error (if any) mapped by `f`.
-    pub(crate) fn map_job_error<F>(self, f: impl FnOnce(E) -> F) -> LeaseError<F> {
         match self {
-            LeaseError::JobFailed {
-                epoch,
-                error,
-                attempt,
-                retry_at,
-            } => LeaseError::JobFailed {
-                epoch,
-                error: f(error),
-                attempt,
-                retry_at,
-            },
+            LeaseError::JobFailed { error, .. } => match error {},
             LeaseError::LeaseLost { epoch, reason } => LeaseError::LeaseLost { epoch, reason },
             LeaseError::WaitTimedOut { waited, owner } => {
                 LeaseError::WaitTimedOut { waited, owner }

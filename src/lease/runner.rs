@@ -71,7 +71,7 @@ pub async fn run_single_flight<J: LeasedJob>(
         .await
         .map_err(LeaseError::widen)?;
     let claimed = match turn {
-        Turn::Finished(outcome) => return Ok(outcome.widen()),
+        Turn::Finished(outcome) => return Ok(outcome),
         Turn::Claimed(claimed) => *claimed,
     };
     // The owner's run: the job under renewals, then the write that records
