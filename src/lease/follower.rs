@@ -42,7 +42,6 @@
 //! Sleeps are jittered within `[½, 1] × poll_every`, so a released lease is
 //! claimed within one period.
 
-use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
@@ -55,10 +54,6 @@ use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::store::{error_code, ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
-
-/// What the follower fails with: no job of ours ran, so no job error can be
-/// in it.
-type Failure = LeaseError<Infallible>;
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -227,12 +222,13 @@ fn local_deadline(
         .map(|holds| before_now + holds)
 }
 
-/// Polls until the job is done for us or we hold the lease.
-pub(crate) async fn wait_for_turn<T>(
+/// Polls until the job is done for us or we hold the lease. No job of ours
+/// runs here, so no job error (`E`) can be in what this fails with.
+pub(crate) async fn wait_for_turn<T, E>(
     store: &JobStore,
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
-) -> Result<Turn<T>, Failure> {
+) -> Result<Turn<T>, LeaseError<E>> {
     let mut wait = Wait::new(store, opts, shutdown);
     let result = wait.until_turn().await;
     if result.is_err() && wait.claim_unsure {
@@ -284,7 +280,7 @@ impl<'w> Wait<'w> {
 
     /// Polls, judges (the module's tables) and acts on the verdict until the
     /// job is done for us or we hold the lease.
-    async fn until_turn<T>(&mut self) -> Result<Turn<T>, Failure> {
+    async fn until_turn<T, E>(&mut self) -> Result<Turn<T>, LeaseError<E>> {
         let opts = self.opts;
         loop {
             if self.shutdown.is_cancelled() {
@@ -327,7 +323,7 @@ impl<'w> Wait<'w> {
 
     /// The wait timed out. The lease is looked at once at least, however
     /// short the wait: a free lease is claimed even with `--wait-timeout 0s`.
-    fn check_time_left(&self) -> Result<(), Failure> {
+    fn check_time_left<E>(&self) -> Result<(), LeaseError<E>> {
         if self.polled_once && self.give_up_at.is_some_and(|at| Instant::now() >= at) {
             return Err(LeaseError::WaitTimedOut {
                 waited: self.began.elapsed(),
@@ -341,7 +337,9 @@ impl<'w> Wait<'w> {
     /// clock read, the server's time and the lease document. `None`: nothing
     /// read (a shutdown or the timeout came first, or the read failed and
     /// the retry delay has passed).
-    async fn poll(&mut self) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, Failure> {
+    async fn poll<E>(
+        &mut self,
+    ) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, LeaseError<E>> {
         let before_now = Instant::now();
         let store = self.store;
         let poll = async {
@@ -388,7 +386,7 @@ impl<'w> Wait<'w> {
     /// again on every poll until it is honoured (cheap, and a later asker's
     /// name simply replaces ours: it then waits, and so do we, for the one
     /// the lease is handed to).
-    async fn request_handover(&mut self, now: DateTime) -> Result<(), Failure> {
+    async fn request_handover<E>(&mut self, now: DateTime) -> Result<(), LeaseError<E>> {
         let opts = self.opts;
         match self.store.request_handover(&opts.owner, now).await {
             Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
@@ -407,12 +405,12 @@ impl<'w> Wait<'w> {
     /// a pause, so a server failing every claim is not hammered). Not raced
     /// against shutdown: a claim we sent must be answered, or we could walk
     /// away from a lease we hold.
-    async fn claim<T>(
+    async fn claim<T, E>(
         &mut self,
         record: Option<&JobRecord>,
         before_now: Instant,
         now: DateTime,
-    ) -> Result<Option<Turn<T>>, Failure> {
+    ) -> Result<Option<Turn<T>>, LeaseError<E>> {
         let opts = self.opts;
         match self.store.claim(&opts.owner, now, record).await {
             Ok(ClaimResult::Won(claimed)) => {
@@ -440,7 +438,11 @@ impl<'w> Wait<'w> {
     }
 
     /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
-    fn unreachable(&mut self, verb: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
+    fn unreachable<E>(
+        &mut self,
+        verb: &str,
+        error: &mongodb::error::Error,
+    ) -> Result<(), LeaseError<E>> {
         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= self.opts.unreachable_timeout {
             return Err(LeaseError::MongoUnavailable(error.to_string()));
@@ -552,7 +554,11 @@ const REFUSALS: &[i32] = &[
 /// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
 /// the operation was not applied, and asking again at a poll's rate would
 /// only get the same answer, so waiting ends with it.
-fn refused(opts: &LeaseOptions, what: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
+fn refused<E>(
+    opts: &LeaseOptions,
+    what: &str,
+    error: &mongodb::error::Error,
+) -> Result<(), LeaseError<E>> {
     if error_code(error).is_some_and(|code| REFUSALS.contains(&code)) {
         return Err(LeaseError::Refused {
             what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
@@ -621,6 +627,7 @@ fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecor
 mod tests {
     use super::*;
     use mongodb::bson::{doc, Bson, Document};
+    use std::convert::Infallible;
 
     fn at(secs: i64) -> DateTime {
         DateTime::from_millis(secs * 1000)

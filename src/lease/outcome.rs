@@ -3,7 +3,6 @@
 //! in the job's types, or what the lease itself ran into. Exit codes are not
 //! the lease's business: `crate::job` maps these to them, in one place.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use mongodb::bson::DateTime;
@@ -99,20 +98,4 @@ fn held_by(owner: &Option<String>) -> String {
     owner
         .as_ref()
         .map_or(String::new(), |owner| format!(" (held by {owner})"))
-}
-
-impl LeaseError<Infallible> {
-    /// A failure of the lease itself (no job ran), as any job's.
-    pub(crate) fn widen<E>(self) -> LeaseError<E> {
-        match self {
-            LeaseError::JobFailed { error, .. } => match error {},
-            LeaseError::LeaseLost { epoch, reason } => LeaseError::LeaseLost { epoch, reason },
-            LeaseError::WaitTimedOut { waited, owner } => {
-                LeaseError::WaitTimedOut { waited, owner }
-            }
-            LeaseError::ShutDown { released } => LeaseError::ShutDown { released },
-            LeaseError::MongoUnavailable(error) => LeaseError::MongoUnavailable(error),
-            LeaseError::Refused { what, detail } => LeaseError::Refused { what, detail },
-        }
-    }
 }
