@@ -7,6 +7,8 @@
 //! [`run_leased`], so all three share one lease protocol and one meaning of
 //! "done".
 
+use std::fmt::Display;
+
 use mongodb::Database;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -112,26 +114,47 @@ pub enum RunOutcome {
 impl RunOutcome {
     /// How a leased job of the engine ended (`once`, `reindex`,
     /// `verify --repair`, each scheduled run, a follow-mode owner): the
-    /// runner's answer, with the engine's own error when the job failed.
-    /// Counts a lost lease in the metrics.
-    pub(crate) fn of_lease(
-        result: Result<Outcome<RunSummary>, LeaseError<ReconcileError>>,
+    /// runner's answer, in the job's types: `summary` and `engine_error`
+    /// take its output and error to the engine's. Counts a lost lease in the
+    /// metrics.
+    pub(crate) fn of_lease<T, E: Display>(
+        result: Result<Outcome<T>, LeaseError<E>>,
+        summary: impl FnOnce(T) -> RunSummary,
+        engine_error: impl FnOnce(E) -> ReconcileError,
     ) -> Self {
         match result {
-            Ok(Outcome::Ran { summary, .. }) => RunOutcome::completed(&summary),
+            Ok(Outcome::Ran { summary: ran, .. }) => RunOutcome::completed(&summary(ran)),
             Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
             Ok(
                 Outcome::CompletedByOther { owner, summary, .. }
                 | Outcome::ReusedCompletion { owner, summary, .. },
             ) => RunOutcome::DoneByOther { owner, summary },
-            Err(error) => RunOutcome::of_lease_error(error),
+            Err(error) => RunOutcome::of_lease_error(error, engine_error),
         }
     }
 
-    fn of_lease_error(error: LeaseError<ReconcileError>) -> Self {
+    fn of_lease_error<E: Display>(
+        error: LeaseError<E>,
+        engine_error: impl FnOnce(E) -> ReconcileError,
+    ) -> Self {
         let text = error.to_string();
         match error {
-            LeaseError::JobFailed { error, .. } => RunOutcome::of_engine_error(&error, text),
+            // Said with the engine's error, whatever the job's own says.
+            LeaseError::JobFailed {
+                epoch,
+                error,
+                attempt,
+                retry_at,
+            } => {
+                let error = engine_error(error);
+                let failed = LeaseError::JobFailed {
+                    epoch,
+                    error: &error,
+                    attempt,
+                    retry_at,
+                };
+                RunOutcome::of_engine_error(&error, failed.to_string())
+            }
             LeaseError::Refused { .. } => RunOutcome::Failed { error: text },
             LeaseError::MongoUnavailable(_) => RunOutcome::Unreachable { error: text },
             LeaseError::LeaseLost { .. } => {
@@ -219,7 +242,7 @@ where
         async move { run.await.inspect(record_documents) }
     };
     let result = lease::run_single_flight(db, lease, &mut job, progress, shutdown).await;
-    let outcome = RunOutcome::of_lease(result);
+    let outcome = RunOutcome::of_lease(result, |summary| summary, |error| error);
     metrics::run_finished(outcome.metric_label(), outcome.is_success());
     outcome
 }
@@ -359,7 +382,8 @@ mod tests {
         ];
         for (result, exit) in cases {
             let shown = format!("{result:?}");
-            assert_eq!(RunOutcome::of_lease(result).exit(), exit, "{shown}");
+            let outcome = RunOutcome::of_lease(result, |summary| summary, |error| error);
+            assert_eq!(outcome.exit(), exit, "{shown}");
         }
         assert_eq!(Exit::Unreachable as u8, 4);
         assert_eq!(Exit::LeaseLost as u8, 3);

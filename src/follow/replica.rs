@@ -70,9 +70,9 @@ pub(crate) async fn run(
                 ..
             }) => return FollowEnd::Unsupported,
             result => RunOutcome::of_lease(
-                result
-                    .map(|outcome| outcome.map_summary(|ReconciledWithoutStream(summary)| summary))
-                    .map_err(|failed| failed.map_job_error(|failed| failed.error)),
+                result,
+                |ReconciledWithoutStream(summary)| summary,
+                |failed| failed.error,
             ),
         };
         metrics::run_finished(outcome.metric_label(), outcome.is_success());

@@ -42,7 +42,6 @@
 //! Sleeps are jittered within `[½, 1] × poll_every`, so a released lease is
 //! claimed within one period.
 
-use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
@@ -56,18 +55,14 @@ use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::store::{error_code, ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
 
-/// What the follower ends with: no job of ours ran, so no job output or
-/// error can be in it.
-type Done = Outcome<Infallible>;
-type Failure = LeaseError<Infallible>;
-
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// What the follower decided, given the document and the server time.
+/// What the follower decided, given the document and the server time. `T`
+/// is the job's output, which `Done` never carries (it is never `Ran`).
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Verdict {
-    Done(Done),
+pub(crate) enum Verdict<T> {
+    Done(Outcome<T>),
     Wait,
     Claim,
     /// The document shows our own running lease (a claim whose reply we lost).
@@ -78,12 +73,12 @@ pub(crate) enum Verdict {
 }
 
 /// The lease rules for a waiting replica, as a pure function (tables above).
-pub(crate) fn judge(
+pub(crate) fn judge<T>(
     record: Option<&JobRecord>,
     now: DateTime,
     wait_started: DateTime,
     opts: &LeaseOptions,
-) -> Verdict {
+) -> Verdict<T> {
     let Some(record) = record else {
         return Verdict::Claim;
     };
@@ -138,12 +133,12 @@ fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) 
 
 /// `Done` when our last recorded run satisfies this follower (the
 /// `completed` rows of the table above), else `None`.
-fn completion_satisfies(
+fn completion_satisfies<T>(
     record: &JobRecord,
     now: DateTime,
     wait_started: DateTime,
     opts: &LeaseOptions,
-) -> Option<Verdict> {
+) -> Option<Verdict<T>> {
     let completed_at = record.completed_at?;
     let done = |age: Option<Duration>| {
         let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
@@ -189,7 +184,7 @@ pub(crate) struct Claimed {
 impl Claimed {
     /// Our turn: `record` shows the lease held under our owner id and
     /// `epoch`, safely ours until `deadline`.
-    fn turn(opts: &LeaseOptions, epoch: i64, record: JobRecord, deadline: Instant) -> Turn {
+    fn turn<T>(opts: &LeaseOptions, epoch: i64, record: JobRecord, deadline: Instant) -> Turn<T> {
         Turn::Claimed(Box::new(Claimed {
             fence: our_fence(opts, epoch),
             record,
@@ -199,8 +194,8 @@ impl Claimed {
 }
 
 /// Where waiting ended.
-pub(crate) enum Turn {
-    Finished(Done),
+pub(crate) enum Turn<T> {
+    Finished(Outcome<T>),
     Claimed(Box<Claimed>),
 }
 
@@ -227,12 +222,13 @@ fn local_deadline(
         .map(|holds| before_now + holds)
 }
 
-/// Polls until the job is done for us or we hold the lease.
-pub(crate) async fn wait_for_turn(
+/// Polls until the job is done for us or we hold the lease. No job of ours
+/// runs here, so no job error (`E`) can be in what this fails with.
+pub(crate) async fn wait_for_turn<T, E>(
     store: &JobStore,
     opts: &LeaseOptions,
     shutdown: &CancellationToken,
-) -> Result<Turn, Failure> {
+) -> Result<Turn<T>, LeaseError<E>> {
     let mut wait = Wait::new(store, opts, shutdown);
     let result = wait.until_turn().await;
     if result.is_err() && wait.claim_unsure {
@@ -284,7 +280,7 @@ impl<'w> Wait<'w> {
 
     /// Polls, judges (the module's tables) and acts on the verdict until the
     /// job is done for us or we hold the lease.
-    async fn until_turn(&mut self) -> Result<Turn, Failure> {
+    async fn until_turn<T, E>(&mut self) -> Result<Turn<T>, LeaseError<E>> {
         let opts = self.opts;
         loop {
             if self.shutdown.is_cancelled() {
@@ -311,7 +307,7 @@ impl<'w> Wait<'w> {
                 }
                 verdict @ (Verdict::Wait | Verdict::RequestHandover) => {
                     self.observe(record.as_ref(), now);
-                    if verdict == Verdict::RequestHandover {
+                    if matches!(verdict, Verdict::RequestHandover) {
                         self.request_handover(now).await?;
                     }
                     self.pause_one_poll().await;
@@ -327,7 +323,7 @@ impl<'w> Wait<'w> {
 
     /// The wait timed out. The lease is looked at once at least, however
     /// short the wait: a free lease is claimed even with `--wait-timeout 0s`.
-    fn check_time_left(&self) -> Result<(), Failure> {
+    fn check_time_left<E>(&self) -> Result<(), LeaseError<E>> {
         if self.polled_once && self.give_up_at.is_some_and(|at| Instant::now() >= at) {
             return Err(LeaseError::WaitTimedOut {
                 waited: self.began.elapsed(),
@@ -341,7 +337,9 @@ impl<'w> Wait<'w> {
     /// clock read, the server's time and the lease document. `None`: nothing
     /// read (a shutdown or the timeout came first, or the read failed and
     /// the retry delay has passed).
-    async fn poll(&mut self) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, Failure> {
+    async fn poll<E>(
+        &mut self,
+    ) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, LeaseError<E>> {
         let before_now = Instant::now();
         let store = self.store;
         let poll = async {
@@ -371,7 +369,7 @@ impl<'w> Wait<'w> {
 
     /// Adopts a claim of ours whose answer was lost, unless it ends within the
     /// safety margin (`None`).
-    fn adopt(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn> {
+    fn adopt<T>(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn<T>> {
         let opts = self.opts;
         let deadline = record
             .lease_expires_at
@@ -388,7 +386,7 @@ impl<'w> Wait<'w> {
     /// again on every poll until it is honoured (cheap, and a later asker's
     /// name simply replaces ours: it then waits, and so do we, for the one
     /// the lease is handed to).
-    async fn request_handover(&mut self, now: DateTime) -> Result<(), Failure> {
+    async fn request_handover<E>(&mut self, now: DateTime) -> Result<(), LeaseError<E>> {
         let opts = self.opts;
         match self.store.request_handover(&opts.owner, now).await {
             Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
@@ -407,12 +405,12 @@ impl<'w> Wait<'w> {
     /// a pause, so a server failing every claim is not hammered). Not raced
     /// against shutdown: a claim we sent must be answered, or we could walk
     /// away from a lease we hold.
-    async fn claim(
+    async fn claim<T, E>(
         &mut self,
         record: Option<&JobRecord>,
         before_now: Instant,
         now: DateTime,
-    ) -> Result<Option<Turn>, Failure> {
+    ) -> Result<Option<Turn<T>>, LeaseError<E>> {
         let opts = self.opts;
         match self.store.claim(&opts.owner, now, record).await {
             Ok(ClaimResult::Won(claimed)) => {
@@ -440,7 +438,11 @@ impl<'w> Wait<'w> {
     }
 
     /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
-    fn unreachable(&mut self, verb: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
+    fn unreachable<E>(
+        &mut self,
+        verb: &str,
+        error: &mongodb::error::Error,
+    ) -> Result<(), LeaseError<E>> {
         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= self.opts.unreachable_timeout {
             return Err(LeaseError::MongoUnavailable(error.to_string()));
@@ -552,7 +554,11 @@ const REFUSALS: &[i32] = &[
 /// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
 /// the operation was not applied, and asking again at a poll's rate would
 /// only get the same answer, so waiting ends with it.
-fn refused(opts: &LeaseOptions, what: &str, error: &mongodb::error::Error) -> Result<(), Failure> {
+fn refused<E>(
+    opts: &LeaseOptions,
+    what: &str,
+    error: &mongodb::error::Error,
+) -> Result<(), LeaseError<E>> {
     if error_code(error).is_some_and(|code| REFUSALS.contains(&code)) {
         return Err(LeaseError::Refused {
             what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
@@ -574,7 +580,7 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-fn log_done(opts: &LeaseOptions, outcome: &Done) {
+fn log_done<T>(opts: &LeaseOptions, outcome: &Outcome<T>) {
     match outcome {
         Outcome::CompletedByOther { owner, epoch, .. } => {
             info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
@@ -621,6 +627,7 @@ fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecor
 mod tests {
     use super::*;
     use mongodb::bson::{doc, Bson, Document};
+    use std::convert::Infallible;
 
     fn at(secs: i64) -> DateTime {
         DateTime::from_millis(secs * 1000)
@@ -636,6 +643,16 @@ mod tests {
 
     fn record(doc: Document) -> JobRecord {
         JobRecord::from_document(&doc)
+    }
+
+    /// The verdict, for a job without output (a follower's is never `Ran`).
+    fn judge(
+        record: Option<&JobRecord>,
+        now: DateTime,
+        wait_started: DateTime,
+        opts: &LeaseOptions,
+    ) -> Verdict<Infallible> {
+        super::judge(record, now, wait_started, opts)
     }
 
     #[test]

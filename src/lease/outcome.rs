@@ -3,7 +3,6 @@
 //! in the job's types, or what the lease itself ran into. Exit codes are not
 //! the lease's business: `crate::job` maps these to them, in one place.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use mongodb::bson::DateTime;
@@ -36,46 +35,6 @@ pub enum Outcome<T = serde_json::Value> {
         age: Duration,
         summary: Option<serde_json::Value>,
     },
-}
-
-impl<T> Outcome<T> {
-    /// The same outcome, with the job's output (if any) mapped by `f`.
-    pub(crate) fn map_summary<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
-        match self {
-            Outcome::Ran { epoch, summary } => Outcome::Ran {
-                epoch,
-                summary: f(summary),
-            },
-            Outcome::CompletedByOther {
-                owner,
-                epoch,
-                summary,
-            } => Outcome::CompletedByOther {
-                owner,
-                epoch,
-                summary,
-            },
-            Outcome::HandedOver { to } => Outcome::HandedOver { to },
-            Outcome::ReusedCompletion {
-                owner,
-                epoch,
-                age,
-                summary,
-            } => Outcome::ReusedCompletion {
-                owner,
-                epoch,
-                age,
-                summary,
-            },
-        }
-    }
-}
-
-impl Outcome<Infallible> {
-    /// An outcome that cannot be `Ran` (the follower's), as any job's.
-    pub(crate) fn widen<T>(self) -> Outcome<T> {
-        self.map_summary(|never| match never {})
-    }
 }
 
 /// Why the job's work is not (known to be) done. `E` is the job's error
@@ -139,37 +98,4 @@ fn held_by(owner: &Option<String>) -> String {
     owner
         .as_ref()
         .map_or(String::new(), |owner| format!(" (held by {owner})"))
-}
-
-impl LeaseError<Infallible> {
-    /// A failure of the lease itself (no job ran), as any job's.
-    pub(crate) fn widen<E>(self) -> LeaseError<E> {
-        self.map_job_error(|never| match never {})
-    }
-}
-
-impl<E> LeaseError<E> {
-    /// The same failure, with the job's error (if any) mapped by `f`.
-    pub(crate) fn map_job_error<F>(self, f: impl FnOnce(E) -> F) -> LeaseError<F> {
-        match self {
-            LeaseError::JobFailed {
-                epoch,
-                error,
-                attempt,
-                retry_at,
-            } => LeaseError::JobFailed {
-                epoch,
-                error: f(error),
-                attempt,
-                retry_at,
-            },
-            LeaseError::LeaseLost { epoch, reason } => LeaseError::LeaseLost { epoch, reason },
-            LeaseError::WaitTimedOut { waited, owner } => {
-                LeaseError::WaitTimedOut { waited, owner }
-            }
-            LeaseError::ShutDown { released } => LeaseError::ShutDown { released },
-            LeaseError::MongoUnavailable(error) => LeaseError::MongoUnavailable(error),
-            LeaseError::Refused { what, detail } => LeaseError::Refused { what, detail },
-        }
-    }
 }

@@ -67,11 +67,9 @@ pub async fn run_single_flight<J: LeasedJob>(
 ) -> Result<Outcome<J::Output>, LeaseError<J::Error>> {
     opts.assert_sane();
     let store = JobStore::new(db, opts);
-    let turn = follower::wait_for_turn(&store, opts, &shutdown)
-        .await
-        .map_err(LeaseError::widen)?;
+    let turn = follower::wait_for_turn(&store, opts, &shutdown).await?;
     let claimed = match turn {
-        Turn::Finished(outcome) => return Ok(outcome.widen()),
+        Turn::Finished(outcome) => return Ok(outcome),
         Turn::Claimed(claimed) => *claimed,
     };
     // The owner's run: the job under renewals, then the write that records
