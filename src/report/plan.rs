@@ -104,11 +104,10 @@ impl fmt::Display for RebuildReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RebuildReason::IndexMissing => write!(f, "index missing"),
-            RebuildReason::WrongPrimaryKey { actual } => write!(
-                f,
-                "wrong primary key {}",
-                actual.as_deref().unwrap_or("(none)")
-            ),
+            RebuildReason::WrongPrimaryKey { actual } => {
+                let actual = actual.as_deref().unwrap_or("(none)");
+                write!(f, "wrong primary key {actual}")
+            }
             RebuildReason::IndexLost {
                 meili_documents,
                 mongo_indexed,

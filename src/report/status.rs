@@ -103,11 +103,8 @@ fn progress(s: &LeaseStatus, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let total = (p.total > 0).then(|| format!("/{}", p.total));
     let total = total.unwrap_or_default();
     let eta = p.eta_secs.map_or(String::new(), |s| format!(", ETA {s}s"));
-    writeln!(
-        f,
-        "{label} {} {}{total} ({:.0} docs/s{eta})",
-        p.phase, p.done, p.docs_per_sec
-    )
+    let (phase, done, rate) = (&p.phase, p.done, p.docs_per_sec);
+    writeln!(f, "{label} {phase} {done}{total} ({rate:.0} docs/s{eta})")
 }
 
 /// The last failure, and when a retry may start.
