@@ -268,6 +268,12 @@ fn register_at_zero(known: &KnownLabels) {
     let _ = histogram!(FOLLOW_IN_FLIGHT);
 }
 
+/// Checks, in debug builds, that `value` is one of the values of the
+/// family's `label` listed above (the ones registered at zero).
+fn listed(values: &[&str], label: &str, value: &str) {
+    debug_assert!(values.contains(&value), "unlisted {label} {value}");
+}
+
 /// The text for `/metrics`, with the time-since-success gauge brought up to date.
 pub(crate) fn render(handle: &PrometheusHandle) -> String {
     let since = {
@@ -280,10 +286,7 @@ pub(crate) fn render(handle: &PrometheusHandle) -> String {
 
 /// A run ended; `outcome` is one of [`RUN_OUTCOMES`].
 pub(crate) fn run_finished(outcome: &'static str, successful: bool) {
-    debug_assert!(
-        RUN_OUTCOMES.contains(&outcome),
-        "unlisted outcome {outcome}"
-    );
+    listed(RUN_OUTCOMES, "outcome", outcome);
     counter!(RUNS, "outcome" => outcome).increment(1);
     if successful {
         clock().lock().expect("poisoned").last_success = Some(Instant::now());
@@ -302,7 +305,7 @@ pub(crate) fn documents(index: &str, indexed: u64, deleted: u64, rejected: u64) 
 /// phase one of [`SYNC_PHASES`], to the phase counters.
 pub(crate) fn sync_phases(phases: impl IntoIterator<Item = (&'static str, f64)>) {
     for (phase, secs) in phases {
-        debug_assert!(SYNC_PHASES.contains(&phase), "unlisted phase {phase}");
+        listed(SYNC_PHASES, "phase", phase);
         let ms = (secs * 1000.0).round() as u64;
         counter!(SYNC_PHASE_MILLISECONDS, "phase" => phase).increment(ms);
     }
@@ -329,7 +332,7 @@ pub(crate) fn flag_write_retried() {
 
 /// `n` documents applied from the change stream; `op` is one of [`FOLLOW_OPS`].
 pub(crate) fn follow_events(op: &'static str, n: u64) {
-    debug_assert!(FOLLOW_OPS.contains(&op), "unlisted op {op}");
+    listed(FOLLOW_OPS, "op", op);
     counter!(FOLLOW_EVENTS, "op" => op).increment(n);
 }
 
@@ -339,16 +342,13 @@ pub(crate) fn follow_lag(secs: f64) {
 
 /// `docs` documents took `took` in `stage`, one of [`FOLLOW_STAGES`].
 pub(crate) fn follow_stage(stage: &'static str, took: Duration, docs: usize) {
-    debug_assert!(FOLLOW_STAGES.contains(&stage), "unlisted stage {stage}");
+    listed(FOLLOW_STAGES, "stage", stage);
     histogram!(FOLLOW_STAGE_SECONDS, "stage" => stage).record_many(took.as_secs_f64(), docs);
 }
 
 /// A micro-batch took `took` in `stage`, one of [`FOLLOW_BATCH_STAGES`].
 pub(crate) fn follow_batch_stage(stage: &'static str, took: Duration) {
-    debug_assert!(
-        FOLLOW_BATCH_STAGES.contains(&stage),
-        "unlisted stage {stage}"
-    );
+    listed(FOLLOW_BATCH_STAGES, "stage", stage);
     histogram!(FOLLOW_BATCH_STAGE_SECONDS, "stage" => stage).record(took.as_secs_f64());
 }
 

@@ -95,12 +95,8 @@ fn number_to_string(x: f64) -> String {
     } else {
         let sign = if n - 1 < 0 { '-' } else { '+' };
         let (first, rest) = digits.split_at(1);
-        let rest = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
-        format!("{first}{rest}e{sign}{}", (n - 1).abs())
+        let dot = if rest.is_empty() { "" } else { "." };
+        format!("{first}{dot}{rest}e{sign}{}", (n - 1).abs())
     }
 }
 

@@ -89,15 +89,12 @@ const CONVERSATION_ID: &str = "conversationId";
 pub(crate) fn read_projection(collection: Collection) -> Document {
     let mut projection = Document::new();
     for path in collection.spec().paths {
-        match path.kind {
-            PathType::Parts => {
-                for field in ["type", "text", "think", "steer"] {
-                    projection.insert(format!("{}.{field}", path.name), 1);
-                }
+        if matches!(path.kind, PathType::Parts) {
+            for field in ["type", "text", "think", "steer"] {
+                projection.insert(format!("{}.{field}", path.name), 1);
             }
-            _ => {
-                projection.insert(path.name, 1);
-            }
+        } else {
+            projection.insert(path.name, 1);
         }
     }
     projection

@@ -83,11 +83,8 @@ impl Retention {
         let temporary_false = equals(doc, "isTemporary", |v| matches!(v, Bson::Boolean(false)));
         let temporary_null = is_null(doc, "isTemporary");
         let no_expiry = is_null(doc, "expiredAt");
-        let later = equals(
-            doc,
-            "expiredAt",
-            |v| matches!(v, Bson::DateTime(t) if *t > now),
-        );
+        let is_later = |v: &Bson| matches!(v, Bson::DateTime(t) if *t > now);
+        let later = equals(doc, "expiredAt", is_later);
         if temporary_false && no_expiry {
             Some(Retention::Permanent)
         } else if temporary_false && later {
@@ -145,12 +142,10 @@ pub fn searchable_branch(
     doc: &Document,
     now: DateTime,
 ) -> Option<Retention> {
-    let no_user =
-        |v: &Bson| matches!(v, Bson::Null) || matches!(v, Bson::String(s) if s.is_empty());
-    let user_missing = match doc.get("user") {
-        None => true,
-        Some(value) => matches_or_contains(value, no_user),
-    };
+    let no_user = |v: &Bson| matches!(v, Bson::Null) || v.as_str() == Some("");
+    let user_missing = doc
+        .get("user")
+        .is_none_or(|v| matches_or_contains(v, no_user));
     let unfinished = collection.spec().hides_unfinished
         && equals(doc, "unfinished", |v| matches!(v, Bson::Boolean(true)));
     if user_missing || unfinished || is_excluded(rules, collection, doc) {
@@ -183,10 +178,8 @@ fn equals(doc: &Document, field: &str, is_value: impl Fn(&Bson) -> bool) -> bool
 
 /// `{ field: null }`: missing, `null`, or an array holding a `null`.
 fn is_null(doc: &Document, field: &str) -> bool {
-    match doc.get(field) {
-        None => true,
-        Some(value) => matches_or_contains(value, |v| matches!(v, Bson::Null | Bson::Undefined)),
-    }
+    doc.get(field)
+        .is_none_or(|v| matches_or_contains(v, |v| matches!(v, Bson::Null | Bson::Undefined)))
 }
 
 /// MongoDB's rule for a condition on a field that may hold an array: it

@@ -287,15 +287,11 @@ fn update_reply(reply: &Document, what: &str) -> Result<Updated, Attempt<MongoEr
     let failed = |detail: String| Attempt::Final(MongoError::new(what, detail));
     if let Ok(errors) = reply.get_array("writeErrors") {
         if let Some(first) = errors.first().and_then(Bson::as_document) {
-            return Err(failed(format!(
-                "{} of the statements failed; the first: code {}: {}",
-                errors.len(),
-                first
-                    .get("code")
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
-                first.get_str("errmsg").unwrap_or("(no message)")
-            )));
+            let code = first.get("code").map_or(String::new(), ToString::to_string);
+            let message = first.get_str("errmsg").unwrap_or("(no message)");
+            let n = errors.len();
+            let detail = format!("{n} of the statements failed; the first: code {code}: {message}");
+            return Err(failed(detail));
         }
     }
     if let Ok(error) = reply.get_document("writeConcernError") {
@@ -357,12 +353,8 @@ pub(crate) async fn reset_flags_batch(
         let page = read_all(find, "reset flags").await?;
         let upper = page.first().and_then(|d| d.get("_id").cloned());
         let mut range = doc! {};
-        if let Some(after) = after {
-            range.insert("$gt", after.clone());
-        }
-        if let Some(upper) = &upper {
-            range.insert("$lte", upper.clone());
-        }
+        range.extend(after.map(|after| ("$gt".into(), after.clone())));
+        range.extend(upper.clone().map(|upper| ("$lte".into(), upper)));
         let mut update_filter = doc! { FLAG: true };
         if !range.is_empty() {
             update_filter.insert("_id", range);
@@ -412,12 +404,8 @@ pub(crate) async fn mark_excluded_removed(
     let Some(path) = rules.exclusion_path(collection) else {
         return Ok(0);
     };
-    let statements = ids.iter().map(|id| {
-        (
-            doc! { "_id": id.clone(), path: { "$exists": true } },
-            markers::removed(),
-        )
-    });
+    let filter = |id: &Bson| doc! { "_id": id.clone(), path: { "$exists": true } };
+    let statements = ids.iter().map(|id| (filter(id), markers::removed()));
     let updated = update_each(db, collection, statements, "mark removed", guard).await?;
     Ok(updated.matched)
 }

@@ -9,11 +9,8 @@ use crate::reconcile::{build_uid, IndexPlan, Plan, RebuildReason};
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "Meilisearch: {} · MongoDB time: {}",
-            self.meili_health, self.server_time
-        )?;
+        let (health, time) = (&self.meili_health, &self.server_time);
+        writeln!(f, "Meilisearch: {health} · MongoDB time: {time}")?;
         for i in &self.indexes {
             writeln!(f)?;
             writeln!(f, "{} → index {}", i.collection.name(), i.index_uid)?;
@@ -96,11 +93,8 @@ fn what_would_change(f: &mut fmt::Formatter<'_>, i: &IndexPlan) -> fmt::Result {
         )?;
     }
     if i.skipped_by_threshold {
-        writeln!(
-            f,
-            "  index:     {} unindexed left below the threshold",
-            i.mongo.unindexed
-        )
+        let n = i.mongo.unindexed;
+        writeln!(f, "  index:     {n} unindexed left below the threshold")
     } else {
         writeln!(f, "  would index: {} documents", i.documents_to_index)
     }
@@ -110,11 +104,10 @@ impl fmt::Display for RebuildReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RebuildReason::IndexMissing => write!(f, "index missing"),
-            RebuildReason::WrongPrimaryKey { actual } => write!(
-                f,
-                "wrong primary key {}",
-                actual.as_deref().unwrap_or("(none)")
-            ),
+            RebuildReason::WrongPrimaryKey { actual } => {
+                let actual = actual.as_deref().unwrap_or("(none)");
+                write!(f, "wrong primary key {actual}")
+            }
             RebuildReason::IndexLost {
                 meili_documents,
                 mongo_indexed,

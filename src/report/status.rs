@@ -103,11 +103,8 @@ fn progress(s: &LeaseStatus, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let total = (p.total > 0).then(|| format!("/{}", p.total));
     let total = total.unwrap_or_default();
     let eta = p.eta_secs.map_or(String::new(), |s| format!(", ETA {s}s"));
-    writeln!(
-        f,
-        "{label} {} {}{total} ({:.0} docs/s{eta})",
-        p.phase, p.done, p.docs_per_sec
-    )
+    let (phase, done, rate) = (&p.phase, p.done, p.docs_per_sec);
+    writeln!(f, "{label} {phase} {done}{total} ({rate:.0} docs/s{eta})")
 }
 
 /// The last failure, and when a retry may start.
@@ -115,12 +112,8 @@ fn last_error(s: &LeaseStatus, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let Some(error) = &s.error else {
         return Ok(());
     };
-    let failed = s.failed_at.as_deref().unwrap_or("-");
-    writeln!(
-        f,
-        "last error: {error} (attempt {}, failed {failed})",
-        s.attempt
-    )?;
+    let (attempt, at) = (s.attempt, s.failed_at.as_deref().unwrap_or("-"));
+    writeln!(f, "last error: {error} (attempt {attempt}, failed {at})")?;
     match (&s.retry_at, s.retry_in_secs) {
         (Some(at), Some(secs)) if secs > 0.0 => writeln!(f, "retry at:   {at} (in {secs:.1}s)"),
         (Some(at), Some(_)) => writeln!(f, "retry at:   {at} (due)"),
@@ -131,12 +124,8 @@ fn last_error(s: &LeaseStatus, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 impl fmt::Display for ModeView {
     /// The mode and why; in interval mode, what would give follow mode.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "mode:       {} — {}",
-            self.mode.as_str(),
-            self.mode_reason
-        )?;
+        let mode = self.mode.as_str();
+        write!(f, "mode:       {mode} — {}", self.mode_reason)?;
         if let Some(needs) = &self.follow_needs {
             write!(f, "\nfor follow mode: {needs}")?;
         }

@@ -28,12 +28,8 @@ impl fmt::Display for RunSummary {
             }
             writeln!(f)?;
         }
-        write!(
-            f,
-            "took {:.1} s, {:.0} docs/s",
-            self.duration_ms as f64 / 1000.0,
-            self.docs_per_sec
-        )?;
+        let secs = self.duration_ms as f64 / 1000.0;
+        write!(f, "took {secs:.1} s, {:.0} docs/s", self.docs_per_sec)?;
         if self.phases != Phases::default() {
             write!(f, " ({})", self.phases)?;
         }
@@ -54,10 +50,8 @@ fn changes(c: &CollectionSummary) -> Vec<String> {
         parts.push(format!("rebuilt ({reason})"));
     }
     if !c.settings_changed.is_empty() {
-        parts.push(format!(
-            "settings changed: {}",
-            c.settings_changed.join(", ")
-        ));
+        let changed = c.settings_changed.join(", ");
+        parts.push(format!("settings changed: {changed}"));
     }
     parts.push(format!("indexed {}", c.indexed));
     let counts = [
