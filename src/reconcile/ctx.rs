@@ -57,12 +57,17 @@ impl<'a> Run<'a> {
     /// The context of `collection`'s work on its index, reporting through
     /// `progress` (the run's, or a lane of it) and timed on the run's clock.
     pub(crate) fn ctx<'b>(&'b self, collection: Collection, progress: &'b Progress) -> Ctx<'b> {
-        let uid = self.opts.index_uid(collection);
         Ctx {
+            db: self.db,
+            meili: self.meili,
+            opts: self.opts,
+            guard: self.guard,
+            progress,
+            collection,
+            uid: self.opts.index_uid(collection),
             phases: Arc::clone(&self.phases),
-            ..Ctx::new(
-                self.db, self.meili, self.opts, self.guard, progress, collection, uid,
-            )
+            read_back: crate::mongo::ReadBack::default(),
+            ack_gate: None,
         }
     }
 }
@@ -88,30 +93,6 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    /// The context of `collection`'s work on index `uid`.
-    pub(crate) fn new(
-        db: &'a Database,
-        meili: &'a Meili,
-        opts: &'a SyncOptions,
-        guard: &'a Guard,
-        progress: &'a Progress,
-        collection: Collection,
-        uid: String,
-    ) -> Ctx<'a> {
-        Ctx {
-            db,
-            meili,
-            opts,
-            guard,
-            progress,
-            collection,
-            uid,
-            phases: Arc::default(),
-            read_back: crate::mongo::ReadBack::default(),
-            ack_gate: None,
-        }
-    }
-
     /// The same context for documents scattered over the collection (not
     /// read in `_id` order): they are read back by `_id` list.
     pub(crate) fn with_scattered_ids(mut self) -> Ctx<'a> {
