@@ -325,7 +325,9 @@ async function connect() {
     const m = uri.match(/^mongodb(?:\+srv)?:\/\/[^/]+\/([^?]+)/);
     if (!m) throw new UsageError('LIBRECHAT_DB is not set and MONGO_URI names no database');
   }
-  await lib.mongoose.connect(uri, options);
+  // Connecting writes nothing, so a reset while connecting (see
+  // againAfterReset) is simply tried again.
+  await againAfterReset('connect', () => lib.mongoose.connect(uri, options));
 }
 
 const EXCLUDED_PATH = { messages: 'subagentTask', conversations: 'subagentThread' };
