@@ -41,6 +41,7 @@ mod librechat_parity;
 mod meili_contract;
 mod meili_scoped_key;
 mod meili_standin_model;
+mod mongo_connection_closed;
 mod mongo_credentials;
 mod mongo_indexable_predicate;
 mod once_processes;

@@ -23,6 +23,7 @@
 use futures::TryStreamExt;
 use mongodb::action::Find;
 use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::error::ErrorKind;
 use mongodb::{Collection as MongoCollection, Database};
 use serde::de::DeserializeOwned;
 
@@ -107,11 +108,20 @@ fn after_id(mut filter: Document, after: Option<&Bson>) -> Document {
 
 /// The server's current time (`hello.localTime`: a BSON date on MongoDB,
 /// Int64 milliseconds on DocumentDB-based servers).
+///
+/// A `hello` that fails on the connection (reset, closed) is sent once more,
+/// as the driver does for every read but not for `run_command`: a server may
+/// close a pooled connection while it sits idle (DocumentDB's gateway does
+/// under load), and the first command sent on it fails although the server
+/// is up. The second attempt selects the server again and gets a new
+/// connection; a server that is really gone fails it too.
 pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
-    let hello = db
-        .run_command(doc! { "hello": 1 })
-        .await
-        .map_err(mongo_err("hello"))?;
+    let hello = || db.run_command(doc! { "hello": 1 });
+    let hello = match hello().await {
+        Err(e) if matches!(*e.kind, ErrorKind::Io(_)) => hello().await,
+        answer => answer,
+    }
+    .map_err(mongo_err("hello"))?;
     match hello.get("localTime") {
         Some(Bson::DateTime(t)) => Ok(*t),
         Some(Bson::Int64(ms)) => Ok(DateTime::from_millis(*ms)),

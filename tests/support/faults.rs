@@ -106,6 +106,18 @@ impl FailCommand {
         .expect("configure failCommand");
     }
 
+    /// The next `commands` from our app (per `mode`) are answered by
+    /// closing the connection (`closeConnection`): a connection the server
+    /// dropped.
+    pub async fn close_connection(&self, commands: &[&str], mode: Bson) {
+        self.configure(doc! {
+            "mode": mode,
+            "data": { "failCommands": commands, "appName": &self.app, "closeConnection": true },
+        })
+        .await
+        .expect("configure failCommand");
+    }
+
     pub async fn off(&self) {
         self.configure(doc! { "mode": "off" })
             .await
