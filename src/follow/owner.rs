@@ -73,51 +73,55 @@ const BUSY_TOKEN_SAVE_EVERY: Duration = Duration::from_secs(1);
 const TASK_POLL_MIN: Duration = Duration::from_millis(10);
 const TASK_POLL_MAX: Duration = Duration::from_millis(50);
 
-/// Everything the owner's job needs; cloned per run of the job.
-#[derive(Clone)]
+/// Everything the owner's job needs.
 pub(crate) struct Owner {
     pub(crate) reconciler: Reconciler,
     pub(crate) options: FollowOptions,
     pub(crate) replica: Arc<dyn ReplicaReport>,
 }
 
-/// The owner's job completes only when this server turned out not to serve
-/// change streams: after one reconciliation (this summary, stored as the
-/// completion's), as interval mode would have run it.
-#[derive(Debug, serde::Serialize)]
-#[serde(transparent)]
-pub(crate) struct ReconciledWithoutStream(pub RunSummary);
+impl LeasedJob for Owner {
+    type Output = RunSummary;
+    type Error = ReconcileError;
 
-/// Why the owner's job failed: the engine's error (its kind tells a failure
-/// from an unreachable server), and whether the server had turned out not
-/// to serve change streams by then (`run` then reconciles on the interval).
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub(crate) struct OwnerFailed {
-    pub(crate) error: ReconcileError,
-    pub(crate) no_change_streams: bool,
+    /// The job: runs until the lease is lost, shutdown, a handover
+    /// ([`JobEnd::HandOver`]) or a failure; completes only when change
+    /// streams turned out not to be served (after one reconciliation, like
+    /// interval mode, whose summary is the completion's). Once they did,
+    /// the follow state says so ([`FollowState::Unsupported`]), whether
+    /// that reconciliation completed or failed.
+    async fn run(
+        &mut self,
+        guard: Guard,
+        progress: Progress,
+    ) -> Result<JobEnd<RunSummary>, ReconcileError> {
+        let lease = guard
+            .lease()
+            .cloned()
+            .ok_or_else(|| ReconcileError::Other("an owner's guard carries its lease".into()))?;
+        let r = &self.reconciler;
+        let t = Run::new(&r.db, &r.meili, &r.sync, &guard, &progress);
+        let mut reconcile_first = false;
+        loop {
+            let (reader, token, config) = match self.begin(&t, &lease, reconcile_first).await? {
+                Begun::Following(reader, token, config) => (reader, token, config),
+                Begun::Unsupported(summary) => return Ok(JobEnd::Completed(summary)),
+            };
+            match self.follow(&t, &lease, (reader, config), token).await? {
+                Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
+                Ended::Restart(reason) => {
+                    warn!(%reason, "the change stream must start over: following again after a full reconciliation");
+                    reconcile_first = true;
+                }
+            }
+        }
+    }
 }
 
 enum Begun {
     Following(Reader, Document, StreamConfig),
-    /// No change streams here: reconciled once (or failed to), as interval
-    /// mode does.
-    Unsupported(Result<RunSummary, ReconcileError>),
-}
-
-impl LeasedJob for Owner {
-    type Output = ReconciledWithoutStream;
-    type Error = OwnerFailed;
-
-    fn run(
-        &mut self,
-        guard: Guard,
-        progress: Progress,
-    ) -> impl std::future::Future<Output = Result<JobEnd<ReconciledWithoutStream>, OwnerFailed>> + Send
-    {
-        let owner = self.clone();
-        async move { owner.follow_until_done(guard, progress).await }
-    }
+    /// No change streams here: reconciled once, as interval mode does.
+    Unsupported(RunSummary),
 }
 
 /// A write of ours to the lease that did not happen, as the engine's error.
@@ -142,52 +146,6 @@ enum Ended {
 impl Owner {
     fn status(&self) -> &FollowStatus {
         self.replica.follow()
-    }
-
-    /// The job: runs until the lease is lost, shutdown, a handover
-    /// ([`JobEnd::HandOver`]) or a failure; completes only when change
-    /// streams turned out not to be served (after one reconciliation, like
-    /// interval mode).
-    async fn follow_until_done(
-        &self,
-        guard: Guard,
-        progress: Progress,
-    ) -> Result<JobEnd<ReconciledWithoutStream>, OwnerFailed> {
-        let failed = |error| OwnerFailed {
-            error,
-            no_change_streams: false,
-        };
-        let lease = guard.lease().cloned().ok_or_else(|| {
-            failed(ReconcileError::Other(
-                "an owner's guard carries its lease".into(),
-            ))
-        })?;
-        let r = &self.reconciler;
-        let t = Run::new(&r.db, &r.meili, &r.sync, &guard, &progress);
-        let mut reconcile_first = false;
-        loop {
-            let begun = self.begin(&t, &lease, reconcile_first);
-            let (reader, token, config) = match begun.await.map_err(failed)? {
-                Begun::Following(reader, token, config) => (reader, token, config),
-                Begun::Unsupported(Ok(summary)) => {
-                    return Ok(JobEnd::Completed(ReconciledWithoutStream(summary)))
-                }
-                Begun::Unsupported(Err(error)) => {
-                    return Err(OwnerFailed {
-                        error,
-                        no_change_streams: true,
-                    })
-                }
-            };
-            let ended = self.follow(&t, &lease, (reader, config), token);
-            match ended.await.map_err(failed)? {
-                Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
-                Ended::Restart(reason) => {
-                    warn!(%reason, "the change stream must start over: following again after a full reconciliation");
-                    reconcile_first = true;
-                }
-            }
-        }
     }
 
     fn stream_config(&self, pre_images: bool) -> StreamConfig {
@@ -288,9 +246,10 @@ impl Owner {
         why: &NoChangeStreams,
         t: &Run<'_>,
     ) -> Result<Begun, ReconcileError> {
+        self.status().set_state(FollowState::Unsupported);
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
-        Ok(Begun::Unsupported(self.reconcile(t).await))
+        Ok(Begun::Unsupported(self.reconcile(t).await?))
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.

@@ -12,7 +12,6 @@
 //! something else (a periodic reconciliation) the channel fills and the
 //! reader stops asking: the server keeps the events.
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, DateTime, Document};
@@ -252,16 +251,11 @@ pub(crate) async fn prepare_pre_images(
     let enabled = mongo::collections_with_pre_images(db).await?;
     for collection in Collection::ALL {
         let has = enabled.contains(&collection);
-        tracing::info!(
-            collection = collection.name(),
-            pre_images = has,
-            "{}",
-            if has {
-                "deletes reach Meilisearch through the stream (pre-images)"
-            } else {
-                "no pre-images: deletes reach Meilisearch through the id-set comparison (follow.orphan_check_every)"
-            }
-        );
+        let line = match has {
+            true => "deletes reach Meilisearch through the stream (pre-images)",
+            false => "no pre-images: deletes reach Meilisearch through the id-set comparison (follow.orphan_check_every)",
+        };
+        tracing::info!(collection = collection.name(), pre_images = has, "{line}");
     }
     Ok(enabled)
 }
@@ -277,12 +271,7 @@ pub(crate) enum Op {
 
 impl Op {
     pub(crate) fn label(self) -> &'static str {
-        match self {
-            Op::Insert => "insert",
-            Op::Update => "update",
-            Op::Replace => "replace",
-            Op::Delete => "delete",
-        }
+        ["insert", "update", "replace", "delete"][self as usize]
     }
 }
 
@@ -477,7 +466,8 @@ pub(crate) enum Refusal {
 }
 
 /// A server's answer that it serves no change streams here.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{answer}")]
 pub struct NoChangeStreams {
     pub(crate) refusal: Refusal,
     /// The server's answer (`message (code N Name)`).
@@ -502,12 +492,6 @@ impl NoChangeStreams {
             Refusal::Other
         };
         NoChangeStreams { refusal, answer }
-    }
-}
-
-impl fmt::Display for NoChangeStreams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.answer)
     }
 }
 
