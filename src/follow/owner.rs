@@ -147,18 +147,6 @@ impl Owner {
         self.replica.follow()
     }
 
-    fn stream_config(&self, pre_images: bool) -> StreamConfig {
-        let opts = &self.options;
-        StreamConfig {
-            pre_images,
-            max_await: opts
-                .max_wait
-                .clamp(Duration::from_millis(50), Duration::from_secs(1)),
-            capacity: opts.max_docs.saturating_mul(2),
-            rules: self.reconciler.sync.rules.clone(),
-        }
-    }
-
     /// Opens the stream (from the saved token, or from a point taken
     /// before a full reconciliation) and follows it until that ends; `t`:
     /// the engine's servers and options.
@@ -169,10 +157,17 @@ impl Owner {
         reconcile_first: bool,
     ) -> Result<Ended, ReconcileError> {
         self.status().set_state(FollowState::Reconciling);
-        let (db, guard) = (t.db, t.guard);
-        let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard).await?;
+        let (db, guard, opts) = (t.db, t.guard, &self.options);
+        let pre_images = stream::prepare_pre_images(db, opts.pre_images, guard).await?;
         self.status().deletes(&pre_images);
-        let config = self.stream_config(!pre_images.is_empty());
+        let config = StreamConfig {
+            pre_images: !pre_images.is_empty(),
+            max_await: opts
+                .max_wait
+                .clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            capacity: opts.max_docs.saturating_mul(2),
+            rules: self.reconciler.sync.rules.clone(),
+        };
         let saved = if reconcile_first {
             None
         } else {
@@ -450,7 +445,7 @@ impl Follower<'_> {
             Some(StreamItem::CaughtUp(token)) => {
                 // The token is safe once what is gathered and what
                 // is in flight are applied: it goes with the
-                // gathered changes (due now: `Pending::due`), or,
+                // gathered changes (due now: `Follower::due`), or,
                 // with nothing gathered, behind what is in flight.
                 if let Some(token) = token {
                     self.batch.caught_up(token);

@@ -134,11 +134,13 @@ fn pipeline(rules: &Rules) -> Vec<Document> {
     } }]
 }
 
+/// Opens the stream (after `after`, when given).
 async fn watch(
     db: &Database,
     after: Option<ResumeToken>,
     config: &StreamConfig,
-) -> mongodb::error::Result<ChangeStream<ChangeStreamEvent<Document>>> {
+) -> Result<ChangeStream<ChangeStreamEvent<Document>>, StreamError> {
+    let resuming = after.is_some();
     let mut watch = db
         .watch()
         .pipeline(pipeline(&config.rules))
@@ -148,7 +150,7 @@ async fn watch(
     if config.pre_images {
         watch = watch.full_document_before_change(FullDocumentBeforeChangeType::WhenAvailable);
     }
-    watch.await
+    watch.await.map_err(|e| classify(&e, resuming))
 }
 
 /// Whether this server serves the stream at all (opened and closed, reads
@@ -160,10 +162,7 @@ pub(crate) async fn probe(db: &Database) -> Result<(), StreamError> {
         capacity: 1,
         rules: Rules::default(),
     };
-    watch(db, None, &config)
-        .await
-        .map(drop)
-        .map_err(|e| classify(&e, false))
+    watch(db, None, &config).await.map(drop)
 }
 
 /// A resume token taken now, before a reconciliation begins: following
@@ -173,9 +172,7 @@ pub(crate) async fn starting_point(
     db: &Database,
     config: &StreamConfig,
 ) -> Result<Document, StreamError> {
-    let mut stream = watch(db, None, config)
-        .await
-        .map_err(|e| classify(&e, false))?;
+    let mut stream = watch(db, None, config).await?;
     // Servers since MongoDB 4.0.7 answer the opening with a token; older
     // ones give one with the first `getMore` (an event read here is before
     // the reconciliation, which covers it).
@@ -203,9 +200,7 @@ pub(crate) async fn open(
     config: &StreamConfig,
 ) -> Result<Reader, StreamError> {
     let after = resume_token(token).map_err(StreamError::ResumePointLost)?;
-    let stream = watch(db, Some(after), config)
-        .await
-        .map_err(|e| classify(&e, true))?;
+    let stream = watch(db, Some(after), config).await?;
     let (tx, rx) = mpsc::channel(config.capacity.max(1));
     let task = AbortOnDropHandle::new(tokio::spawn(read(stream, tx, config.rules.clone())));
     Ok(Reader { rx, _task: task })
@@ -374,14 +369,12 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Option<StreamIt
         | OperationType::Rename
         | OperationType::DropDatabase
         | OperationType::Invalidate => {
-            let ns = event
-                .ns
-                .as_ref()
-                .map(|ns| format!("{}.{}", ns.db, ns.coll.as_deref().unwrap_or("*")))
-                .unwrap_or_default();
+            let ns = event.ns.as_ref();
+            let ns = ns.map(|ns| format!("{}.{}", ns.db, ns.coll.as_deref().unwrap_or("*")));
+            let what = &event.operation_type;
             return Some(StreamItem::Restart(format!(
-                "{:?} {ns}",
-                event.operation_type
+                "{what:?} {}",
+                ns.unwrap_or_default()
             )));
         }
         _ => return None,
