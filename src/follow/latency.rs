@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 
 use mongodb::bson::DateTime;
 use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
 
 use crate::metrics;
 
@@ -99,21 +101,16 @@ impl TaskTimes {
     /// From the task objects Meilisearch returned (in the order enqueued);
     /// `None` when a timestamp is missing or does not parse.
     pub(crate) fn of<'a>(tasks: impl IntoIterator<Item = &'a Value>) -> Option<TaskTimes> {
+        let at =
+            |task: &Value, field: &str| OffsetDateTime::parse(task[field].as_str()?, &Rfc3339).ok();
         let mut first_enqueued = None;
         let mut last = None;
         for task in tasks {
-            let at = |field: &str| {
-                let text = task[field].as_str()?;
-                time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-                    .ok()
-            };
-            first_enqueued = first_enqueued.or(at("enqueuedAt"));
-            last = Some((at("startedAt")?, at("finishedAt")?));
+            first_enqueued = first_enqueued.or(at(task, "enqueuedAt"));
+            last = Some((at(task, "startedAt")?, at(task, "finishedAt")?));
         }
         let (started, finished) = last?;
-        let span = |from: time::OffsetDateTime, to: time::OffsetDateTime| {
-            Duration::try_from(to - from).unwrap_or_default()
-        };
+        let span = |from, to: OffsetDateTime| Duration::try_from(to - from).unwrap_or_default();
         Some(TaskTimes {
             queued: span(first_enqueued?, started),
             processing: span(started, finished),
@@ -132,14 +129,13 @@ pub(crate) fn record(
 ) {
     metrics::follow_in_flight(times.depth);
     let now = (Instant::now(), DateTime::now().timestamp_millis());
-    for (stage, took, docs) in stages(settlings, docs, times, tasks, seen, now) {
-        metrics::follow_stage(stage, took, docs);
-    }
+    let mut out = metrics::follow_stage;
+    stages(settlings, docs, times, tasks, seen, now, &mut out);
 }
 
-/// Each stage's time, with how many of `docs` took it: the micro-batch's
-/// own stages once for all of them, the others per document. `now`: the
-/// local clock as an `Instant` and in ms.
+/// Gives `out` each stage's time, with how many of `docs` took it: the
+/// micro-batch's own stages once for all of them, the others per document.
+/// `now`: the local clock as an `Instant` and in ms.
 fn stages(
     settlings: &Settlings,
     docs: &[DocTimes],
@@ -147,53 +143,37 @@ fn stages(
     tasks: Option<TaskTimes>,
     seen: Instant,
     (now_instant, now_ms): (Instant, i64),
-) -> Vec<(&'static str, Duration, usize)> {
+    out: &mut impl FnMut(&'static str, Duration, usize),
+) {
     let since = |later: Instant, earlier: Instant| later.saturating_duration_since(earlier);
     let due = times.held.unwrap_or(times.drained);
     let n = docs.len();
-    let mut out = vec![
-        ("room_wait", since(times.drained, due), n),
-        ("prepare", since(times.writing, times.drained), n),
-        ("enqueue", since(times.enqueued, times.writing), n),
-    ];
-    if let Some(tasks) = tasks {
+    out("room_wait", since(times.drained, due), n);
+    out("prepare", since(times.writing, times.drained), n);
+    out("enqueue", since(times.enqueued, times.writing), n);
+    if let Some(TaskTimes { queued, processing }) = tasks {
+        out("meili_queued", queued, n);
+        out("meili_processing", processing, n);
         let waited = since(seen, times.enqueued);
-        out.extend([
-            ("meili_queued", tasks.queued, n),
-            ("meili_processing", tasks.processing, n),
-            (
-                "detection",
-                waited.saturating_sub(tasks.queued + tasks.processing),
-                n,
-            ),
-        ]);
+        out("detection", waited.saturating_sub(queued + processing), n);
     }
     for doc in docs {
         // The reader's clock at reception, as MongoDB's time.
-        let received_ms =
-            now_ms - since(now_instant, doc.received).as_millis() as i64 + times.server_offset_ms;
+        let received = now_ms - since(now_instant, doc.received).as_millis() as i64;
+        let received_ms = received + times.server_offset_ms;
         let delivery = doc
             .written
             .map(|at| Duration::from_millis((received_ms - at.timestamp_millis()).max(0) as u64));
         if let Some(delivery) = delivery {
-            out.push(("delivery", delivery, 1));
+            out("delivery", delivery, 1);
         }
         let behind = settlings.within(doc.received, due);
-        out.extend([
-            (
-                "gathering",
-                since(due, doc.received).saturating_sub(behind),
-                1,
-            ),
-            ("behind_settle", behind, 1),
-            (
-                "total",
-                delivery.unwrap_or_default() + since(seen, doc.received),
-                1,
-            ),
-        ]);
+        let gathering = since(due, doc.received).saturating_sub(behind);
+        out("gathering", gathering, 1);
+        out("behind_settle", behind, 1);
+        let total = delivery.unwrap_or_default() + since(seen, doc.received);
+        out("total", total, 1);
     }
-    out
 }
 
 #[cfg(test)]
@@ -201,8 +181,32 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    type Stages = Vec<(&'static str, Duration, usize)>;
+
+    /// Each stage's time, with how many documents took it.
+    fn collect(
+        settlings: &Settlings,
+        docs: &[DocTimes],
+        times: &BatchTimes,
+        tasks: Option<TaskTimes>,
+        seen: Instant,
+        now: (Instant, i64),
+    ) -> Stages {
+        let mut out = Vec::new();
+        stages(
+            settlings,
+            docs,
+            times,
+            tasks,
+            seen,
+            now,
+            &mut |stage, took, n| out.push((stage, took, n)),
+        );
+        out
+    }
+
     /// Each stage's summed time and count.
-    fn totals(stages: &[(&'static str, Duration, usize)], stage: &str) -> (Duration, usize) {
+    fn totals(stages: &Stages, stage: &str) -> (Duration, usize) {
         stages
             .iter()
             .filter(|(s, _, _)| *s == stage)
@@ -251,7 +255,7 @@ mod tests {
             written: None,
             received,
         }];
-        let stages = stages(&settlings, &docs, &times, None, due, (due, 0));
+        let stages = collect(&settlings, &docs, &times, None, due, (due, 0));
         assert_eq!(totals(&stages, "behind_settle"), (ms(150), 1));
         assert_eq!(totals(&stages, "gathering"), (ms(350), 1));
     }
@@ -276,7 +280,7 @@ mod tests {
             processing: Duration::ZERO,
         };
         let now = (start, DateTime::now().timestamp_millis());
-        let stages = stages(
+        let stages = collect(
             &Settlings::default(),
             &[doc, doc],
             &times,

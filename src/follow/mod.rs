@@ -27,8 +27,8 @@
 //!   (expiry writes nothing to the stream);
 //! - `owner`: the lease owner's job (start, follow, periodic runs,
 //!   handover);
-//! - `pending`: what the owner has read but not yet applied or saved (the
-//!   gathered micro-batch, the resume tokens, the comparisons owed);
+//! - `pending`: what the owner has applied but not yet saved, or owes (the
+//!   resume tokens, the comparisons owed);
 //! - `replica`: a `run` replica's loop around it (wait for the lease,
 //!   resume after a handover, fall back to interval mode);
 //! - `saved`: what follow mode keeps in the lease document (the resume

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use mongodb::Database;
 use serde::Serialize;
+use serde_json::{json, Value};
 
 pub use super::stream::NoChangeStreams;
 pub(crate) use super::stream::Refusal;
@@ -167,18 +168,15 @@ impl ModeView {
 
     /// `mode`, `modeReason` and `followNeeds`, as `/status` and `status
     /// --json` carry them: all `null` while `run` has not decided yet.
-    pub fn status_fields(mode: Option<&ModeView>) -> serde_json::Map<String, serde_json::Value> {
-        let shown = mode.cloned().unwrap_or_else(ModeView::follow);
-        let serde_json::Value::Object(mut fields) =
-            serde_json::to_value(&shown).expect("the mode serializes")
-        else {
-            unreachable!("a struct serializes to an object")
+    pub fn status_fields(mode: Option<&ModeView>) -> serde_json::Map<String, Value> {
+        let fields = json!({
+            "mode": mode.map(|m| m.mode),
+            "modeReason": mode.map(|m| &m.mode_reason),
+            "followNeeds": mode.and_then(|m| m.follow_needs.as_ref()),
+        });
+        let Value::Object(fields) = fields else {
+            unreachable!("json! builds an object")
         };
-        if mode.is_none() {
-            fields
-                .values_mut()
-                .for_each(|v| *v = serde_json::Value::Null);
-        }
         fields
     }
 

@@ -36,15 +36,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backon::BackoffBuilder;
-use mongodb::bson::Document;
+use backon::Retryable;
+use mongodb::bson::{DateTime, Document};
 use tracing::{debug, info, warn};
 
 use super::apply;
+use super::batch::MicroBatch;
 use super::expiry;
+use super::expiry::ExpiryClock;
 use super::latency::BatchTimes;
 use super::mode::{ModeView, NoChangeStreams};
-use super::pending::{Pending, Tokens};
+use super::pending::{OrphanChecks, Tokens};
 use super::pipeline::{InFlight, Pipeline};
 use super::saved;
 use super::status::{FollowState, FollowStatus};
@@ -73,50 +75,49 @@ const BUSY_TOKEN_SAVE_EVERY: Duration = Duration::from_secs(1);
 const TASK_POLL_MIN: Duration = Duration::from_millis(10);
 const TASK_POLL_MAX: Duration = Duration::from_millis(50);
 
-/// Everything the owner's job needs; cloned per run of the job.
-#[derive(Clone)]
+/// While micro-batches are in flight, the next one is enqueued at least
+/// this long after the last ([`Follower::due`]).
+const ENQUEUE_SPACING: Duration = Duration::from_millis(50);
+
+/// Everything the owner's job needs.
 pub(crate) struct Owner {
     pub(crate) reconciler: Reconciler,
     pub(crate) options: FollowOptions,
     pub(crate) replica: Arc<dyn ReplicaReport>,
 }
 
-/// The owner's job completes only when this server turned out not to serve
-/// change streams: after one reconciliation (this summary, stored as the
-/// completion's), as interval mode would have run it.
-#[derive(Debug, serde::Serialize)]
-#[serde(transparent)]
-pub(crate) struct ReconciledWithoutStream(pub RunSummary);
-
-/// Why the owner's job failed: the engine's error (its kind tells a failure
-/// from an unreachable server), and whether the server had turned out not
-/// to serve change streams by then (`run` then reconciles on the interval).
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub(crate) struct OwnerFailed {
-    pub(crate) error: ReconcileError,
-    pub(crate) no_change_streams: bool,
-}
-
-enum Begun {
-    Following(Reader, Document, StreamConfig),
-    /// No change streams here: reconciled once (or failed to), as interval
-    /// mode does.
-    Unsupported(Result<RunSummary, ReconcileError>),
-}
-
 impl LeasedJob for Owner {
-    type Output = ReconciledWithoutStream;
-    type Error = OwnerFailed;
+    type Output = RunSummary;
+    type Error = ReconcileError;
 
-    fn run(
+    /// The job: runs until the lease is lost, shutdown, a handover
+    /// ([`JobEnd::HandOver`]) or a failure; completes only when change
+    /// streams turned out not to be served (after one reconciliation, like
+    /// interval mode, whose summary is the completion's). Once they did,
+    /// the follow state says so ([`FollowState::Unsupported`]), whether
+    /// that reconciliation completed or failed.
+    async fn run(
         &mut self,
         guard: Guard,
         progress: Progress,
-    ) -> impl std::future::Future<Output = Result<JobEnd<ReconciledWithoutStream>, OwnerFailed>> + Send
-    {
-        let owner = self.clone();
-        async move { owner.follow_until_done(guard, progress).await }
+    ) -> Result<JobEnd<RunSummary>, ReconcileError> {
+        let lease = guard
+            .lease()
+            .cloned()
+            .ok_or_else(|| ReconcileError::Other("an owner's guard carries its lease".into()))?;
+        let r = &self.reconciler;
+        let t = Run::new(&r.db, &r.meili, &r.sync, &guard, &progress);
+        let mut reconcile_first = false;
+        loop {
+            match self.begin(&t, &lease, reconcile_first).await? {
+                Ended::Unsupported(summary) => return Ok(JobEnd::Completed(summary)),
+                Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
+                Ended::Restart(reason) => {
+                    warn!(%reason, "the change stream must start over: following again after a full reconciliation");
+                    reconcile_first = true;
+                }
+            }
+        }
     }
 }
 
@@ -134,6 +135,8 @@ fn summary_json(summary: &RunSummary) -> serde_json::Value {
 }
 
 enum Ended {
+    /// No change streams here: reconciled once, as interval mode does.
+    Unsupported(RunSummary),
     HandOver(String),
     /// Follow again from a full reconciliation (why).
     Restart(String),
@@ -144,76 +147,27 @@ impl Owner {
         self.replica.follow()
     }
 
-    /// The job: runs until the lease is lost, shutdown, a handover
-    /// ([`JobEnd::HandOver`]) or a failure; completes only when change
-    /// streams turned out not to be served (after one reconciliation, like
-    /// interval mode).
-    async fn follow_until_done(
-        &self,
-        guard: Guard,
-        progress: Progress,
-    ) -> Result<JobEnd<ReconciledWithoutStream>, OwnerFailed> {
-        let failed = |error| OwnerFailed {
-            error,
-            no_change_streams: false,
-        };
-        let lease = guard.lease().cloned().ok_or_else(|| {
-            failed(ReconcileError::Other(
-                "an owner's guard carries its lease".into(),
-            ))
-        })?;
-        let r = &self.reconciler;
-        let t = Run::new(&r.db, &r.meili, &r.sync, &guard, &progress);
-        let mut reconcile_first = false;
-        loop {
-            let begun = self.begin(&t, &lease, reconcile_first);
-            let (reader, token, config) = match begun.await.map_err(failed)? {
-                Begun::Following(reader, token, config) => (reader, token, config),
-                Begun::Unsupported(Ok(summary)) => {
-                    return Ok(JobEnd::Completed(ReconciledWithoutStream(summary)))
-                }
-                Begun::Unsupported(Err(error)) => {
-                    return Err(OwnerFailed {
-                        error,
-                        no_change_streams: true,
-                    })
-                }
-            };
-            let ended = self.follow(&t, &lease, (reader, config), token);
-            match ended.await.map_err(failed)? {
-                Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
-                Ended::Restart(reason) => {
-                    warn!(%reason, "the change stream must start over: following again after a full reconciliation");
-                    reconcile_first = true;
-                }
-            }
-        }
-    }
-
-    fn stream_config(&self, pre_images: bool) -> StreamConfig {
-        let opts = &self.options;
-        StreamConfig {
-            pre_images,
-            max_await: opts
-                .max_wait
-                .clamp(Duration::from_millis(50), Duration::from_secs(1)),
-            capacity: opts.max_docs.saturating_mul(2),
-            rules: self.reconciler.sync.rules.clone(),
-        }
-    }
-
-    /// `t`: the engine's servers and options.
+    /// Opens the stream (from the saved token, or from a point taken
+    /// before a full reconciliation) and follows it until that ends; `t`:
+    /// the engine's servers and options.
     async fn begin(
         &self,
         t: &Run<'_>,
         lease: &LeaseHandle,
         reconcile_first: bool,
-    ) -> Result<Begun, ReconcileError> {
+    ) -> Result<Ended, ReconcileError> {
         self.status().set_state(FollowState::Reconciling);
-        let (db, guard) = (t.db, t.guard);
-        let pre_images = stream::prepare_pre_images(db, self.options.pre_images, guard).await?;
+        let (db, guard, opts) = (t.db, t.guard, &self.options);
+        let pre_images = stream::prepare_pre_images(db, opts.pre_images, guard).await?;
         self.status().deletes(&pre_images);
-        let config = self.stream_config(!pre_images.is_empty());
+        let config = StreamConfig {
+            pre_images: !pre_images.is_empty(),
+            max_await: opts
+                .max_wait
+                .clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            capacity: opts.max_docs.saturating_mul(2),
+            rules: self.reconciler.sync.rules.clone(),
+        };
         let saved = if reconcile_first {
             None
         } else {
@@ -227,7 +181,7 @@ impl Owner {
                         .await
                         .map_err(lease_write)?;
                     info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
-                    return Ok(Begun::Following(reader, token, config));
+                    return self.follow(t, lease, (reader, config), token).await;
                 }
                 Err(StreamError::ResumePointLost(why)) => warn!(%why,
                     "the saved resume token can no longer be used (the oplog no longer holds it): reconciling fully before following"),
@@ -250,7 +204,7 @@ impl Owner {
         match stream::open(db, &start, &config).await {
             Ok(reader) => {
                 info!("following the change stream from where it stood before the reconciliation");
-                Ok(Begun::Following(reader, start, config))
+                self.follow(t, lease, (reader, config), start).await
             }
             Err(StreamError::ResumePointLost(why)) => Err(ReconcileError::Other(format!(
                 "the oplog no longer reaches back to when the reconciliation began ({:.0} s ago): {why}; \
@@ -287,10 +241,11 @@ impl Owner {
         &self,
         why: &NoChangeStreams,
         t: &Run<'_>,
-    ) -> Result<Begun, ReconcileError> {
+    ) -> Result<Ended, ReconcileError> {
+        self.status().set_state(FollowState::Unsupported);
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
-        Ok(Begun::Unsupported(self.reconcile(t).await))
+        Ok(Ended::Unsupported(self.reconcile(t).await?))
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.
@@ -326,11 +281,12 @@ impl Owner {
             lease,
             reader,
             config,
-            pending: Pending::new(
-                Pipeline::new(meili.clone(), guard.clone()),
-                opts.orphan_check_every,
-                saved,
-            ),
+            batch: MicroBatch::default(),
+            pipeline: Pipeline::new(meili.clone(), guard.clone()),
+            tokens: Tokens::new(Some(saved.clone()), Some(saved)),
+            orphans: OrphanChecks::every(opts.orphan_check_every),
+            unrecorded: Vec::new(),
+            expiry: ExpiryClock::default(),
         };
         // What following starts from (nothing gathered or in flight, the
         // saved resume token): expired documents swept, and the
@@ -341,11 +297,7 @@ impl Owner {
         let mut next_run = Instant::now() + crate::between_runs::jittered(opts.interval);
         let mut next_handover_check = Instant::now() + opts.poll_every;
         loop {
-            let wake = f.pending.wake(
-                opts.max_wait,
-                f.reader.has_queued(),
-                next_handover_check.min(next_run),
-            );
+            let wake = f.wake(next_handover_check.min(next_run));
             tokio::select! {
                 biased;
                 _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
@@ -354,8 +306,8 @@ impl Owner {
                 // is enqueued first, as if it had come due a moment
                 // earlier: Meilisearch indexes it while the settling's
                 // MongoDB writes run, instead of idling through them.
-                _ = f.pending.pipeline.head_ended() => {
-                    if !f.pending.batch.is_empty() && f.pending.pipeline.has_room() {
+                _ = f.pipeline.head_ended() => {
+                    if !f.batch.is_empty() && f.pipeline.has_room() {
                         f.flush().await?;
                     }
                     f.settle_ended().await?;
@@ -396,7 +348,19 @@ struct Follower<'a> {
     lease: &'a LeaseHandle,
     reader: Reader,
     config: StreamConfig,
-    pending: Pending,
+    /// The micro-batch being gathered.
+    batch: MicroBatch,
+    /// The micro-batches enqueued and not yet settled.
+    pipeline: Pipeline,
+    tokens: Tokens,
+    /// The id-set comparisons that deletes without a Meilisearch id asked for.
+    orphans: OrphanChecks,
+    /// Id-set comparisons owed (a delete without a pre-image applied at
+    /// that MongoDB time) and not yet recorded in the lease: the resume
+    /// token is not saved past them until they are.
+    unrecorded: Vec<(Collection, DateTime)>,
+    /// When the next document expires (a sweep is due then).
+    expiry: ExpiryClock,
 }
 
 impl Follower<'_> {
@@ -409,13 +373,11 @@ impl Follower<'_> {
     /// Enqueues the gathered micro-batch when it is due (`now`), or holds it
     /// while the pipeline has no room.
     async fn flush_when_due(&mut self, now: Instant) -> Result<(), ReconcileError> {
-        let max_wait = self.owner.options.max_wait;
-        let due = self.pending.due(max_wait, self.reader.has_queued());
-        if due.is_some_and(|due| now >= due) {
-            if self.pending.pipeline.has_room() {
+        if self.due().is_some_and(|due| now >= due) {
+            if self.pipeline.has_room() {
                 self.flush().await?;
             } else {
-                self.pending.batch.hold();
+                self.batch.hold();
             }
         }
         Ok(())
@@ -424,11 +386,11 @@ impl Follower<'_> {
     /// The id-set comparison and the expiry sweep, each when due (`now`),
     /// after the pipeline is drained.
     async fn sweeps_due(&mut self, now: Instant) -> Result<(), ReconcileError> {
-        if self.pending.orphans.due().is_some_and(|due| now >= due) {
+        if self.orphans.due().is_some_and(|due| now >= due) {
             self.drain().await?;
             self.repair_orphans().await?;
         }
-        if self.pending.expiry.due().is_some_and(|due| now >= due) {
+        if self.expiry.due().is_some_and(|due| now >= due) {
             self.drain().await?;
             self.sweep_expired().await?;
         }
@@ -452,7 +414,7 @@ impl Follower<'_> {
         if !owed.is_empty() {
             info!(collections = ?owed.iter().map(|c| c.name()).collect::<Vec<_>>(),
                 "an id-set comparison is owed for deletes without a pre-image applied before this stream's resume point: comparing at once");
-            self.pending.orphans.owed(&owed);
+            self.orphans.owed(&owed);
         }
         Ok(())
     }
@@ -466,9 +428,9 @@ impl Follower<'_> {
         match item {
             Some(StreamItem::Change(change)) => {
                 self.owner.status().behind();
-                self.pending.pipeline.behind();
-                self.pending.batch.push(*change);
-                if self.pending.batch.len() >= self.owner.options.max_docs {
+                self.pipeline.behind();
+                self.batch.push(*change);
+                if self.batch.len() >= self.owner.options.max_docs {
                     self.flush().await?;
                 }
             }
@@ -478,22 +440,22 @@ impl Follower<'_> {
             // gathering, so that a backlog is applied in a few
             // large micro-batches rather than one per `getMore` (each
             // costs a fixed handful of round trips).
-            Some(StreamItem::CaughtUp(_))
-                if self.reader.has_queued() && !self.pending.batch.is_empty() => {}
+            Some(StreamItem::CaughtUp(_)) if self.reader.has_queued() && !self.batch.is_empty() => {
+            }
             Some(StreamItem::CaughtUp(token)) => {
                 // The token is safe once what is gathered and what
                 // is in flight are applied: it goes with the
-                // gathered changes (due now: `Pending::due`), or,
+                // gathered changes (due now: `Follower::due`), or,
                 // with nothing gathered, behind what is in flight.
                 if let Some(token) = token {
-                    self.pending.batch.caught_up(token);
+                    self.batch.caught_up(token);
                 }
-                if self.pending.batch.is_empty() {
+                if self.batch.is_empty() {
                     self.flush().await?;
                 }
-                if self.pending.pipeline.is_empty() && self.pending.batch.is_empty() {
+                if self.pipeline.is_empty() && self.batch.is_empty() {
                     self.owner.status().caught_up();
-                    if self.pending.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
+                    if self.tokens.saved_at.elapsed() >= IDLE_TOKEN_SAVE_EVERY {
                         self.save_token().await?;
                     }
                 }
@@ -553,34 +515,28 @@ impl Follower<'_> {
     /// transient failure a few times ([`crate::retry::stream_reopen`]);
     /// following starts over when that point is no longer in the oplog.
     async fn reopen(&mut self) -> Result<Option<Ended>, ReconcileError> {
-        let token = self.pending.tokens.safe.clone().ok_or_else(|| {
+        let token = self.tokens.safe.clone().ok_or_else(|| {
             ReconcileError::Other("following always has a point to resume from".into())
         })?;
-        let guard = self.target.guard;
-        let mut delays = crate::retry::stream_reopen().build();
-        loop {
-            match stream::open(self.target.db, &token, &self.config).await {
-                Ok(reader) => {
-                    self.reader = reader;
-                    return Ok(None);
-                }
-                Err(StreamError::ResumePointLost(why)) => {
-                    let lost = "the change stream cannot resume where it failed";
-                    warn!(%why, "{lost}");
-                    return Ok(Some(Ended::Restart(lost.into())));
-                }
-                Err(error) => {
-                    let Some(delay) = delays.next() else {
-                        return Err(error.into());
-                    };
-                    warn!(%error, retry_in = ?delay, "could not reopen the change stream");
-                    tokio::select! {
-                        _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                }
+        let (db, config, guard) = (self.target.db, &self.config, self.target.guard);
+        let reopen = (|| stream::open(db, &token, config))
+            .retry(crate::retry::stream_reopen())
+            .when(|error| !matches!(error, StreamError::ResumePointLost(_)))
+            .notify(|error, delay| warn!(%error, retry_in = ?delay, "could not reopen the change stream"));
+        let reopened = tokio::select! {
+            _ = guard.cancelled() => return Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
+            reopened = reopen => reopened,
+        };
+        match reopened {
+            Ok(reader) => self.reader = reader,
+            Err(StreamError::ResumePointLost(why)) => {
+                let lost = "the change stream cannot resume where it failed";
+                warn!(%why, "{lost}");
+                return Ok(Some(Ended::Restart(lost.into())));
             }
+            Err(error) => return Err(error.into()),
         }
+        Ok(None)
     }
 
     /// Sweeps what has expired out of Meilisearch, then asks when the next
@@ -596,8 +552,8 @@ impl Follower<'_> {
 
     /// Asks when the next document expires.
     async fn plan_expiry(&mut self) -> Result<(), ReconcileError> {
-        self.pending.expiry.plan(self.target.db).await?;
-        self.owner.status().next_expiry(self.pending.expiry.next());
+        self.expiry.plan(self.target.db).await?;
+        self.owner.status().next_expiry(self.expiry.next());
         Ok(())
     }
 
@@ -607,22 +563,21 @@ impl Follower<'_> {
     /// resume token (acknowledgement events, a caught-up stream) hands it
     /// to the pipeline, behind whatever is in flight.
     async fn flush(&mut self) -> Result<(), ReconcileError> {
-        if self.pending.batch.is_empty() {
-            let pending = &mut self.pending;
-            let drained = pending.batch.drain();
+        if self.batch.is_empty() {
+            let drained = self.batch.drain();
             if let Some(safe) = drained
                 .token
-                .and_then(|token| pending.pipeline.token_after(token, drained.caught_up))
+                .and_then(|token| self.pipeline.token_after(token, drained.caught_up))
             {
-                pending.tokens.safe = Some(safe);
+                self.tokens.safe = Some(safe);
             }
             return Ok(());
         }
-        while !self.pending.pipeline.has_room() {
-            self.pending.batch.hold();
+        while !self.pipeline.has_room() {
+            self.batch.hold();
             self.settle_ended().await?;
         }
-        let drained = self.pending.batch.drain();
+        let drained = self.batch.drain();
         let changes: Vec<_> = drained.changes.into_values().collect();
         let drained_at = Instant::now();
         let docs = changes.len();
@@ -630,15 +585,14 @@ impl Follower<'_> {
         let mut prepared = apply::prepare(&self.target, changes).await?;
         let now = prepared.now;
         self.owner.status().server_time(now);
-        self.pending.expiry.consider(expiries, now);
-        self.owner.status().next_expiry(self.pending.expiry.next());
-        self.pending.orphans.note(&prepared.unresolved);
-        self.pending
-            .unrecorded
+        self.expiry.consider(expiries, now);
+        self.owner.status().next_expiry(self.expiry.next());
+        self.orphans.note(&prepared.unresolved);
+        self.unrecorded
             .extend(prepared.unresolved.iter().map(|c| (*c, now)));
         let writing = Instant::now();
         let enqueued = prepared.enqueue(&self.target).await?;
-        let depth = self.pending.pipeline.len() + 1;
+        let depth = self.pipeline.len() + 1;
         debug!(
             docs,
             depth,
@@ -646,7 +600,7 @@ impl Follower<'_> {
             enqueue_ms = writing.elapsed().as_millis() as u64,
             "micro-batch enqueued"
         );
-        self.pending.pipeline.push(InFlight {
+        self.pipeline.push(InFlight {
             enqueued,
             token: drained.token,
             by_op: prepared.by_op,
@@ -670,8 +624,7 @@ impl Follower<'_> {
     /// the newest one's token the safe point and saves it.
     async fn settle_ended(&mut self) -> Result<(), ReconcileError> {
         let status = self.owner.status();
-        let pending = &mut self.pending;
-        let Some(settled) = pending
+        let Some(settled) = self
             .pipeline
             .settle_ended(&self.target, self.owner.options.max_docs)
             .await?
@@ -680,29 +633,90 @@ impl Follower<'_> {
         };
         status.applied(&settled.by_op, settled.newest);
         if let Some(token) = settled.token {
-            pending.tokens.safe = Some(token);
+            self.tokens.safe = Some(token);
         }
-        if settled.caught_up && pending.batch.is_empty() {
+        if settled.caught_up && self.batch.is_empty() {
             status.caught_up();
         }
         // While micro-batches follow in flight, the token is saved at most
         // every `BUSY_TOKEN_SAVE_EVERY` (a later save covers this one); a
         // token saved late costs replays, never losses.
-        if pending.pipeline.is_empty() || pending.tokens.saved_at.elapsed() >= BUSY_TOKEN_SAVE_EVERY
-        {
+        if self.pipeline.is_empty() || self.tokens.saved_at.elapsed() >= BUSY_TOKEN_SAVE_EVERY {
             self.save_token().await?;
         }
         Ok(())
     }
 
-    /// Saves the safe resume token (see [`Pending::save_token`]), timing it.
+    /// Saves the safe resume token — only once every comparison owed for
+    /// the deletes behind it is recorded in the lease, so that an owner
+    /// resuming from the token, or taking over, still makes it — timing it.
     async fn save_token(&mut self) -> Result<(), ReconcileError> {
         let started = Instant::now();
-        self.pending
-            .save_token(self.target.guard, self.lease)
-            .await?;
+        if self.record_owed().await? {
+            self.tokens.save(self.target.guard, self.lease).await?;
+        }
         crate::metrics::follow_batch_stage("token_save", started.elapsed());
         Ok(())
+    }
+
+    /// Records the owed comparisons not yet in the lease. `false`: some
+    /// could not be (not confirmed); they are tried again with the next save.
+    async fn record_owed(&mut self) -> Result<bool, LeaseLost> {
+        while let Some(&(collection, since)) = self.unrecorded.first() {
+            let owed =
+                saved::owe_orphan_check(self.lease, self.target.guard, collection.name(), since);
+            if let Err(error) = unless_lost(owed.await)? {
+                warn!(%error, collection = collection.name(),
+                    "could not record an owed id-set comparison in the lease; the resume token waits until it is");
+                return Ok(false);
+            }
+            self.unrecorded.remove(0);
+        }
+        Ok(true)
+    }
+
+    /// When the follow loop must look again, at `then` at the latest: a
+    /// micro-batch, a comparison or a sweep due. A due micro-batch waits
+    /// while the pipeline is full: settling the oldest one makes room.
+    fn wake(&self, then: Instant) -> Instant {
+        let room = self.pipeline.has_room();
+        [
+            self.due().filter(|_| room),
+            self.orphans.due(),
+            self.expiry.due(),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(then, Instant::min)
+    }
+
+    /// When the gathered changes are to be enqueued (`None`: nothing
+    /// gathered).
+    ///
+    /// - When the reader has nothing more and nothing is in flight,
+    ///   at once: Meilisearch is idle, every moment waited is latency.
+    /// - When the reader has nothing more and micro-batches are in flight,
+    ///   [`ENQUEUE_SPACING`] after the last one was enqueued: Meilisearch
+    ///   merges the tasks it finds waiting, so what is enqueued while it
+    ///   indexes is indexed together with the next batch it starts, and a
+    ///   short spacing saves the fixed MongoDB round trips of many tiny
+    ///   micro-batches (a change waits at most the spacing for it, and
+    ///   misses the next indexing batch only when that one starts within
+    ///   the spacing).
+    /// - `follow.max_wait` after its first change, in any case (a
+    ///   continuous stream); at once once it was held for room.
+    fn due(&self) -> Option<Instant> {
+        if self.batch.is_empty() {
+            return None;
+        }
+        let ready = (!self.reader.has_queued()).then(|| match self.pipeline.last_enqueued() {
+            Some(last) if !self.pipeline.is_empty() => last + ENQUEUE_SPACING,
+            _ => Instant::now(),
+        });
+        [self.batch.due(self.owner.options.max_wait), ready]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Empties the pipeline: enqueues what is gathered, settles everything
@@ -711,7 +725,7 @@ impl Follower<'_> {
     /// stream).
     async fn drain(&mut self) -> Result<(), ReconcileError> {
         self.flush().await?;
-        while !self.pending.pipeline.is_empty() {
+        while !self.pipeline.is_empty() {
             self.settle_ended().await?;
         }
         self.save_token().await
@@ -722,7 +736,7 @@ impl Follower<'_> {
     /// what was owed up to when it started.
     async fn repair_orphans(&mut self) -> Result<(), ReconcileError> {
         let (guard, lease) = (self.target.guard, self.lease);
-        for collection in self.pending.orphans.take() {
+        for collection in self.orphans.take() {
             let ctx = self.engine.ctx(collection, self.engine.progress);
             let started =
                 unless_lost(lease.server_now().await)?.map_err(ReconcileError::MongoUnreachable)?;
@@ -732,7 +746,7 @@ impl Follower<'_> {
             crate::metrics::documents(&ctx.uid, 0, deleted, 0);
             // Recorded debts first: a clear must not overtake the record of
             // a delete applied after this comparison began.
-            self.pending.record_owed(guard, lease).await?;
+            self.record_owed().await?;
             let cleared = saved::orphan_check_done(lease, guard, collection.name(), started);
             if let Err(error) = unless_lost(cleared.await)? {
                 warn!(%error, collection = collection.name(),

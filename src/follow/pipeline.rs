@@ -59,6 +59,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
+use futures::{stream, StreamExt, TryStreamExt};
 use mongodb::bson::{DateTime, Document};
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
@@ -190,13 +191,13 @@ impl Pipeline {
         if self.queue.is_empty() {
             std::future::pending::<()>().await;
         }
-        match self.from_waiter.recv().await {
-            Some(ended) => self.ended.push_back(ended),
-            None => self.ended.push_back(Err(MeiliError::Unexpected {
+        let ended = self.from_waiter.recv().await.unwrap_or_else(|| {
+            Err(MeiliError::Unexpected {
                 what: "waiting for tasks".into(),
                 detail: "the waiter stopped".into(),
-            })),
-        }
+            })
+        });
+        self.ended.push_back(ended);
     }
 
     /// Settles the oldest micro-batch (waiting for its tasks if need be)
@@ -276,23 +277,14 @@ async fn wait(
     ended: mpsc::UnboundedSender<TasksEnded>,
 ) {
     while let Some(batch) = tasks.recv().await {
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut failed = None;
-        for task in batch {
-            match meili.wait_for_task(task, &guard).await {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(error) => {
-                    failed = Some(error);
-                    break;
-                }
-            }
-        }
-        let stop = failed.is_some();
-        let report = match failed {
-            None => Ok((outcomes, Instant::now())),
-            Some(error) => Err(error),
-        };
-        if ended.send(report).is_err() || stop {
+        let waits = stream::iter(batch).then(|task| meili.wait_for_task(task, &guard));
+        let report = waits.try_collect().await;
+        let stop = report.is_err();
+        if ended
+            .send(report.map(|outcomes| (outcomes, Instant::now())))
+            .is_err()
+            || stop
+        {
             return;
         }
     }

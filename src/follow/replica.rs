@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::owner::{Owner, OwnerFailed, ReconciledWithoutStream};
+use super::owner::Owner;
 use super::{FollowOptions, FollowState, ReplicaReport};
 use crate::job::{Reconciler, RunOutcome};
 use crate::lease::{self, LeaseError, LeaseOptions};
@@ -57,23 +57,13 @@ pub(crate) async fn run(
             shutdown.token(),
         )
         .await;
+        // Following turned out impossible (the owner said so in the follow
+        // state): the reconciliation it ran instead is recorded already.
+        let unsupported = state.follow().state() == FollowState::Unsupported;
         let outcome = match result {
-            // Following turned out impossible: the reconciliation it ran
-            // instead is recorded already.
             Ok(lease::Outcome::Ran { .. }) => return FollowEnd::Unsupported,
-            Err(LeaseError::JobFailed {
-                error:
-                    OwnerFailed {
-                        no_change_streams: true,
-                        ..
-                    },
-                ..
-            }) => return FollowEnd::Unsupported,
-            result => RunOutcome::of_lease(
-                result,
-                |ReconciledWithoutStream(summary)| summary,
-                |failed| failed.error,
-            ),
+            Err(LeaseError::JobFailed { .. }) if unsupported => return FollowEnd::Unsupported,
+            result => RunOutcome::of_lease(result, |summary| summary, |error| error),
         };
         metrics::run_finished(outcome.metric_label(), outcome.is_success());
         if shutdown.is_requested() {

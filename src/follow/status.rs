@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use mongodb::bson::DateTime;
 use serde::Serialize;
+use serde_json::{json, Value};
 
 use crate::lease::clock::rfc3339;
 use crate::metrics;
@@ -50,28 +51,6 @@ impl FollowState {
             FollowState::Reconciling | FollowState::Following | FollowState::HandingOver
         )
     }
-}
-
-/// `follow` in `/status`.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct FollowView {
-    state: FollowState,
-    /// Seconds (MongoDB's clock) this owner is behind the stream; `null`
-    /// when this replica does not own it.
-    lag_secs: Option<f64>,
-    /// When MongoDB applied the last change this replica applied (RFC 3339).
-    last_event_at: Option<String>,
-    /// Documents this replica applied since it started, by the kind of their
-    /// last change (`skipped`: already indexed by LibreChat's save hook).
-    applied: BTreeMap<&'static str, u64>,
-    /// Per collection, how its deletes reach Meilisearch (by pre-image, or
-    /// by the id-set comparison), as the owner found the collections when it
-    /// began following; empty on replicas that do not own the stream.
-    deletes: BTreeMap<&'static str, DeleteRegime>,
-    /// When (MongoDB's clock, RFC 3339) the next document that may be in
-    /// Meilisearch expires: the owner sweeps it out then.
-    next_expiry_at: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -110,6 +89,10 @@ impl FollowStatus {
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         f(&mut self.inner.lock().expect("follow status poisoned"))
+    }
+
+    pub(crate) fn state(&self) -> FollowState {
+        self.with(|inner| inner.state)
     }
 
     pub(crate) fn set_state(&self, state: FollowState) {
@@ -200,22 +183,28 @@ impl FollowStatus {
         metrics::follow_lag(self.lag_secs().unwrap_or(0.0));
     }
 
-    pub(crate) fn view(&self) -> FollowView {
+    /// `follow` in `/status`: `state`; `lagSecs` (MongoDB's clock; `null`
+    /// when this replica does not own the stream); `lastEventAt`, when
+    /// MongoDB applied the last change this replica applied; `applied`,
+    /// documents this replica applied since it started, by the kind of
+    /// their last change (`skipped`: already indexed by LibreChat's save
+    /// hook); `deletes`, per collection how its deletes reach Meilisearch
+    /// (by pre-image, or by the id-set comparison) as the owner found them
+    /// when it began following; `nextExpiryAt`, when the next document that
+    /// may be in Meilisearch expires (the owner sweeps it out then). The
+    /// last two only on the replica that owns the stream; times RFC 3339.
+    pub(crate) fn view(&self) -> Value {
         let lag_secs = self.lag_secs();
-        self.with(|inner| FollowView {
-            state: inner.state,
-            lag_secs,
-            last_event_at: inner.last_event_at.as_ref().map(rfc3339),
-            applied: inner.applied.clone(),
-            deletes: if inner.state.owns_the_stream() {
-                inner.deletes.clone()
-            } else {
-                BTreeMap::new()
-            },
-            next_expiry_at: inner
-                .next_expiry_at
-                .filter(|_| inner.state.owns_the_stream())
-                .map(|at| rfc3339(&at)),
+        self.with(|inner| {
+            let owns = inner.state.owns_the_stream();
+            json!({
+                "state": inner.state,
+                "lagSecs": lag_secs,
+                "lastEventAt": inner.last_event_at.as_ref().map(rfc3339),
+                "applied": inner.applied,
+                "deletes": if owns { inner.deletes.clone() } else { BTreeMap::new() },
+                "nextExpiryAt": inner.next_expiry_at.filter(|_| owns).as_ref().map(rfc3339),
+            })
         })
     }
 }
@@ -246,8 +235,8 @@ mod tests {
         status.behind();
         assert!(status.lag_secs().unwrap() < 2.0, "caught up a moment ago");
         let view = status.view();
-        assert_eq!(view.applied["insert"], 2);
-        assert_eq!(view.applied["delete"], 0, "every kind is listed");
-        assert!(view.last_event_at.is_some());
+        assert_eq!(view["applied"]["insert"], 2);
+        assert_eq!(view["applied"]["delete"], 0, "every kind is listed");
+        assert!(view["lastEventAt"].is_string());
     }
 }

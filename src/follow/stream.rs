@@ -12,7 +12,6 @@
 //! something else (a periodic reconciliation) the channel fills and the
 //! reader stops asking: the server keeps the events.
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, DateTime, Document};
@@ -135,11 +134,13 @@ fn pipeline(rules: &Rules) -> Vec<Document> {
     } }]
 }
 
+/// Opens the stream (after `after`, when given).
 async fn watch(
     db: &Database,
     after: Option<ResumeToken>,
     config: &StreamConfig,
-) -> mongodb::error::Result<ChangeStream<ChangeStreamEvent<Document>>> {
+) -> Result<ChangeStream<ChangeStreamEvent<Document>>, StreamError> {
+    let resuming = after.is_some();
     let mut watch = db
         .watch()
         .pipeline(pipeline(&config.rules))
@@ -149,7 +150,7 @@ async fn watch(
     if config.pre_images {
         watch = watch.full_document_before_change(FullDocumentBeforeChangeType::WhenAvailable);
     }
-    watch.await
+    watch.await.map_err(|e| classify(&e, resuming))
 }
 
 /// Whether this server serves the stream at all (opened and closed, reads
@@ -161,10 +162,7 @@ pub(crate) async fn probe(db: &Database) -> Result<(), StreamError> {
         capacity: 1,
         rules: Rules::default(),
     };
-    watch(db, None, &config)
-        .await
-        .map(drop)
-        .map_err(|e| classify(&e, false))
+    watch(db, None, &config).await.map(drop)
 }
 
 /// A resume token taken now, before a reconciliation begins: following
@@ -174,9 +172,7 @@ pub(crate) async fn starting_point(
     db: &Database,
     config: &StreamConfig,
 ) -> Result<Document, StreamError> {
-    let mut stream = watch(db, None, config)
-        .await
-        .map_err(|e| classify(&e, false))?;
+    let mut stream = watch(db, None, config).await?;
     // Servers since MongoDB 4.0.7 answer the opening with a token; older
     // ones give one with the first `getMore` (an event read here is before
     // the reconciliation, which covers it).
@@ -204,9 +200,7 @@ pub(crate) async fn open(
     config: &StreamConfig,
 ) -> Result<Reader, StreamError> {
     let after = resume_token(token).map_err(StreamError::ResumePointLost)?;
-    let stream = watch(db, Some(after), config)
-        .await
-        .map_err(|e| classify(&e, true))?;
+    let stream = watch(db, Some(after), config).await?;
     let (tx, rx) = mpsc::channel(config.capacity.max(1));
     let task = AbortOnDropHandle::new(tokio::spawn(read(stream, tx, config.rules.clone())));
     Ok(Reader { rx, _task: task })
@@ -252,16 +246,11 @@ pub(crate) async fn prepare_pre_images(
     let enabled = mongo::collections_with_pre_images(db).await?;
     for collection in Collection::ALL {
         let has = enabled.contains(&collection);
-        tracing::info!(
-            collection = collection.name(),
-            pre_images = has,
-            "{}",
-            if has {
-                "deletes reach Meilisearch through the stream (pre-images)"
-            } else {
-                "no pre-images: deletes reach Meilisearch through the id-set comparison (follow.orphan_check_every)"
-            }
-        );
+        let line = match has {
+            true => "deletes reach Meilisearch through the stream (pre-images)",
+            false => "no pre-images: deletes reach Meilisearch through the id-set comparison (follow.orphan_check_every)",
+        };
+        tracing::info!(collection = collection.name(), pre_images = has, "{line}");
     }
     Ok(enabled)
 }
@@ -277,12 +266,7 @@ pub(crate) enum Op {
 
 impl Op {
     pub(crate) fn label(self) -> &'static str {
-        match self {
-            Op::Insert => "insert",
-            Op::Update => "update",
-            Op::Replace => "replace",
-            Op::Delete => "delete",
-        }
+        ["insert", "update", "replace", "delete"][self as usize]
     }
 }
 
@@ -385,14 +369,12 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Option<StreamIt
         | OperationType::Rename
         | OperationType::DropDatabase
         | OperationType::Invalidate => {
-            let ns = event
-                .ns
-                .as_ref()
-                .map(|ns| format!("{}.{}", ns.db, ns.coll.as_deref().unwrap_or("*")))
-                .unwrap_or_default();
+            let ns = event.ns.as_ref();
+            let ns = ns.map(|ns| format!("{}.{}", ns.db, ns.coll.as_deref().unwrap_or("*")));
+            let what = &event.operation_type;
             return Some(StreamItem::Restart(format!(
-                "{:?} {ns}",
-                event.operation_type
+                "{what:?} {}",
+                ns.unwrap_or_default()
             )));
         }
         _ => return None,
@@ -477,7 +459,8 @@ pub(crate) enum Refusal {
 }
 
 /// A server's answer that it serves no change streams here.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{answer}")]
 pub struct NoChangeStreams {
     pub(crate) refusal: Refusal,
     /// The server's answer (`message (code N Name)`).
@@ -502,12 +485,6 @@ impl NoChangeStreams {
             Refusal::Other
         };
         NoChangeStreams { refusal, answer }
-    }
-}
-
-impl fmt::Display for NoChangeStreams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.answer)
     }
 }
 
