@@ -135,32 +135,11 @@ pub struct JobRecord {
     pub document: Document,
 }
 
-/// The fields of the document the lease reads and writes; every other field
-/// is the job's ([`JobStore::update_job_fields`]).
-pub(crate) const LEASE_FIELDS: [&str; 22] = [
-    "_id",
-    "owner",
-    "epoch",
-    "status",
-    "following",
-    "claimedAt",
-    "renewedAt",
-    "leaseExpiresAt",
-    "expiresAt",
-    "writtenExpiresAt",
-    "updatedAt",
-    "completedAt",
-    "failedAt",
-    "releasedAt",
-    "releasedFor",
-    "error",
-    "attempt",
-    "retryAt",
-    "progress",
-    "summary",
-    "handoverRequestedBy",
-    "handoverRequestedAt",
-];
+/// The fields of the document the lease reads and writes (separated by
+/// spaces); every other field is the job's ([`JobStore::update_job_fields`]).
+pub(crate) const LEASE_FIELDS: &str = "_id owner epoch status following claimedAt renewedAt \
+    leaseExpiresAt expiresAt writtenExpiresAt updatedAt completedAt failedAt releasedAt releasedFor \
+    error attempt retryAt progress summary handoverRequestedBy handoverRequestedAt";
 
 /// The fields every write by either protocol changes at least one of.
 const JUDGED_FIELDS: [&str; 4] = ["status", "owner", "epoch", "expiresAt"];
@@ -390,12 +369,7 @@ impl JobStore {
     /// Extends the lease to `now + ttl` and records `progress`. `Ok(false)`:
     /// the fence matched nothing (the lease is lost). `Err` is ambiguous: the
     /// renewal may or may not have been applied.
-    pub async fn renew(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        progress: &ProgressSnapshot,
-    ) -> mongodb::error::Result<bool> {
+    pub async fn renew(&self, fence: &Fence, now: DateTime, progress: &ProgressSnapshot) -> Answer {
         let lease_expires_at = clock::later(now, self.ttl);
         let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
         let update = doc! { "$set": {
@@ -420,7 +394,7 @@ impl JobStore {
         now: DateTime,
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let visible_until = clock::later(now, self.completion_visible_for);
         let expires_at = clock::later(visible_until, self.librechat_clock_skew);
         let update = doc! {
@@ -451,7 +425,7 @@ impl JobStore {
         error: &str,
         attempt: u32,
         retry_at: DateTime,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let expires_at = clock::later(retry_at, self.librechat_clock_skew);
         let update = doc! { "$set": {
             "status": "failed",
@@ -479,7 +453,7 @@ impl JobStore {
         now: DateTime,
         progress: &ProgressSnapshot,
         to: Option<&str>,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let update = doc! { "$set": {
             "status": "released",
             "following": false,
@@ -494,11 +468,7 @@ impl JobStore {
 
     /// Whether the document shows `status` under `fence` (owner and epoch),
     /// and no longer held, read with the lease's read concern.
-    pub(crate) async fn shows(
-        &self,
-        fence: &Fence,
-        status: &JobStatus,
-    ) -> mongodb::error::Result<bool> {
+    pub(crate) async fn shows(&self, fence: &Fence, status: &JobStatus) -> Answer {
         Ok(self.read().await?.is_some_and(|record| {
             record.holder() == Holder::Reconciler
                 && record.owner.as_deref() == Some(fence.owner.as_str())
@@ -509,7 +479,7 @@ impl JobStore {
     }
 
     /// Whether the document still shows the lease held under `fence`.
-    pub(crate) async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
+    pub(crate) async fn still_held(&self, fence: &Fence) -> Answer {
         let record = self.read().await?;
         Ok(record.is_some_and(|record| record.is_held_under(fence)))
     }
@@ -523,7 +493,7 @@ impl JobStore {
         fence: &Fence,
         now: DateTime,
         summary: Option<&serde_json::Value>,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let mut set = doc! {
             "status": "completed",
             "following": true,
@@ -544,7 +514,7 @@ impl JobStore {
         fence: &Fence,
         now: DateTime,
         summary: &serde_json::Value,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let set = doc! { "completedAt": now, "summary": summary_bson(summary), "updatedAt": now };
         self.fenced_update(fence, now, doc! { "$set": set }, None)
             .await
@@ -567,7 +537,7 @@ impl JobStore {
         now: DateTime,
         condition: Document,
         update: Document,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         for (operator, fields) in &update {
             assert!(
                 operator.starts_with('$'),
@@ -599,11 +569,7 @@ impl JobStore {
     /// that keeps it after completing (`following`) to hand it over. Not fenced (the asker holds
     /// nothing) and touching only the two request fields; matches only a
     /// following lease. `Ok(false)`: there was none to ask.
-    pub(crate) async fn request_handover(
-        &self,
-        requester: &str,
-        now: DateTime,
-    ) -> mongodb::error::Result<bool> {
+    pub(crate) async fn request_handover(&self, requester: &str, now: DateTime) -> Answer {
         let filter = doc! { "_id": &self.job, "following": true };
         let update = doc! { "$set": {
             "handoverRequestedBy": requester,
@@ -622,7 +588,7 @@ impl JobStore {
         now: DateTime,
         update: Document,
         to: Option<JobStatus>,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let filter = self.fence_filter(fence, now);
         if self.jobs.update_one(filter, update).await?.matched_count == 1 {
             return Ok(true);
@@ -649,7 +615,7 @@ impl JobStore {
 fn assert_job_field(path: &str) {
     let top = path.split('.').next().unwrap_or(path);
     assert!(
-        !LEASE_FIELDS.contains(&top),
+        !LEASE_FIELDS.split_whitespace().any(|field| field == top),
         "{path} is a lease field, not the job's"
     );
 }
@@ -677,6 +643,10 @@ fn summary_bson(summary: &serde_json::Value) -> Bson {
 fn progress_bson(progress: &ProgressSnapshot) -> Bson {
     bson::to_bson(progress).unwrap_or(Bson::Null)
 }
+
+/// A yes or no from MongoDB; for a fenced write, `Ok(false)`: the fence
+/// matched nothing.
+type Answer = mongodb::error::Result<bool>;
 
 /// E11000: the upsert's insert collided with an existing `_id`.
 const DUPLICATE_KEY: i32 = 11000;
