@@ -18,17 +18,15 @@
 //!   cancelled ([`LeaseLost::SelfFenced`]) before any other replica can
 //!   claim. An attempt still in flight at the deadline is abandoned.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use backon::BackoffBuilder;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, error, warn};
 
-use super::guard::{Guard, LeaseLost};
-use super::options::LeaseOptions;
-use super::store::{Fence, JobStore};
-use crate::progress::Progress;
+use super::guard::LeaseLost;
+use super::runner::Owner;
 
 /// A running renewal timer; stop it with [`Renewer::stop`]. Dropping it
 /// (the job panicked, or the caller dropped `run_single_flight`) also stops
@@ -38,40 +36,14 @@ pub(crate) struct Renewer {
     task: JoinHandle<()>,
 }
 
-/// What the renewal timer works with.
-struct Renewal {
-    store: JobStore,
-    fence: Fence,
-    guard: Guard,
-    progress: Progress,
-    renew_every: Duration,
-    /// `ttl - safety_margin`.
-    holds_for: Duration,
-}
-
 impl Renewer {
-    /// Starts renewing a lease that is safely ours until the local instant
+    /// Starts renewing `owner`'s lease, safely ours until the local instant
     /// `deadline` (the first renewal is due `renew_every` after the send
     /// time that deadline implies).
-    pub(crate) fn start(
-        store: &JobStore,
-        fence: &Fence,
-        guard: &Guard,
-        progress: &Progress,
-        opts: &LeaseOptions,
-        deadline: Instant,
-    ) -> Self {
+    pub(crate) fn start(owner: Owner, deadline: Instant) -> Self {
         let stop = CancellationToken::new();
-        let renewal = Renewal {
-            store: store.clone(),
-            fence: fence.clone(),
-            guard: guard.clone(),
-            progress: progress.clone(),
-            renew_every: opts.renew_every,
-            holds_for: opts.holds_for(),
-        };
         Renewer {
-            task: tokio::spawn(renewal.run(deadline, stop.clone())),
+            task: tokio::spawn(owner.renew_until_stopped(deadline, stop.clone())),
             stop: stop.drop_guard(),
         }
     }
@@ -84,13 +56,15 @@ impl Renewer {
     }
 }
 
-impl Renewal {
-    async fn run(self, mut deadline: Instant, stop: CancellationToken) {
+impl Owner {
+    /// The renewal timer's task.
+    async fn renew_until_stopped(self, mut deadline: Instant, stop: CancellationToken) {
         let (owner, epoch) = (&self.fence.owner, self.fence.epoch);
+        let (renew_every, holds_for) = (self.opts.renew_every, self.opts.holds_for());
         loop {
             // Due `renew_every` after the send time of the last good renewal.
             let due = deadline
-                .checked_sub(self.holds_for - self.renew_every)
+                .checked_sub(holds_for - renew_every)
                 .unwrap_or_else(Instant::now);
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -113,7 +87,7 @@ impl Renewal {
                 return;
             };
             debug!(%owner, epoch, "lease renewed");
-            deadline = sent + self.holds_for;
+            deadline = sent + holds_for;
             self.guard.extend_to(deadline);
         }
     }
@@ -123,7 +97,8 @@ impl Renewal {
     /// The caller abandons it at the local `deadline`.
     async fn renew(&self, deadline: Instant) -> Option<Instant> {
         let (owner, epoch) = (&self.fence.owner, self.fence.epoch);
-        let mut delays = crate::retry::lease_store(self.renew_every).build();
+        let renew_every = self.opts.renew_every;
+        let mut delays = crate::retry::lease_store(renew_every).build();
         loop {
             let sent = Instant::now();
             let attempt = async {
@@ -148,7 +123,7 @@ impl Renewal {
                     "lease lost: the document no longer shows our claim; stopping the job");
                 return None;
             }
-            tokio::time::sleep(delays.next().unwrap_or(self.renew_every)).await;
+            tokio::time::sleep(delays.next().unwrap_or(renew_every)).await;
         }
     }
 }
