@@ -303,21 +303,20 @@ impl<'w> Wait<'w> {
                     }
                     // Too close to its end to work under: it expires within the
                     // safety margin, then it is claimed as usual.
-                    self.pause_one_poll().await;
                 }
                 verdict @ (Verdict::Wait | Verdict::RequestHandover) => {
                     self.observe(record.as_ref(), now);
                     if matches!(verdict, Verdict::RequestHandover) {
                         self.request_handover(now).await?;
                     }
-                    self.pause_one_poll().await;
                 }
-                Verdict::Claim => {
-                    if let Some(turn) = self.claim(record.as_ref(), before_now, now).await? {
-                        return Ok(turn);
-                    }
-                }
+                Verdict::Claim => match self.claim(record.as_ref(), before_now, now).await? {
+                    Some(turn) => return Ok(turn),
+                    None => continue,
+                },
             }
+            // One poll period, jittered (ended early by shutdown or the timeout).
+            self.pause(jittered(opts.poll_every)).await;
         }
     }
 
@@ -452,11 +451,6 @@ impl<'w> Wait<'w> {
         Ok(())
     }
 
-    /// One poll period, jittered (ended early by shutdown or the timeout).
-    async fn pause_one_poll(&self) {
-        self.pause(jittered(self.opts.poll_every)).await;
-    }
-
     /// The next retry delay after a failed request.
     async fn pause_after_error(&mut self) {
         let delay = self.error_delays.next().unwrap_or(Duration::from_secs(1));
@@ -525,17 +519,14 @@ async fn release_if_ours(store: &JobStore, opts: &LeaseOptions) {
         let progress = crate::progress::Progress::new().snapshot();
         store.release(&fence, now, &progress, None).await
     };
+    let (job, owner) = (&opts.job, &opts.owner);
     match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
-        Ok(Ok(true)) => {
-            warn!(job = %opts.job, owner = %opts.owner, "released a claim of ours whose answer was lost")
-        }
+        Ok(Ok(true)) => warn!(%job, %owner, "released a claim of ours whose answer was lost"),
         Ok(Ok(false)) => {}
-        Ok(Err(error)) => {
-            debug!(job = %opts.job, %error, "could not check for a claim of ours; it expires by itself")
+        Ok(Err(e)) => {
+            debug!(%job, error = %e, "could not check for a claim of ours; it expires by itself")
         }
-        Err(_) => {
-            debug!(job = %opts.job, "could not check for a claim of ours in time; it expires by itself")
-        }
+        Err(_) => debug!(%job, "could not check for a claim of ours in time; it expires by itself"),
     }
 }
 
