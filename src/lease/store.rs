@@ -260,10 +260,7 @@ pub enum ClaimResult {
 pub struct JobStore {
     db: Database,
     jobs: Collection<Document>,
-    job: String,
-    ttl: Duration,
-    librechat_clock_skew: Duration,
-    completion_visible_for: Duration,
+    opts: LeaseOptions,
 }
 
 impl JobStore {
@@ -283,10 +280,7 @@ impl JobStore {
         JobStore {
             db: db.clone(),
             jobs: db.collection_with_options(&opts.collection, concerns),
-            job: opts.job.clone(),
-            ttl: opts.ttl,
-            librechat_clock_skew: opts.librechat_clock_skew,
-            completion_visible_for: opts.reuse_completion_for,
+            opts: opts.clone(),
         }
     }
 
@@ -297,7 +291,7 @@ impl JobStore {
 
     /// The job document, if it exists.
     pub async fn read(&self) -> mongodb::error::Result<Option<JobRecord>> {
-        let found = self.jobs.find_one(doc! { "_id": &self.job }).await?;
+        let found = self.jobs.find_one(doc! { "_id": &self.opts.job }).await?;
         Ok(found.as_ref().map(JobRecord::from_document))
     }
 
@@ -314,7 +308,7 @@ impl JobStore {
         now: DateTime,
         seen: Option<&JobRecord>,
     ) -> mongodb::error::Result<ClaimResult> {
-        let mut filter = doc! { "_id": &self.job };
+        let mut filter = doc! { "_id": &self.opts.job };
         let absent = Bson::Document(doc! { "$exists": false });
         for field in JUDGED_FIELDS {
             let value = seen.and_then(|record| record.document.get(field));
@@ -324,14 +318,14 @@ impl JobStore {
         // caller's misjudgement can take a live lease.
         let expired = match seen.map(JobRecord::holder) {
             Some(Holder::LibreChat) => doc! {
-                "expiresAt": { "$lte": clock::earlier(now, self.librechat_clock_skew) }
+                "expiresAt": { "$lte": clock::earlier(now, self.opts.librechat_clock_skew) }
             },
             _ => doc! { "leaseExpiresAt": { "$lte": now } },
         };
         let not_held = doc! { "status": { "$ne": "running" }, "following": { "$ne": true } };
         filter.insert("$or", vec![not_held, expired]);
-        let lease_expires_at = clock::later(now, self.ttl);
-        let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
+        let lease_expires_at = clock::later(now, self.opts.ttl);
+        let expires_at = clock::later(lease_expires_at, self.opts.librechat_clock_skew);
         let claim = vec![doc! { "$set": {
             "owner": { "$literal": owner },
             "status": "running",
@@ -370,8 +364,8 @@ impl JobStore {
     /// the fence matched nothing (the lease is lost). `Err` is ambiguous: the
     /// renewal may or may not have been applied.
     pub async fn renew(&self, fence: &Fence, now: DateTime, progress: &ProgressSnapshot) -> Answer {
-        let lease_expires_at = clock::later(now, self.ttl);
-        let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
+        let lease_expires_at = clock::later(now, self.opts.ttl);
+        let expires_at = clock::later(lease_expires_at, self.opts.librechat_clock_skew);
         let update = doc! { "$set": {
             "renewedAt": now,
             "leaseExpiresAt": lease_expires_at,
@@ -395,8 +389,8 @@ impl JobStore {
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
     ) -> Answer {
-        let visible_until = clock::later(now, self.completion_visible_for);
-        let expires_at = clock::later(visible_until, self.librechat_clock_skew);
+        let visible_until = clock::later(now, self.opts.reuse_completion_for);
+        let expires_at = clock::later(visible_until, self.opts.librechat_clock_skew);
         let update = doc! {
             "$set": {
                 "status": "completed",
@@ -426,7 +420,7 @@ impl JobStore {
         attempt: u32,
         retry_at: DateTime,
     ) -> Answer {
-        let expires_at = clock::later(retry_at, self.librechat_clock_skew);
+        let expires_at = clock::later(retry_at, self.opts.librechat_clock_skew);
         let update = doc! { "$set": {
             "status": "failed",
             "following": false,
@@ -570,7 +564,7 @@ impl JobStore {
     /// nothing) and touching only the two request fields; matches only a
     /// following lease. `Ok(false)`: there was none to ask.
     pub(crate) async fn request_handover(&self, requester: &str, now: DateTime) -> Answer {
-        let filter = doc! { "_id": &self.job, "following": true };
+        let filter = doc! { "_id": &self.opts.job, "following": true };
         let update = doc! { "$set": {
             "handoverRequestedBy": requester,
             "handoverRequestedAt": now,
@@ -602,7 +596,7 @@ impl JobStore {
     /// The lease document as long as `fence` holds it at `now`.
     fn fence_filter(&self, fence: &Fence, now: DateTime) -> Document {
         doc! {
-            "_id": &self.job,
+            "_id": &self.opts.job,
             "owner": &fence.owner,
             "epoch": fence.epoch,
             "leaseExpiresAt": { "$gt": now },
