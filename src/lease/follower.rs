@@ -481,9 +481,7 @@ impl<'w> Wait<'w> {
         let expires_in_ms = record
             .holds_until(opts.librechat_clock_skew)
             .map(|at| clock::millis_between(now, at));
-        let phase = record.progress.as_ref().map(|p| p.phase.as_str());
-        let done = record.progress.as_ref().map(|p| p.done);
-        let total = record.progress.as_ref().map(|p| p.total);
+        let progress = record.progress.as_ref();
         if changed && record.holder() == Holder::LibreChat {
             info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
                 expires_in_ms, "waiting: a LibreChat replica holds the job (its own start-up sync)");
@@ -491,7 +489,8 @@ impl<'w> Wait<'w> {
         } else if changed || due {
             info!(job = %opts.job, me = %opts.owner, owner = record.owner.as_deref().unwrap_or("-"),
                 epoch = record.epoch.unwrap_or(0),
-                status = ?record.status, expires_in_ms, phase, done, total,
+                status = ?record.status, expires_in_ms, phase = progress.map(|p| p.phase.as_str()),
+                done = progress.map(|p| p.done), total = progress.map(|p| p.total),
                 retry_at = record.retry_at.and_then(|at| at.try_to_rfc3339_string().ok()),
                 "waiting: another replica holds the job");
             self.last_logged = Some(Instant::now());

@@ -533,20 +533,16 @@ impl JobStore {
         update: Document,
     ) -> Answer {
         for (operator, fields) in &update {
-            assert!(
-                operator.starts_with('$'),
-                "not an update operator: {operator}"
-            );
+            let operates = operator.starts_with('$');
+            assert!(operates, "not an update operator: {operator}");
             let Bson::Document(fields) = fields else {
                 panic!("{operator} takes a document of fields");
             };
             fields.keys().for_each(|field| assert_job_field(field));
         }
         for field in condition.keys() {
-            assert!(
-                !field.starts_with('$'),
-                "a condition names fields only: {field}"
-            );
+            let named = !field.starts_with('$');
+            assert!(named, "a condition names fields only: {field}");
             assert_job_field(field);
         }
         let unconditional = condition.is_empty();
@@ -608,10 +604,8 @@ impl JobStore {
 /// Panics when `path` (dotted) lies in a lease field.
 fn assert_job_field(path: &str) {
     let top = path.split('.').next().unwrap_or(path);
-    assert!(
-        !LEASE_FIELDS.split_whitespace().any(|field| field == top),
-        "{path} is a lease field, not the job's"
-    );
+    let leased = LEASE_FIELDS.split_whitespace().any(|field| field == top);
+    assert!(!leased, "{path} is a lease field, not the job's");
 }
 
 /// The write concern of every lease write: `majority` with journaling, or
