@@ -125,10 +125,9 @@ impl RunOutcome {
         match result {
             Ok(Outcome::Ran { summary: ran, .. }) => RunOutcome::completed(&summary(ran)),
             Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
-            Ok(
-                Outcome::CompletedByOther { owner, summary, .. }
-                | Outcome::ReusedCompletion { owner, summary, .. },
-            ) => RunOutcome::DoneByOther { owner, summary },
+            Ok(Outcome::CompletedByOther { owner, summary, .. }) => {
+                RunOutcome::DoneByOther { owner, summary }
+            }
             Err(error) => RunOutcome::of_lease_error(error, engine_error),
         }
     }
@@ -325,16 +324,17 @@ mod tests {
                 Ok(Outcome::CompletedByOther {
                     owner: None,
                     epoch: None,
+                    age: None,
                     summary: None,
                 }),
                 Exit::Done,
             ),
             (Ok(Outcome::HandedOver { to: "b".into() }), Exit::Done),
             (
-                Ok(Outcome::ReusedCompletion {
+                Ok(Outcome::CompletedByOther {
                     owner: None,
                     epoch: None,
-                    age: std::time::Duration::ZERO,
+                    age: Some(std::time::Duration::ZERO),
                     summary: None,
                 }),
                 Exit::Done,

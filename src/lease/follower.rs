@@ -142,18 +142,11 @@ fn completion_satisfies<T>(
     let completed_at = record.completed_at?;
     let done = |age: Option<Duration>| {
         let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
-        Verdict::Done(match age {
-            None => Outcome::CompletedByOther {
-                owner,
-                epoch,
-                summary,
-            },
-            Some(age) => Outcome::ReusedCompletion {
-                owner,
-                epoch,
-                age,
-                summary,
-            },
+        Verdict::Done(Outcome::CompletedByOther {
+            owner,
+            epoch,
+            age,
+            summary,
         })
     };
     if opts.own_run_only {
@@ -571,19 +564,21 @@ async fn sleep_until_opt(at: Option<Instant>) {
 }
 
 fn log_done<T>(opts: &LeaseOptions, outcome: &Outcome<T>) {
-    match outcome {
-        Outcome::CompletedByOther { owner, epoch, .. } => {
-            info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
-                epoch = epoch.unwrap_or(0), "another replica completed the job");
+    let Outcome::CompletedByOther {
+        owner, epoch, age, ..
+    } = outcome
+    else {
+        return;
+    };
+    let (owner, epoch) = (owner.as_deref().unwrap_or("-"), epoch.unwrap_or(0));
+    match age {
+        None => {
+            info!(job = %opts.job, me = %opts.owner, owner, epoch, "another replica completed the job")
         }
-        Outcome::ReusedCompletion {
-            owner, epoch, age, ..
-        } => {
-            info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
-                epoch = epoch.unwrap_or(0), age_ms = age.as_millis() as u64,
-                "a fresh completion exists; not running again");
+        Some(age) => {
+            info!(job = %opts.job, me = %opts.owner, owner, epoch, age_ms = age.as_millis() as u64,
+            "a fresh completion exists; not running again")
         }
-        Outcome::Ran { .. } | Outcome::HandedOver { .. } => {}
     }
 }
 
@@ -714,12 +709,12 @@ mod tests {
         // Completed while we waited.
         assert!(matches!(
             judge(Some(&completed), at(1001), at(900), &opts),
-            Verdict::Done(Outcome::CompletedByOther { .. })
+            Verdict::Done(Outcome::CompletedByOther { age: None, .. })
         ));
         // Fresh when we started.
         assert!(matches!(
             judge(Some(&completed), at(1030), at(1030), &opts),
-            Verdict::Done(Outcome::ReusedCompletion { .. })
+            Verdict::Done(Outcome::CompletedByOther { age: Some(_), .. })
         ));
         // Stale when we started.
         assert_eq!(
@@ -735,7 +730,7 @@ mod tests {
         );
         assert!(matches!(
             judge(Some(&completed), at(1001), at(99), &forced),
-            Verdict::Done(Outcome::CompletedByOther { .. })
+            Verdict::Done(Outcome::CompletedByOther { age: None, .. })
         ));
         // A reindex: no other run satisfies it.
         forced.own_run_only = true;

@@ -35,8 +35,7 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 /// - `Ok(Outcome::Ran)`: we ran the job and recorded its completion; the
 ///   job's output is in `summary` (stored serialized);
 /// - `Ok(Outcome::CompletedByOther)`: another replica completed it while we
-///   waited;
-/// - `Ok(Outcome::ReusedCompletion)`: a completion younger than
+///   waited, or (with its `age`) a completion younger than
 ///   `reuse_completion_for` existed when we started (never when `force`);
 /// - `Ok(Outcome::HandedOver)`: the job ended in [`JobEnd::HandOver`] and
 ///   we released the lease for the replica that asked for it;
