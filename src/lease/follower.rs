@@ -118,16 +118,13 @@ pub(crate) fn judge<T>(
 /// Released for another replica that asked for it, recently enough that it
 /// is still coming to claim it.
 fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) -> bool {
-    let for_another = record
-        .released_for
-        .as_deref()
-        .is_some_and(|to| to != opts.owner);
+    let to = record.released_for.as_deref();
+    let for_another = to.is_some_and(|to| to != opts.owner);
     // How long a lease released for the replica that asked for it (a
     // handover) is left to that replica before anyone may claim it.
     let grace = (opts.poll_every * 5).max(Duration::from_secs(1));
-    let recent = record
-        .released_at
-        .is_some_and(|at| at > clock::earlier(now, grace));
+    let since = clock::earlier(now, grace);
+    let recent = record.released_at.is_some_and(|at| at > since);
     for_another && recent
 }
 

@@ -161,6 +161,8 @@ impl JobRecord {
         };
         let text = |key: &str| doc.get_str(key).ok().map(str::to_string);
         let progress = doc.get_document("progress").ok().cloned();
+        let attempt = int("attempt").and_then(|n| u32::try_from(n).ok());
+        let summary = doc.get("summary").filter(|s| !matches!(s, Bson::Null));
         JobRecord {
             owner: text("owner"),
             epoch: int("epoch"),
@@ -174,15 +176,10 @@ impl JobRecord {
             failed_at: time("failedAt"),
             released_at: time("releasedAt"),
             error: text("error"),
-            attempt: int("attempt")
-                .and_then(|n| u32::try_from(n).ok())
-                .unwrap_or(0),
+            attempt: attempt.unwrap_or(0),
             retry_at: time("retryAt"),
             progress: progress.and_then(|p| bson::from_document(p).ok()),
-            summary: doc
-                .get("summary")
-                .filter(|s| !matches!(s, Bson::Null))
-                .map(|s| s.clone().into_relaxed_extjson()),
+            summary: summary.map(|s| s.clone().into_relaxed_extjson()),
             following: doc.get_bool("following").unwrap_or(false),
             released_for: text("releasedFor"),
             handover_requested_by: text("handoverRequestedBy"),
@@ -207,25 +204,21 @@ impl JobRecord {
     /// When the current holder's lease ends on MongoDB's clock: ours at
     /// `leaseExpiresAt`; LibreChat's at `expiresAt` plus `skew`, since its
     /// replica judges that time by its own clock, which may run behind.
-    pub(crate) fn holds_until(&self, librechat_clock_skew: Duration) -> Option<DateTime> {
+    pub(crate) fn holds_until(&self, skew: Duration) -> Option<DateTime> {
         match self.holder() {
             Holder::Reconciler => self.lease_expires_at,
-            Holder::LibreChat => self
-                .expires_at
-                .map(|at| clock::later(at, librechat_clock_skew)),
+            Holder::LibreChat => self.expires_at.map(|at| clock::later(at, skew)),
         }
     }
 
     /// Held and not yet expired at `now` (see [`JobRecord::holds_until`]):
     /// LibreChat's `running`, or ours `running` or following.
-    pub(crate) fn is_live(&self, now: DateTime, librechat_clock_skew: Duration) -> bool {
+    pub(crate) fn is_live(&self, now: DateTime, skew: Duration) -> bool {
         let held = match self.holder() {
             Holder::LibreChat => self.status == JobStatus::Running,
             Holder::Reconciler => self.held_by_us_in_form(),
         };
-        held && self
-            .holds_until(librechat_clock_skew)
-            .is_some_and(|at| at > now)
+        held && self.holds_until(skew).is_some_and(|at| at > now)
     }
 
     /// Our lease, held under `owner` (any epoch).
