@@ -125,10 +125,9 @@ impl RunOutcome {
         match result {
             Ok(Outcome::Ran { summary: ran, .. }) => RunOutcome::completed(&summary(ran)),
             Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
-            Ok(
-                Outcome::CompletedByOther { owner, summary, .. }
-                | Outcome::ReusedCompletion { owner, summary, .. },
-            ) => RunOutcome::DoneByOther { owner, summary },
+            Ok(Outcome::CompletedByOther { owner, summary, .. }) => {
+                RunOutcome::DoneByOther { owner, summary }
+            }
             Err(error) => RunOutcome::of_lease_error(error, engine_error),
         }
     }
@@ -188,26 +187,24 @@ impl RunOutcome {
 
     /// The exit code (docs/design.md §1).
     pub fn exit(&self) -> Exit {
-        match self {
-            RunOutcome::Completed { .. }
-            | RunOutcome::DoneByOther { .. }
-            | RunOutcome::HandedOver { .. } => Exit::Done,
-            RunOutcome::Failed { .. } => Exit::Failed,
-            RunOutcome::LeaseLost { .. } => Exit::LeaseLost,
-            RunOutcome::Unreachable { .. } => Exit::Unreachable,
-        }
+        self.classified().1
     }
 
     /// The `outcome` label of the runs metric.
     pub(crate) fn metric_label(&self) -> &'static str {
+        self.classified().0
+    }
+
+    /// The metric label and the exit code, side by side.
+    fn classified(&self) -> (&'static str, Exit) {
         match self {
-            RunOutcome::Completed { rejects: 0, .. } => "completed",
-            RunOutcome::Completed { .. } => "completed_with_rejects",
-            RunOutcome::DoneByOther { .. } => "done_by_other",
-            RunOutcome::Failed { .. } => "failed",
-            RunOutcome::Unreachable { .. } => "unreachable",
-            RunOutcome::LeaseLost { .. } => "lease_lost",
-            RunOutcome::HandedOver { .. } => "handed_over",
+            RunOutcome::Completed { rejects: 0, .. } => ("completed", Exit::Done),
+            RunOutcome::Completed { .. } => ("completed_with_rejects", Exit::Done),
+            RunOutcome::DoneByOther { .. } => ("done_by_other", Exit::Done),
+            RunOutcome::HandedOver { .. } => ("handed_over", Exit::Done),
+            RunOutcome::Failed { .. } => ("failed", Exit::Failed),
+            RunOutcome::Unreachable { .. } => ("unreachable", Exit::Unreachable),
+            RunOutcome::LeaseLost { .. } => ("lease_lost", Exit::LeaseLost),
         }
     }
 
@@ -327,16 +324,17 @@ mod tests {
                 Ok(Outcome::CompletedByOther {
                     owner: None,
                     epoch: None,
+                    age: None,
                     summary: None,
                 }),
                 Exit::Done,
             ),
             (Ok(Outcome::HandedOver { to: "b".into() }), Exit::Done),
             (
-                Ok(Outcome::ReusedCompletion {
+                Ok(Outcome::CompletedByOther {
                     owner: None,
                     epoch: None,
-                    age: std::time::Duration::ZERO,
+                    age: Some(std::time::Duration::ZERO),
                     summary: None,
                 }),
                 Exit::Done,

@@ -160,7 +160,7 @@ async fn a_following_owner_keeps_the_lease_and_reads_as_done() {
     )
     .await;
     assert!(
-        matches!(done, Ok(Outcome::ReusedCompletion { .. })),
+        matches!(done, Ok(Outcome::CompletedByOther { age: Some(_), .. })),
         "{done:?}"
     );
 

@@ -81,8 +81,8 @@ async fn lease_child() {
                 .await;
                 let kind = match outcome {
                     Ok(Outcome::Ran { .. }) => "ran",
-                    Ok(Outcome::CompletedByOther { .. }) => "other",
-                    Ok(Outcome::ReusedCompletion { .. }) => "reused",
+                    Ok(Outcome::CompletedByOther { age: None, .. }) => "other",
+                    Ok(Outcome::CompletedByOther { age: Some(_), .. }) => "reused",
                     Ok(Outcome::HandedOver { to }) => panic!("round {round}: handed over to {to}"),
                     Err(error) => panic!("round {round}: {error}"),
                 };

@@ -151,7 +151,7 @@ async fn sixteen_clients_race_and_exactly_one_runs_per_round() {
                         "round {round}: two jobs overlapped"
                     );
                 }
-                Ok(Outcome::CompletedByOther { .. } | Outcome::ReusedCompletion { .. }) => {}
+                Ok(Outcome::CompletedByOther { .. }) => {}
                 Ok(Outcome::HandedOver { to }) => panic!("round {round}: handed over to {to}"),
                 Err(error) => panic!("round {round}: a racer failed: {error}"),
             }
@@ -249,7 +249,14 @@ async fn a_job_longer_than_the_ttl_keeps_the_lease() {
     for follower in followers {
         let outcome = follower.await.unwrap().unwrap();
         assert!(
-            matches!(outcome, Outcome::CompletedByOther { epoch: Some(1), .. }),
+            matches!(
+                outcome,
+                Outcome::CompletedByOther {
+                    epoch: Some(1),
+                    age: None,
+                    ..
+                }
+            ),
             "{outcome:?}"
         );
     }
@@ -696,11 +703,11 @@ async fn a_fresh_completion_is_reused_unless_forced() {
     let outcome = run_recording(&db, &later, Duration::ZERO, starts.clone())
         .await
         .unwrap();
-    let Outcome::ReusedCompletion {
+    let Outcome::CompletedByOther {
         owner,
         epoch: Some(1),
+        age: Some(_),
         summary,
-        ..
     } = outcome
     else {
         panic!("{outcome:?}")

@@ -118,16 +118,13 @@ pub(crate) fn judge<T>(
 /// Released for another replica that asked for it, recently enough that it
 /// is still coming to claim it.
 fn released_for_another(record: &JobRecord, now: DateTime, opts: &LeaseOptions) -> bool {
-    let for_another = record
-        .released_for
-        .as_deref()
-        .is_some_and(|to| to != opts.owner);
+    let to = record.released_for.as_deref();
+    let for_another = to.is_some_and(|to| to != opts.owner);
     // How long a lease released for the replica that asked for it (a
     // handover) is left to that replica before anyone may claim it.
     let grace = (opts.poll_every * 5).max(Duration::from_secs(1));
-    let recent = record
-        .released_at
-        .is_some_and(|at| at > clock::earlier(now, grace));
+    let since = clock::earlier(now, grace);
+    let recent = record.released_at.is_some_and(|at| at > since);
     for_another && recent
 }
 
@@ -142,18 +139,11 @@ fn completion_satisfies<T>(
     let completed_at = record.completed_at?;
     let done = |age: Option<Duration>| {
         let (owner, epoch, summary) = (record.owner.clone(), record.epoch, record.summary.clone());
-        Verdict::Done(match age {
-            None => Outcome::CompletedByOther {
-                owner,
-                epoch,
-                summary,
-            },
-            Some(age) => Outcome::ReusedCompletion {
-                owner,
-                epoch,
-                age,
-                summary,
-            },
+        Verdict::Done(Outcome::CompletedByOther {
+            owner,
+            epoch,
+            age,
+            summary,
         })
     };
     if opts.own_run_only {
@@ -303,21 +293,20 @@ impl<'w> Wait<'w> {
                     }
                     // Too close to its end to work under: it expires within the
                     // safety margin, then it is claimed as usual.
-                    self.pause_one_poll().await;
                 }
                 verdict @ (Verdict::Wait | Verdict::RequestHandover) => {
                     self.observe(record.as_ref(), now);
                     if matches!(verdict, Verdict::RequestHandover) {
                         self.request_handover(now).await?;
                     }
-                    self.pause_one_poll().await;
                 }
-                Verdict::Claim => {
-                    if let Some(turn) = self.claim(record.as_ref(), before_now, now).await? {
-                        return Ok(turn);
-                    }
-                }
+                Verdict::Claim => match self.claim(record.as_ref(), before_now, now).await? {
+                    Some(turn) => return Ok(turn),
+                    None => continue,
+                },
             }
+            // One poll period, jittered (ended early by shutdown or the timeout).
+            self.pause(jittered(opts.poll_every)).await;
         }
     }
 
@@ -452,11 +441,6 @@ impl<'w> Wait<'w> {
         Ok(())
     }
 
-    /// One poll period, jittered (ended early by shutdown or the timeout).
-    async fn pause_one_poll(&self) {
-        self.pause(jittered(self.opts.poll_every)).await;
-    }
-
     /// The next retry delay after a failed request.
     async fn pause_after_error(&mut self) {
         let delay = self.error_delays.next().unwrap_or(Duration::from_secs(1));
@@ -487,9 +471,7 @@ impl<'w> Wait<'w> {
         let expires_in_ms = record
             .holds_until(opts.librechat_clock_skew)
             .map(|at| clock::millis_between(now, at));
-        let phase = record.progress.as_ref().map(|p| p.phase.as_str());
-        let done = record.progress.as_ref().map(|p| p.done);
-        let total = record.progress.as_ref().map(|p| p.total);
+        let progress = record.progress.as_ref();
         if changed && record.holder() == Holder::LibreChat {
             info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
                 expires_in_ms, "waiting: a LibreChat replica holds the job (its own start-up sync)");
@@ -497,7 +479,8 @@ impl<'w> Wait<'w> {
         } else if changed || due {
             info!(job = %opts.job, me = %opts.owner, owner = record.owner.as_deref().unwrap_or("-"),
                 epoch = record.epoch.unwrap_or(0),
-                status = ?record.status, expires_in_ms, phase, done, total,
+                status = ?record.status, expires_in_ms, phase = progress.map(|p| p.phase.as_str()),
+                done = progress.map(|p| p.done), total = progress.map(|p| p.total),
                 retry_at = record.retry_at.and_then(|at| at.try_to_rfc3339_string().ok()),
                 "waiting: another replica holds the job");
             self.last_logged = Some(Instant::now());
@@ -525,17 +508,14 @@ async fn release_if_ours(store: &JobStore, opts: &LeaseOptions) {
         let progress = crate::progress::Progress::new().snapshot();
         store.release(&fence, now, &progress, None).await
     };
+    let (job, owner) = (&opts.job, &opts.owner);
     match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {
-        Ok(Ok(true)) => {
-            warn!(job = %opts.job, owner = %opts.owner, "released a claim of ours whose answer was lost")
-        }
+        Ok(Ok(true)) => warn!(%job, %owner, "released a claim of ours whose answer was lost"),
         Ok(Ok(false)) => {}
-        Ok(Err(error)) => {
-            debug!(job = %opts.job, %error, "could not check for a claim of ours; it expires by itself")
+        Ok(Err(e)) => {
+            debug!(%job, error = %e, "could not check for a claim of ours; it expires by itself")
         }
-        Err(_) => {
-            debug!(job = %opts.job, "could not check for a claim of ours in time; it expires by itself")
-        }
+        Err(_) => debug!(%job, "could not check for a claim of ours in time; it expires by itself"),
     }
 }
 
@@ -581,19 +561,21 @@ async fn sleep_until_opt(at: Option<Instant>) {
 }
 
 fn log_done<T>(opts: &LeaseOptions, outcome: &Outcome<T>) {
-    match outcome {
-        Outcome::CompletedByOther { owner, epoch, .. } => {
-            info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
-                epoch = epoch.unwrap_or(0), "another replica completed the job");
+    let Outcome::CompletedByOther {
+        owner, epoch, age, ..
+    } = outcome
+    else {
+        return;
+    };
+    let (owner, epoch) = (owner.as_deref().unwrap_or("-"), epoch.unwrap_or(0));
+    match age {
+        None => {
+            info!(job = %opts.job, me = %opts.owner, owner, epoch, "another replica completed the job")
         }
-        Outcome::ReusedCompletion {
-            owner, epoch, age, ..
-        } => {
-            info!(job = %opts.job, me = %opts.owner, owner = owner.as_deref().unwrap_or("-"),
-                epoch = epoch.unwrap_or(0), age_ms = age.as_millis() as u64,
-                "a fresh completion exists; not running again");
+        Some(age) => {
+            info!(job = %opts.job, me = %opts.owner, owner, epoch, age_ms = age.as_millis() as u64,
+            "a fresh completion exists; not running again")
         }
-        Outcome::Ran { .. } | Outcome::HandedOver { .. } => {}
     }
 }
 
@@ -724,12 +706,12 @@ mod tests {
         // Completed while we waited.
         assert!(matches!(
             judge(Some(&completed), at(1001), at(900), &opts),
-            Verdict::Done(Outcome::CompletedByOther { .. })
+            Verdict::Done(Outcome::CompletedByOther { age: None, .. })
         ));
         // Fresh when we started.
         assert!(matches!(
             judge(Some(&completed), at(1030), at(1030), &opts),
-            Verdict::Done(Outcome::ReusedCompletion { .. })
+            Verdict::Done(Outcome::CompletedByOther { age: Some(_), .. })
         ));
         // Stale when we started.
         assert_eq!(
@@ -745,7 +727,7 @@ mod tests {
         );
         assert!(matches!(
             judge(Some(&completed), at(1001), at(99), &forced),
-            Verdict::Done(Outcome::CompletedByOther { .. })
+            Verdict::Done(Outcome::CompletedByOther { age: None, .. })
         ));
         // A reindex: no other run satisfies it.
         forced.own_run_only = true;

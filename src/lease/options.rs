@@ -227,9 +227,8 @@ impl LeaseOptions {
     /// may be retried: `failure_backoff × 2^(attempt-1)`, capped.
     pub(crate) fn failure_backoff_for(&self, attempt: u32) -> Duration {
         let doublings = attempt.saturating_sub(1).min(31);
-        self.failure_backoff
-            .saturating_mul(1_u32 << doublings)
-            .min(self.failure_backoff_max)
+        let backoff = self.failure_backoff.saturating_mul(1_u32 << doublings);
+        backoff.min(self.failure_backoff_max)
     }
 
     /// The local safety deadline's distance from a renewal's send time.
@@ -241,16 +240,11 @@ impl LeaseOptions {
 /// A replica id that is unique per process and readable in `status`:
 /// `host:pid:random`.
 fn default_owner_id() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "replica".into());
+    let named = |h: &String| !h.is_empty();
+    let etc = || std::fs::read_to_string("/etc/hostname").ok();
+    let host = std::env::var("HOSTNAME").ok().filter(named);
+    let host = host.or_else(|| etc().map(|h| h.trim().to_string()));
+    let host = host.filter(named).unwrap_or_else(|| "replica".into());
     format!("{host}:{}:{}", std::process::id(), random_suffix())
 }
 

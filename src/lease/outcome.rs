@@ -17,24 +17,20 @@ pub enum Outcome<T = serde_json::Value> {
     /// (`summary`, serialized, is stored in the document).
     Ran { epoch: i64, summary: T },
     /// Another replica completed the job while we waited (or, when forced,
-    /// completed a run it claimed after we started waiting).
+    /// completed a run it claimed after we started waiting): `age` is `None`.
+    /// Or a completion younger than `reuse_completion_for` already existed
+    /// when we started, so we did not run again (not when forced): `age` is
+    /// how old it was.
     CompletedByOther {
         owner: Option<String>,
         epoch: Option<i64>,
+        age: Option<Duration>,
         summary: Option<serde_json::Value>,
     },
     /// We kept the lease after completing (`following`), the job ended in
     /// [`JobEnd::HandOver`](super::JobEnd::HandOver), and we handed it over to
     /// `to`, which asked for it; the work goes on there.
     HandedOver { to: String },
-    /// A completion younger than `reuse_completion_for` already existed when
-    /// we started, so we did not run again (not when forced).
-    ReusedCompletion {
-        owner: Option<String>,
-        epoch: Option<i64>,
-        age: Duration,
-        summary: Option<serde_json::Value>,
-    },
 }
 
 /// Why the job's work is not (known to be) done. `E` is the job's error

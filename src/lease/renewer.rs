@@ -18,151 +18,112 @@
 //!   cancelled ([`LeaseLost::SelfFenced`]) before any other replica can
 //!   claim. An attempt still in flight at the deadline is abandoned.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use backon::BackoffBuilder;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, error, warn};
 
-use super::guard::{Guard, LeaseLost};
-use super::options::LeaseOptions;
-use super::store::{Fence, JobStore};
-use crate::progress::Progress;
+use super::guard::LeaseLost;
+use super::runner::Owner;
 
 /// A running renewal timer; stop it with [`Renewer::stop`]. Dropping it
 /// (the job panicked, or the caller dropped `run_single_flight`) also stops
 /// it, so a lease is never renewed for work that no longer runs.
 pub(crate) struct Renewer {
-    stop: CancellationToken,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Drop for Renewer {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-/// What the renewal timer works with.
-struct Renewal {
-    store: JobStore,
-    fence: Fence,
-    guard: Guard,
-    progress: Progress,
-    renew_every: Duration,
-    /// `ttl - safety_margin`.
-    holds_for: Duration,
+    stop: DropGuard,
+    task: JoinHandle<()>,
 }
 
 impl Renewer {
-    /// Starts renewing a lease that is safely ours until the local instant
+    /// Starts renewing `owner`'s lease, safely ours until the local instant
     /// `deadline` (the first renewal is due `renew_every` after the send
     /// time that deadline implies).
-    pub(crate) fn start(
-        store: &JobStore,
-        fence: &Fence,
-        guard: &Guard,
-        progress: &Progress,
-        opts: &LeaseOptions,
-        deadline: Instant,
-    ) -> Self {
+    pub(crate) fn start(owner: Owner, deadline: Instant) -> Self {
         let stop = CancellationToken::new();
-        let renewal = Renewal {
-            store: store.clone(),
-            fence: fence.clone(),
-            guard: guard.clone(),
-            progress: progress.clone(),
-            renew_every: opts.renew_every,
-            holds_for: opts.holds_for(),
-        };
         Renewer {
-            task: Some(tokio::spawn(renewal.run(deadline, stop.clone()))),
-            stop,
+            task: tokio::spawn(owner.renew_until_stopped(deadline, stop.clone())),
+            stop: stop.drop_guard(),
         }
     }
 
     /// Stops the timer and waits for it, so no renewal runs concurrently with
     /// the owner's final write.
-    pub(crate) async fn stop(mut self) {
-        self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
+    pub(crate) async fn stop(self) {
+        drop(self.stop);
+        let _ = self.task.await;
     }
 }
 
-impl Renewal {
-    async fn run(self, mut deadline: Instant, stop: CancellationToken) {
+impl Owner {
+    /// The renewal timer's task.
+    async fn renew_until_stopped(self, mut deadline: Instant, stop: CancellationToken) {
+        let (owner, epoch) = (&self.fence.owner, self.fence.epoch);
+        let (renew_every, holds_for) = (self.opts.renew_every, self.opts.holds_for());
         loop {
             // Due `renew_every` after the send time of the last good renewal.
             let due = deadline
-                .checked_sub(self.holds_for - self.renew_every)
+                .checked_sub(holds_for - renew_every)
                 .unwrap_or_else(Instant::now);
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = self.guard.cancelled() => return,
                 _ = tokio::time::sleep_until(due.into()) => {}
             }
-            let mut delays = crate::retry::lease_store(self.renew_every).build();
-            loop {
-                let sent = Instant::now();
-                let attempt = async {
-                    let now = self.store.server_now().await?;
-                    self.store
-                        .renew(&self.fence, now, &self.progress.snapshot())
-                        .await
-                };
-                let result = tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep_until(deadline.into()) => {
-                        error!(owner = %self.fence.owner, epoch = self.fence.epoch,
-                            "lease renewals failed for ttl - safety_margin; stopping the job before the lease can expire");
-                        self.guard.cancel(LeaseLost::SelfFenced);
-                        return;
-                    }
-                    result = attempt => result,
-                };
-                match result {
-                    Ok(true) => {
-                        debug!(owner = %self.fence.owner, epoch = self.fence.epoch, "lease renewed");
-                        deadline = sent + self.holds_for;
-                        self.guard.extend_to(deadline);
-                        break;
-                    }
-                    Ok(false) => {
-                        error!(owner = %self.fence.owner, epoch = self.fence.epoch,
-                            "lease lost: the renewal matched nothing (taken over or expired); stopping the job");
-                        self.guard.cancel(LeaseLost::TakenOver);
-                        return;
-                    }
-                    Err(err) => {
-                        let delay = delays.next().unwrap_or(self.renew_every);
-                        warn!(owner = %self.fence.owner, epoch = self.fence.epoch, error = %err,
-                            left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
-                            "lease renewal failed (its outcome is unknown); reading the lease, then retrying");
-                        let still_ours = tokio::select! {
-                            biased;
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep_until(deadline.into()) => continue,
-                            read = self.store.still_held(&self.fence) => read,
-                        };
-                        if let Ok(false) = still_ours {
-                            error!(owner = %self.fence.owner, epoch = self.fence.epoch,
-                                "lease lost: the document no longer shows our claim; stopping the job");
-                            self.guard.cancel(LeaseLost::TakenOver);
-                            return;
-                        }
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(delay) => {}
-                            // The deadline branch above fires on the next pass.
-                            _ = tokio::time::sleep_until(deadline.into()) => {}
-                        }
-                    }
+            let renewed = tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    error!(%owner, epoch,
+                        "lease renewals failed for ttl - safety_margin; stopping the job before the lease can expire");
+                    self.guard.cancel(LeaseLost::SelfFenced);
+                    return;
                 }
+                renewed = self.renew(deadline) => renewed,
+            };
+            let Some(sent) = renewed else {
+                self.guard.cancel(LeaseLost::TakenOver);
+                return;
+            };
+            debug!(%owner, epoch, "lease renewed");
+            deadline = sent + holds_for;
+            self.guard.extend_to(deadline);
+        }
+    }
+
+    /// Renews until a renewal is confirmed (the local instant before it was
+    /// sent) or the lease shows lost (`None`), retrying errors with backoff.
+    /// The caller abandons it at the local `deadline`.
+    async fn renew(&self, deadline: Instant) -> Option<Instant> {
+        let (owner, epoch) = (&self.fence.owner, self.fence.epoch);
+        let renew_every = self.opts.renew_every;
+        let mut delays = crate::retry::lease_store(renew_every).build();
+        loop {
+            let sent = Instant::now();
+            let attempt = async {
+                let now = self.store.server_now().await?;
+                let progress = self.progress.snapshot();
+                self.store.renew(&self.fence, now, &progress).await
+            };
+            let err = match attempt.await {
+                Ok(true) => return Some(sent),
+                Ok(false) => {
+                    error!(%owner, epoch,
+                        "lease lost: the renewal matched nothing (taken over or expired); stopping the job");
+                    return None;
+                }
+                Err(err) => err,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            warn!(%owner, epoch, error = %err, left_ms = left.as_millis() as u64,
+                "lease renewal failed (its outcome is unknown); reading the lease, then retrying");
+            if let Ok(false) = self.store.still_held(&self.fence).await {
+                error!(%owner, epoch,
+                    "lease lost: the document no longer shows our claim; stopping the job");
+                return None;
             }
+            tokio::time::sleep(delays.next().unwrap_or(renew_every)).await;
         }
     }
 }

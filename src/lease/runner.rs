@@ -35,8 +35,7 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 /// - `Ok(Outcome::Ran)`: we ran the job and recorded its completion; the
 ///   job's output is in `summary` (stored serialized);
 /// - `Ok(Outcome::CompletedByOther)`: another replica completed it while we
-///   waited;
-/// - `Ok(Outcome::ReusedCompletion)`: a completion younger than
+///   waited, or (with its `age`) a completion younger than
 ///   `reuse_completion_for` existed when we started (never when `force`);
 /// - `Ok(Outcome::HandedOver)`: the job ended in [`JobEnd::HandOver`] and
 ///   we released the lease for the replica that asked for it;
@@ -74,17 +73,16 @@ pub async fn run_single_flight<J: LeasedJob>(
     };
     // The owner's run: the job under renewals, then the write that records
     // how it ended.
-    let (fence, deadline) = (&claimed.fence, claimed.deadline);
-    let lease = LeaseHandle::new(store.clone(), fence.clone());
-    let guard = Guard::new(Some(deadline), Some(lease));
-    let renewer = Renewer::start(&store, fence, &guard, &progress, opts, deadline);
+    let deadline = claimed.deadline;
+    let lease = LeaseHandle::new(store.clone(), claimed.fence.clone());
     let owner = Owner {
-        store: &store,
-        opts,
-        fence,
-        guard: &guard,
-        progress: &progress,
+        guard: Guard::new(Some(deadline), Some(lease)),
+        store,
+        opts: opts.clone(),
+        fence: claimed.fence,
+        progress,
     };
+    let renewer = Renewer::start(owner.clone(), deadline);
     let ran = owner.run_job(job, &shutdown).await;
     renewer.stop().await;
     owner.record_end(ran, claimed.record.attempt).await
@@ -100,23 +98,25 @@ enum Ran<T, E> {
     StillRunning(Duration),
 }
 
-/// The owner: what its run of the job and its final write need.
-struct Owner<'a> {
-    store: &'a JobStore,
-    opts: &'a LeaseOptions,
-    fence: &'a Fence,
-    guard: &'a Guard,
-    progress: &'a Progress,
+/// The owner: what its run of the job, its renewals and its final write
+/// need.
+#[derive(Clone)]
+pub(super) struct Owner {
+    pub(super) store: JobStore,
+    pub(super) opts: LeaseOptions,
+    pub(super) fence: Fence,
+    pub(super) guard: Guard,
+    pub(super) progress: Progress,
 }
 
-impl Owner<'_> {
+impl Owner {
     /// Runs `job` until it returns, the lease is lost or shutdown is asked for.
     async fn run_job<J: LeasedJob>(
         &self,
         job: &mut J,
         shutdown: &CancellationToken,
     ) -> Ran<J::Output, J::Error> {
-        let guard = self.guard;
+        let guard = &self.guard;
         let work = job.run(guard.clone(), self.progress.clone());
         tokio::pin!(work);
         tokio::select! {
@@ -146,7 +146,7 @@ impl Owner<'_> {
         ran: Ran<T, E>,
         attempt: u32,
     ) -> Result<Outcome<T>, LeaseError<E>> {
-        let (fence, epoch) = (self.fence, self.fence.epoch);
+        let (fence, epoch) = (&self.fence, self.fence.epoch);
         match (self.guard.check(), ran) {
             // A job that did not stop may have a write on the server still: a
             // release would let a follower claim at once and work beside it.
@@ -177,8 +177,8 @@ impl Owner<'_> {
     /// Shutdown, or a handover to `to`: sets `released` so a follower (`to`,
     /// when named) claims at once.
     async fn release<T, E>(&self, to: Option<&str>) -> Result<Outcome<T>, LeaseError<E>> {
-        let (store, fence) = (self.store, self.fence);
-        let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(self.guard));
+        let (store, fence) = (&self.store, &self.fence);
+        let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(&self.guard));
         let snapshot = self.progress.snapshot();
         let write = |now| store.release(fence, now, &snapshot, to);
         match self.fenced_write(JobStatus::Released, until, write).await {
@@ -203,13 +203,13 @@ impl Owner<'_> {
 
     /// Success: sets `completed` with the summary (the job's output, serialized).
     async fn complete<T: Serialize, E>(&self, summary: T) -> Result<Outcome<T>, LeaseError<E>> {
-        let (store, fence) = (self.store, self.fence);
+        let (store, fence) = (&self.store, &self.fence);
         let snapshot = self.progress.snapshot();
         let stored = serde_json::to_value(&summary).unwrap_or_else(|e| {
             serde_json::Value::String(format!("the summary did not serialize: {e}"))
         });
         let write = |now| store.complete(fence, now, &stored, &snapshot);
-        let until = deadline_of(self.guard);
+        let until = deadline_of(&self.guard);
         match self.fenced_write(JobStatus::Completed, until, write).await {
             Ok(true) => {
                 info!(owner = %fence.owner, epoch = fence.epoch, summary = %stored, "job completed");
@@ -228,7 +228,7 @@ impl Owner<'_> {
         attempt: u32,
         job_error: E,
     ) -> Result<Outcome<T>, LeaseError<E>> {
-        let (store, fence) = (self.store, self.fence);
+        let (store, fence) = (&self.store, &self.fence);
         let message = format!("{job_error:#}");
         let backoff = self.opts.failure_backoff_for(attempt);
         let mut retry_at = DateTime::MIN;
@@ -236,7 +236,7 @@ impl Owner<'_> {
             retry_at = clock::later(now, backoff);
             store.fail(fence, now, &message, attempt, retry_at)
         };
-        let until = deadline_of(self.guard);
+        let until = deadline_of(&self.guard);
         match self.fenced_write(JobStatus::Failed, until, write).await {
             Ok(true) => {
                 error!(owner = %fence.owner, epoch = fence.epoch, attempt, error = %message,
@@ -282,7 +282,7 @@ impl Owner<'_> {
         let mut unsure = false;
         while Instant::now() < until {
             let attempt = async {
-                if unsure && self.store.shows(self.fence, &to).await? {
+                if unsure && self.store.shows(&self.fence, &to).await? {
                     return Ok(true);
                 }
                 let now = self.store.server_now().await?;

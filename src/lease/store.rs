@@ -135,32 +135,11 @@ pub struct JobRecord {
     pub document: Document,
 }
 
-/// The fields of the document the lease reads and writes; every other field
-/// is the job's ([`JobStore::update_job_fields`]).
-pub(crate) const LEASE_FIELDS: [&str; 22] = [
-    "_id",
-    "owner",
-    "epoch",
-    "status",
-    "following",
-    "claimedAt",
-    "renewedAt",
-    "leaseExpiresAt",
-    "expiresAt",
-    "writtenExpiresAt",
-    "updatedAt",
-    "completedAt",
-    "failedAt",
-    "releasedAt",
-    "releasedFor",
-    "error",
-    "attempt",
-    "retryAt",
-    "progress",
-    "summary",
-    "handoverRequestedBy",
-    "handoverRequestedAt",
-];
+/// The fields of the document the lease reads and writes (separated by
+/// spaces); every other field is the job's ([`JobStore::update_job_fields`]).
+pub(crate) const LEASE_FIELDS: &str = "_id owner epoch status following claimedAt renewedAt \
+    leaseExpiresAt expiresAt writtenExpiresAt updatedAt completedAt failedAt releasedAt releasedFor \
+    error attempt retryAt progress summary handoverRequestedBy handoverRequestedAt";
 
 /// The fields every write by either protocol changes at least one of.
 const JUDGED_FIELDS: [&str; 4] = ["status", "owner", "epoch", "expiresAt"];
@@ -182,6 +161,8 @@ impl JobRecord {
         };
         let text = |key: &str| doc.get_str(key).ok().map(str::to_string);
         let progress = doc.get_document("progress").ok().cloned();
+        let attempt = int("attempt").and_then(|n| u32::try_from(n).ok());
+        let summary = doc.get("summary").filter(|s| !matches!(s, Bson::Null));
         JobRecord {
             owner: text("owner"),
             epoch: int("epoch"),
@@ -195,15 +176,10 @@ impl JobRecord {
             failed_at: time("failedAt"),
             released_at: time("releasedAt"),
             error: text("error"),
-            attempt: int("attempt")
-                .and_then(|n| u32::try_from(n).ok())
-                .unwrap_or(0),
+            attempt: attempt.unwrap_or(0),
             retry_at: time("retryAt"),
             progress: progress.and_then(|p| bson::from_document(p).ok()),
-            summary: doc
-                .get("summary")
-                .filter(|s| !matches!(s, Bson::Null))
-                .map(|s| s.clone().into_relaxed_extjson()),
+            summary: summary.map(|s| s.clone().into_relaxed_extjson()),
             following: doc.get_bool("following").unwrap_or(false),
             released_for: text("releasedFor"),
             handover_requested_by: text("handoverRequestedBy"),
@@ -228,25 +204,21 @@ impl JobRecord {
     /// When the current holder's lease ends on MongoDB's clock: ours at
     /// `leaseExpiresAt`; LibreChat's at `expiresAt` plus `skew`, since its
     /// replica judges that time by its own clock, which may run behind.
-    pub(crate) fn holds_until(&self, librechat_clock_skew: Duration) -> Option<DateTime> {
+    pub(crate) fn holds_until(&self, skew: Duration) -> Option<DateTime> {
         match self.holder() {
             Holder::Reconciler => self.lease_expires_at,
-            Holder::LibreChat => self
-                .expires_at
-                .map(|at| clock::later(at, librechat_clock_skew)),
+            Holder::LibreChat => self.expires_at.map(|at| clock::later(at, skew)),
         }
     }
 
     /// Held and not yet expired at `now` (see [`JobRecord::holds_until`]):
     /// LibreChat's `running`, or ours `running` or following.
-    pub(crate) fn is_live(&self, now: DateTime, librechat_clock_skew: Duration) -> bool {
+    pub(crate) fn is_live(&self, now: DateTime, skew: Duration) -> bool {
         let held = match self.holder() {
             Holder::LibreChat => self.status == JobStatus::Running,
             Holder::Reconciler => self.held_by_us_in_form(),
         };
-        held && self
-            .holds_until(librechat_clock_skew)
-            .is_some_and(|at| at > now)
+        held && self.holds_until(skew).is_some_and(|at| at > now)
     }
 
     /// Our lease, held under `owner` (any epoch).
@@ -281,10 +253,7 @@ pub enum ClaimResult {
 pub struct JobStore {
     db: Database,
     jobs: Collection<Document>,
-    job: String,
-    ttl: Duration,
-    librechat_clock_skew: Duration,
-    completion_visible_for: Duration,
+    opts: LeaseOptions,
 }
 
 impl JobStore {
@@ -304,10 +273,7 @@ impl JobStore {
         JobStore {
             db: db.clone(),
             jobs: db.collection_with_options(&opts.collection, concerns),
-            job: opts.job.clone(),
-            ttl: opts.ttl,
-            librechat_clock_skew: opts.librechat_clock_skew,
-            completion_visible_for: opts.reuse_completion_for,
+            opts: opts.clone(),
         }
     }
 
@@ -318,7 +284,7 @@ impl JobStore {
 
     /// The job document, if it exists.
     pub async fn read(&self) -> mongodb::error::Result<Option<JobRecord>> {
-        let found = self.jobs.find_one(doc! { "_id": &self.job }).await?;
+        let found = self.jobs.find_one(doc! { "_id": &self.opts.job }).await?;
         Ok(found.as_ref().map(JobRecord::from_document))
     }
 
@@ -335,7 +301,7 @@ impl JobStore {
         now: DateTime,
         seen: Option<&JobRecord>,
     ) -> mongodb::error::Result<ClaimResult> {
-        let mut filter = doc! { "_id": &self.job };
+        let mut filter = doc! { "_id": &self.opts.job };
         let absent = Bson::Document(doc! { "$exists": false });
         for field in JUDGED_FIELDS {
             let value = seen.and_then(|record| record.document.get(field));
@@ -345,14 +311,14 @@ impl JobStore {
         // caller's misjudgement can take a live lease.
         let expired = match seen.map(JobRecord::holder) {
             Some(Holder::LibreChat) => doc! {
-                "expiresAt": { "$lte": clock::earlier(now, self.librechat_clock_skew) }
+                "expiresAt": { "$lte": clock::earlier(now, self.opts.librechat_clock_skew) }
             },
             _ => doc! { "leaseExpiresAt": { "$lte": now } },
         };
         let not_held = doc! { "status": { "$ne": "running" }, "following": { "$ne": true } };
         filter.insert("$or", vec![not_held, expired]);
-        let lease_expires_at = clock::later(now, self.ttl);
-        let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
+        let lease_expires_at = clock::later(now, self.opts.ttl);
+        let expires_at = clock::later(lease_expires_at, self.opts.librechat_clock_skew);
         let claim = vec![doc! { "$set": {
             "owner": { "$literal": owner },
             "status": "running",
@@ -390,14 +356,9 @@ impl JobStore {
     /// Extends the lease to `now + ttl` and records `progress`. `Ok(false)`:
     /// the fence matched nothing (the lease is lost). `Err` is ambiguous: the
     /// renewal may or may not have been applied.
-    pub async fn renew(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        progress: &ProgressSnapshot,
-    ) -> mongodb::error::Result<bool> {
-        let lease_expires_at = clock::later(now, self.ttl);
-        let expires_at = clock::later(lease_expires_at, self.librechat_clock_skew);
+    pub async fn renew(&self, fence: &Fence, now: DateTime, progress: &ProgressSnapshot) -> Answer {
+        let lease_expires_at = clock::later(now, self.opts.ttl);
+        let expires_at = clock::later(lease_expires_at, self.opts.librechat_clock_skew);
         let update = doc! { "$set": {
             "renewedAt": now,
             "leaseExpiresAt": lease_expires_at,
@@ -420,9 +381,9 @@ impl JobStore {
         now: DateTime,
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
-    ) -> mongodb::error::Result<bool> {
-        let visible_until = clock::later(now, self.completion_visible_for);
-        let expires_at = clock::later(visible_until, self.librechat_clock_skew);
+    ) -> Answer {
+        let visible_until = clock::later(now, self.opts.reuse_completion_for);
+        let expires_at = clock::later(visible_until, self.opts.librechat_clock_skew);
         let update = doc! {
             "$set": {
                 "status": "completed",
@@ -451,8 +412,8 @@ impl JobStore {
         error: &str,
         attempt: u32,
         retry_at: DateTime,
-    ) -> mongodb::error::Result<bool> {
-        let expires_at = clock::later(retry_at, self.librechat_clock_skew);
+    ) -> Answer {
+        let expires_at = clock::later(retry_at, self.opts.librechat_clock_skew);
         let update = doc! { "$set": {
             "status": "failed",
             "following": false,
@@ -479,7 +440,7 @@ impl JobStore {
         now: DateTime,
         progress: &ProgressSnapshot,
         to: Option<&str>,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let update = doc! { "$set": {
             "status": "released",
             "following": false,
@@ -494,11 +455,7 @@ impl JobStore {
 
     /// Whether the document shows `status` under `fence` (owner and epoch),
     /// and no longer held, read with the lease's read concern.
-    pub(crate) async fn shows(
-        &self,
-        fence: &Fence,
-        status: &JobStatus,
-    ) -> mongodb::error::Result<bool> {
+    pub(crate) async fn shows(&self, fence: &Fence, status: &JobStatus) -> Answer {
         Ok(self.read().await?.is_some_and(|record| {
             record.holder() == Holder::Reconciler
                 && record.owner.as_deref() == Some(fence.owner.as_str())
@@ -509,7 +466,7 @@ impl JobStore {
     }
 
     /// Whether the document still shows the lease held under `fence`.
-    pub(crate) async fn still_held(&self, fence: &Fence) -> mongodb::error::Result<bool> {
+    pub(crate) async fn still_held(&self, fence: &Fence) -> Answer {
         let record = self.read().await?;
         Ok(record.is_some_and(|record| record.is_held_under(fence)))
     }
@@ -523,7 +480,7 @@ impl JobStore {
         fence: &Fence,
         now: DateTime,
         summary: Option<&serde_json::Value>,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let mut set = doc! {
             "status": "completed",
             "following": true,
@@ -544,7 +501,7 @@ impl JobStore {
         fence: &Fence,
         now: DateTime,
         summary: &serde_json::Value,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let set = doc! { "completedAt": now, "summary": summary_bson(summary), "updatedAt": now };
         self.fenced_update(fence, now, doc! { "$set": set }, None)
             .await
@@ -567,22 +524,18 @@ impl JobStore {
         now: DateTime,
         condition: Document,
         update: Document,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         for (operator, fields) in &update {
-            assert!(
-                operator.starts_with('$'),
-                "not an update operator: {operator}"
-            );
+            let operates = operator.starts_with('$');
+            assert!(operates, "not an update operator: {operator}");
             let Bson::Document(fields) = fields else {
                 panic!("{operator} takes a document of fields");
             };
             fields.keys().for_each(|field| assert_job_field(field));
         }
         for field in condition.keys() {
-            assert!(
-                !field.starts_with('$'),
-                "a condition names fields only: {field}"
-            );
+            let named = !field.starts_with('$');
+            assert!(named, "a condition names fields only: {field}");
             assert_job_field(field);
         }
         let unconditional = condition.is_empty();
@@ -599,12 +552,8 @@ impl JobStore {
     /// that keeps it after completing (`following`) to hand it over. Not fenced (the asker holds
     /// nothing) and touching only the two request fields; matches only a
     /// following lease. `Ok(false)`: there was none to ask.
-    pub(crate) async fn request_handover(
-        &self,
-        requester: &str,
-        now: DateTime,
-    ) -> mongodb::error::Result<bool> {
-        let filter = doc! { "_id": &self.job, "following": true };
+    pub(crate) async fn request_handover(&self, requester: &str, now: DateTime) -> Answer {
+        let filter = doc! { "_id": &self.opts.job, "following": true };
         let update = doc! { "$set": {
             "handoverRequestedBy": requester,
             "handoverRequestedAt": now,
@@ -622,7 +571,7 @@ impl JobStore {
         now: DateTime,
         update: Document,
         to: Option<JobStatus>,
-    ) -> mongodb::error::Result<bool> {
+    ) -> Answer {
         let filter = self.fence_filter(fence, now);
         if self.jobs.update_one(filter, update).await?.matched_count == 1 {
             return Ok(true);
@@ -636,7 +585,7 @@ impl JobStore {
     /// The lease document as long as `fence` holds it at `now`.
     fn fence_filter(&self, fence: &Fence, now: DateTime) -> Document {
         doc! {
-            "_id": &self.job,
+            "_id": &self.opts.job,
             "owner": &fence.owner,
             "epoch": fence.epoch,
             "leaseExpiresAt": { "$gt": now },
@@ -648,10 +597,8 @@ impl JobStore {
 /// Panics when `path` (dotted) lies in a lease field.
 fn assert_job_field(path: &str) {
     let top = path.split('.').next().unwrap_or(path);
-    assert!(
-        !LEASE_FIELDS.contains(&top),
-        "{path} is a lease field, not the job's"
-    );
+    let leased = LEASE_FIELDS.split_whitespace().any(|field| field == top);
+    assert!(!leased, "{path} is a lease field, not the job's");
 }
 
 /// The write concern of every lease write: `majority` with journaling, or
@@ -677,6 +624,10 @@ fn summary_bson(summary: &serde_json::Value) -> Bson {
 fn progress_bson(progress: &ProgressSnapshot) -> Bson {
     bson::to_bson(progress).unwrap_or(Bson::Null)
 }
+
+/// A yes or no from MongoDB; for a fenced write, `Ok(false)`: the fence
+/// matched nothing.
+type Answer = mongodb::error::Result<bool>;
 
 /// E11000: the upsert's insert collided with an existing `_id`.
 const DUPLICATE_KEY: i32 = 11000;
