@@ -201,45 +201,36 @@ async fn handle_changed(
     for run in same_type_runs(chunk) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let found = mongo::read_states(ctx.db, rules, ctx.collection, &ids, ctx.read_back).await?;
-        for state in found {
-            let key = id_key(state.get("_id").unwrap_or(&Bson::Null));
-            states.insert(key, state);
-        }
+        states.extend(
+            found
+                .into_iter()
+                .map(|s| (id_key(s.get("_id").unwrap_or(&Bson::Null)), s)),
+        );
     }
-    let mut to_delete = Vec::new();
-    let mut to_mark_removed = Vec::new();
-    let mut to_clear = Vec::new();
-    let mut changed = Vec::new();
-    let mut counts: HashMap<&str, u64> = HashMap::new();
+    let (mut to_delete, mut to_mark_removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut gone = 0;
     for doc in chunk {
         let state = states.get(&id_key(&doc.mongo_id()));
         match fate(rules, ctx.collection, doc, state, now) {
-            Fate::Gone => {
-                *counts.entry("deleted").or_default() += 1;
-                to_delete.extend(doc.meili_id());
-            }
-            Fate::Unindexable => {
-                *counts.entry("unindexable").or_default() += 1;
-                to_delete.extend(doc.meili_id());
-                to_mark_removed.extend(state.map(DocVersion::of));
-            }
+            Fate::Gone => gone += 1,
+            Fate::Unindexable => to_mark_removed.extend(state.map(DocVersion::of)),
             Fate::Changed => {
-                *counts.entry("changed").or_default() += 1;
-                to_clear.push(doc.mongo_id());
                 changed.push(doc.mongo_id());
+                continue;
             }
-            Fate::Unchanged => {}
+            Fate::Unchanged => continue,
         }
+        to_delete.extend(doc.meili_id());
     }
     tracing::info!(
         index = %ctx.uid,
-        deleted = counts.get("deleted").copied().unwrap_or(0),
-        unindexable = counts.get("unindexable").copied().unwrap_or(0),
-        changed = counts.get("changed").copied().unwrap_or(0),
+        deleted = gone,
+        unindexable = to_mark_removed.len(),
+        changed = changed.len(),
         "documents changed while their batch was in flight: removing what must not be searchable, re-sending what changed"
     );
     let deleted = ctx.delete_documents(&to_delete).await?;
-    let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?
+    let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &changed, ctx.guard).await?
         + mongo::mark_removed(ctx.db, ctx.collection, &to_mark_removed, ctx.guard).await?;
     Ok(Tally {
         deleted,

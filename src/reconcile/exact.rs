@@ -45,7 +45,7 @@ use super::ack::{self, Tally};
 use super::batch::{ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
-use super::orphans::{id_hash, Partitions, Seen};
+use super::orphans::{id_hash, IdPages, Partitions, Seen};
 use super::send::send_batches;
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
@@ -55,8 +55,6 @@ use crate::mongo::{self, id_key};
 /// Documents per page read from Meilisearch (whole documents, so fewer than
 /// the id pages of pass 3).
 const MEILI_PAGE: u64 = 1_000;
-/// Ids per page of pass 3.
-const ID_PAGE: u64 = 10_000;
 /// Example ids kept per kind of difference.
 const EXAMPLES: usize = 5;
 
@@ -176,15 +174,7 @@ pub(crate) async fn compare(
 
         now = mongo::server_time(ctx.db).await?;
         ctx.phase("compare: read mongodb", indexable);
-        match repair {
-            None => {
-                compare_mongo(ctx, now, part, &mut meili, &mut comparison, None).await?;
-            }
-            Some(skip) => {
-                let meili = &mut meili;
-                repair_part(ctx, now, part, meili, &mut comparison, skip, &mut repairs).await?;
-            }
-        }
+        repairs.add(compare_part(ctx, now, part, &mut meili, &mut comparison, repair).await?);
 
         let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
         if repair.is_some() {
@@ -214,18 +204,21 @@ pub(crate) async fn compare(
     Ok((comparison, repairs))
 }
 
-/// Compares one partition, repairing as it goes: what is missing or stale
-/// is sent (and acknowledged) beside the comparison, flags are set or
-/// cleared to match what Meilisearch holds; added into `repairs`.
-async fn repair_part(
+/// Pass 2 over one partition; repairing (`repair`: the `_id` keys not to
+/// send), what is missing or stale is sent (and acknowledged) beside the
+/// comparison, and flags are set or cleared to match what Meilisearch
+/// holds. Returns what the repairs did.
+async fn compare_part(
     ctx: &Ctx<'_>,
     now: DateTime,
     part: Part,
     meili: &mut Digests,
     comparison: &mut Comparison,
-    skip: &HashSet<String>,
-    repairs: &mut Tally,
-) -> Result<(), ReconcileError> {
+    repair: Option<&HashSet<String>>,
+) -> Result<Tally, ReconcileError> {
+    let Some(skip) = repair else {
+        return compare_mongo(ctx, now, part, meili, comparison, None).await;
+    };
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let repair = Repair {
         skip,
@@ -235,13 +228,12 @@ async fn repair_part(
         batch: Batch::new(),
         done: Tally::default(),
     };
-    let (done, settled) = tokio::try_join!(
+    let (mut done, settled) = tokio::try_join!(
         compare_mongo(ctx, now, part, meili, comparison, Some(repair)),
         send_batches(ctx, true, rx, None)
     )?;
-    repairs.add(done);
-    repairs.add(settled);
-    Ok(())
+    done.add(settled);
+    Ok(done)
 }
 
 /// Compares one MongoDB document (of a page of searchable ones at `now`)
@@ -491,24 +483,16 @@ async fn name_unexpected(
         return Ok(Vec::new());
     }
     ctx.phase("compare: name unexpected", comparison.meili_documents);
-    let pk = ctx.collection.primary_key();
     let mut unexpected = Vec::new();
-    let mut offset = 0;
+    let mut pages = IdPages::default();
     while (unexpected.len() as u64) < unseen {
-        let (ids, _) = ctx
-            .meili
-            .document_ids(&ctx.uid, pk, offset, ID_PAGE)
-            .await?;
-        if ids.is_empty() {
+        let Some(ids) = pages.next(ctx).await? else {
             break;
-        }
-        offset += ids.len() as u64;
+        };
         ctx.advance(ids.len() as u64);
-        for id in ids {
-            if meili.is_unseen(id_hash(&id)) {
-                comparison.unexpected.note(&id, false);
-                unexpected.push(id);
-            }
+        for id in ids.into_iter().filter(|id| meili.is_unseen(id_hash(id))) {
+            comparison.unexpected.note(&id, false);
+            unexpected.push(id);
         }
     }
     Ok(unexpected)

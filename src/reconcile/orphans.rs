@@ -164,13 +164,16 @@ impl<V: Copy + Ord> Seen<V> {
 
 /// The index's ids, page by page, by offset (primary key only).
 #[derive(Default)]
-struct IdPages {
+pub(crate) struct IdPages {
     offset: u64,
 }
 
 impl IdPages {
     /// The next page; `None` at the end.
-    async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Vec<String>>, ReconcileError> {
+    pub(crate) async fn next(
+        &mut self,
+        ctx: &Ctx<'_>,
+    ) -> Result<Option<Vec<String>>, ReconcileError> {
         let pk = ctx.collection.primary_key();
         let (page, total) = ctx
             .meili

@@ -23,7 +23,7 @@ use crate::librechat::searchable::Retention;
 
 /// Set when the document is kept as it is in [`Packed::others`].
 const OTHER: u8 = 1;
-/// The two bits of the retention branch (`branch_bits`).
+/// The two bits of the retention branch ([`BRANCHES`]).
 const BRANCH_SHIFT: u8 = 1;
 const BRANCH_MASK: u8 = 0b11 << BRANCH_SHIFT;
 /// Set when the document has a version token.
@@ -101,7 +101,7 @@ impl Packed {
             };
             let parts = IdParts::of(&id);
             let token_parts = token.as_ref().map(IdParts::of);
-            let mut header = branch_bits(branch) << BRANCH_SHIFT;
+            let mut header = (branch as u8) << BRANCH_SHIFT;
             if parts.process == previous.process {
                 header |= SAME_PROCESS;
             }
@@ -187,7 +187,7 @@ impl Packed {
             docs.push(BatchDoc::Typical {
                 id: parts.id(),
                 token,
-                branch: branch_of((header & BRANCH_MASK) >> BRANCH_SHIFT),
+                branch: BRANCHES[usize::from((header & BRANCH_MASK) >> BRANCH_SHIFT)],
                 updated_at,
                 meili_id: Uuid::from_bytes(input.take::<16>()),
             });
@@ -221,21 +221,8 @@ impl Reader<'_> {
     }
 }
 
-fn branch_bits(branch: Retention) -> u8 {
-    match branch {
-        Retention::Permanent => 0,
-        Retention::Expiring => 1,
-        Retention::Legacy => 2,
-    }
-}
-
-fn branch_of(bits: u8) -> Retention {
-    match bits {
-        0 => Retention::Permanent,
-        1 => Retention::Expiring,
-        _ => Retention::Legacy,
-    }
-}
+/// The retention branches by their two bits (`branch as u8`).
+const BRANCHES: [Retention; 3] = [Retention::Permanent, Retention::Expiring, Retention::Legacy];
 
 #[cfg(test)]
 mod tests {

@@ -216,19 +216,7 @@ pub(crate) async fn reconcile_collection(
 ) -> Result<(), ReconcileError> {
     let in_meili_now = reset_and_clean_up(ctx, index, summary, before.swept).await?;
     let checked = compare_or_count(ctx, index, plan_counts_current, in_meili_now, summary).await?;
-    if index.exact_comparison_pending {
-        // The flags are exact now (compared, or reset by the rebuild).
-        marker::clear(ctx.db, ctx.opts, &ctx.uid, ctx.guard).await?;
-    }
-    if index.leftover_build_index {
-        // We hold the lease, so no reindex is running: whatever
-        // `<uid>_reindex` holds (a half build, or the old index after a
-        // swap) is not live and goes.
-        let build = build_uid(&ctx.uid);
-        if ctx.drop_index(&build).await? {
-            tracing::info!(index = %build, "dropped the index an interrupted reindex left");
-        }
-    }
+    clear_reindex_leftovers(ctx, index).await?;
     let counts = match checked.counts {
         Some(counts) => counts,
         None => ctx.counts().await?,
@@ -237,6 +225,25 @@ pub(crate) async fn reconcile_collection(
     index_backlog(ctx, &counts, exempt, before.head_start, summary).await?;
     if checked.compare_ids {
         repair_drift(ctx, &counts, summary).await?;
+    }
+    Ok(())
+}
+
+/// What an interrupted reindex left, once the index's flags are exact
+/// (compared, or reset by a rebuild): its mark is cleared, and the build
+/// index dropped — we hold the lease, so no reindex is running: whatever
+/// `<uid>_reindex` holds (a half build, or the old index after a swap) is
+/// not live.
+pub(crate) async fn clear_reindex_leftovers(
+    ctx: &Ctx<'_>,
+    index: &IndexPlan,
+) -> Result<(), ReconcileError> {
+    if index.exact_comparison_pending {
+        marker::clear(ctx.db, ctx.opts, &ctx.uid, ctx.guard).await?;
+    }
+    let build = build_uid(&ctx.uid);
+    if index.leftover_build_index && ctx.drop_index(&build).await? {
+        tracing::info!(index = %build, "dropped the index an interrupted reindex left");
     }
     Ok(())
 }
