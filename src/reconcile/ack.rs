@@ -244,7 +244,8 @@ async fn handle_changed(
 /// only matches values of the bound's type, so each run is read back by its
 /// own range.
 pub(crate) fn same_type_runs<'a, 'b>(chunk: &'a [&'b BatchDoc]) -> Vec<&'a [&'b BatchDoc]> {
-    chunk.chunk_by(|a, b| a.id_type() == b.id_type()).collect()
+    let id_type = |d: &BatchDoc| d.mongo_id().element_type();
+    chunk.chunk_by(|a, b| id_type(a) == id_type(b)).collect()
 }
 
 #[cfg(test)]

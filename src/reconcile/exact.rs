@@ -92,7 +92,7 @@ impl Difference {
 }
 
 /// What comparing one index with its collection found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Comparison {
     /// Documents in the index when it was read.
@@ -111,20 +111,6 @@ pub struct Comparison {
     /// `sync.compare_memory` could not hold every document's digest, and each
     /// side was read once per partition.
     pub partitions: u64,
-}
-
-impl Default for Comparison {
-    fn default() -> Self {
-        Comparison {
-            meili_documents: 0,
-            mongo_indexable: 0,
-            matching: 0,
-            missing: Difference::flaggable(),
-            unexpected: Difference::default(),
-            stale: Difference::flaggable(),
-            partitions: 0,
-        }
-    }
 }
 
 impl Comparison {
@@ -146,7 +132,11 @@ pub(crate) async fn compare(
     repair: Option<&HashSet<String>>,
 ) -> Result<(Comparison, Tally), ReconcileError> {
     wait_for_pending_tasks(ctx).await?;
-    let mut comparison = Comparison::default();
+    let mut comparison = Comparison {
+        missing: Difference::flaggable(),
+        stale: Difference::flaggable(),
+        ..Comparison::default()
+    };
     let mut repairs = Tally::default();
 
     // `None`: no index yet (nothing to read from Meilisearch).
@@ -158,14 +148,9 @@ pub(crate) async fn compare(
         Partitions::for_comparison(ctx, in_meili.unwrap_or(0), BYTES_PER_DOCUMENT).await?;
     comparison.partitions = partitions.0;
     let mut now = mongo::server_time(ctx.db).await?;
-    let indexable = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now)
-        .await?
-        .indexable;
-    for part in 0..partitions.0 {
-        let part = Part {
-            partitions,
-            index: part,
-        };
+    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
+    for index in 0..partitions.0 {
+        let part = Part { partitions, index };
         let mut meili = match in_meili {
             Some(total) => read_meili_digests(ctx, part, total).await?,
             None => Digests::new(Vec::new()),
@@ -173,7 +158,7 @@ pub(crate) async fn compare(
         comparison.meili_documents += meili.len() as u64;
 
         now = mongo::server_time(ctx.db).await?;
-        ctx.phase("compare: read mongodb", indexable);
+        ctx.phase("compare: read mongodb", counts.indexable);
         repairs.add(compare_part(ctx, now, part, &mut meili, &mut comparison, repair).await?);
 
         let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
@@ -182,14 +167,9 @@ pub(crate) async fn compare(
         }
     }
     if repair.is_some() {
-        repairs.flags_cleared += mongo::clear_flags_of_unindexable(
-            ctx.db,
-            &ctx.opts.rules,
-            ctx.collection,
-            now,
-            ctx.guard,
-        )
-        .await?;
+        let (db, rules, guard) = (ctx.db, &ctx.opts.rules, ctx.guard);
+        repairs.flags_cleared +=
+            mongo::clear_flags_of_unindexable(db, rules, ctx.collection, now, guard).await?;
     }
     tracing::info!(
         index = %ctx.uid,
@@ -355,9 +335,9 @@ async fn read_meili_digests(
     let mut entries = Vec::with_capacity((total / part.partitions.0) as usize);
     let mut offset = 0;
     loop {
-        let page = ctx
-            .meili
-            .documents_with_fields(&ctx.uid, &fields, offset, MEILI_PAGE)
+        let (meili, uid) = (ctx.meili, &ctx.uid);
+        let page = meili
+            .documents_with_fields(uid, &fields, offset, MEILI_PAGE)
             .await?;
         if page.is_empty() {
             break;
@@ -604,7 +584,7 @@ mod tests {
         assert!(d.find(id_hash("z")).is_none());
         assert_eq!(d.unseen(), 3);
         d.mark_seen(i);
-        assert!(d.is_seen(i));
+        assert!(!d.is_unseen(id_hash("a")) && d.is_unseen(id_hash("b")));
         assert_eq!(d.unseen(), 2);
     }
 

@@ -146,13 +146,10 @@ impl<V: Copy + Ord> Seen<V> {
         self.seen[i / 64] |= 1 << (i % 64);
     }
 
-    pub(crate) fn is_seen(&self, i: usize) -> bool {
-        self.seen[i / 64] & (1 << (i % 64)) != 0
-    }
-
     /// Whether the id with this hash was listed and not seen.
     pub(crate) fn is_unseen(&self, hash: u64) -> bool {
-        self.find(hash).is_some_and(|(i, _)| !self.is_seen(i))
+        self.find(hash)
+            .is_some_and(|(i, _)| self.seen[i / 64] & (1 << (i % 64)) == 0)
     }
 
     /// Listed ids not seen (for the drift check, the orphan candidates).

@@ -15,7 +15,7 @@ use super::ctx::{Ctx, Run};
 use super::error::ReconcileError;
 use super::head_start;
 use super::options::{build_uid, SyncOptions};
-use super::plan::{self, IndexPlan, RebuildReason, Surveyed};
+use super::plan::{self, IndexPlan, RebuildReason};
 use super::summary::{CollectionSummary, RunSummary};
 use super::{exact, excluded, expiry, marker, orphans, rebuild, rejects, settings, sync};
 use crate::lease::Guard;
@@ -40,7 +40,7 @@ pub async fn reconcile(
     let run = Run::new(mongo_db, meili, opts, guard, progress);
     progress.phase("plan", 0);
     let survey = plan::survey(mongo_db, meili, opts).await?;
-    if !opts.deep && survey.indexes.iter().all(Surveyed::may_send_before_counts) {
+    if !opts.deep && survey.indexes.iter().all(IndexPlan::may_send_before_counts) {
         let summaries = reconcile_with_head_start(&run, &survey).await?;
         return Ok(finish(&run, summaries));
     }
@@ -80,7 +80,7 @@ pub async fn reconcile(
 
 /// [`reconcile`] when no index needs its structure or settings changed
 /// (nor anything else that must precede indexing,
-/// [`Surveyed::may_send_before_counts`]): both collections side by side,
+/// [`IndexPlan::may_send_before_counts`]): both collections side by side,
 /// each sweeping its expired documents, then counting while its small
 /// backlog is already sent ([`head_start`]), then on as [`reconcile`]
 /// goes.
