@@ -138,15 +138,9 @@ async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Tally, 
     let started = std::time::Instant::now();
     let now = mongo::server_time(ctx.db).await?;
     let versions: Vec<_> = chunk.iter().map(|d| (d.version(), d.branch())).collect();
-    let updated = mongo::set_flags_if_unchanged(
-        ctx.db,
-        &ctx.opts.rules,
-        ctx.collection,
-        &versions,
-        now,
-        ctx.guard,
-    )
-    .await?;
+    let (db, rules, guard) = (ctx.db, &ctx.opts.rules, ctx.guard);
+    let updated =
+        mongo::set_flags_if_unchanged(db, rules, ctx.collection, &versions, now, guard).await?;
     tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
         ms = started.elapsed().as_millis() as u64, "acknowledged");
     let changed = if updated.matched < chunk.len() as u64 {

@@ -165,8 +165,8 @@ impl Batch {
         line: &[u8],
     ) {
         let meili_id = mongo::meili_id(collection, doc);
-        self.docs
-            .push(BatchDoc::new(&DocVersion::of(doc), branch, meili_id));
+        let doc = BatchDoc::new(&DocVersion::of(doc), branch, meili_id);
+        self.docs.push(doc);
         self.payload.extend_from_slice(line);
         self.offsets.push(self.payload.len());
     }

@@ -335,9 +335,9 @@ async fn read_meili_digests(
     let mut entries = Vec::with_capacity((total / part.partitions.0) as usize);
     let mut offset = 0;
     loop {
-        let (meili, uid) = (ctx.meili, &ctx.uid);
-        let page = meili
-            .documents_with_fields(uid, &fields, offset, MEILI_PAGE)
+        let page = ctx
+            .meili
+            .documents_with_fields(&ctx.uid, &fields, offset, MEILI_PAGE)
             .await?;
         if page.is_empty() {
             break;

@@ -82,9 +82,8 @@ async fn send_small_backlog(ctx: &Ctx<'_>, now: DateTime) -> Result<Option<Tally
     let opts = ctx.opts;
     let page_size = opts.batch_docs.max(1);
     let reading = std::time::Instant::now();
-    let page = ctx
-        .read_page(Some(mongo::Backlog::Unflagged), now, None)
-        .await?;
+    let unflagged = Some(mongo::Backlog::Unflagged);
+    let page = ctx.read_page(unflagged, now, None).await?;
     ctx.phases.add(Phase::Read, reading.elapsed());
     let docs = page.len();
     if docs >= page_size {

@@ -172,10 +172,8 @@ impl IdPages {
         ctx: &Ctx<'_>,
     ) -> Result<Option<Vec<String>>, ReconcileError> {
         let pk = ctx.collection.primary_key();
-        let (page, total) = ctx
-            .meili
-            .document_ids(&ctx.uid, pk, self.offset, PAGE as u64)
-            .await?;
+        let (meili, uid, offset) = (ctx.meili, &ctx.uid, self.offset);
+        let (page, total) = meili.document_ids(uid, pk, offset, PAGE as u64).await?;
         tracing::trace!(index = %ctx.uid, offset = self.offset, total, ids = ?page,
             "meilisearch id page");
         self.offset += page.len() as u64;
@@ -268,16 +266,10 @@ async fn mark_mongo_ids(
     let mut to_clear: Vec<Bson> = Vec::new();
     let mut cleared = 0;
     let mut after: Option<Bson> = None;
+    let (db, rules, collection) = (ctx.db, &ctx.opts.rules, ctx.collection);
     loop {
-        let page = mongo::indexable_ids_page(
-            ctx.db,
-            &ctx.opts.rules,
-            ctx.collection,
-            now,
-            after.as_ref(),
-            PAGE,
-        )
-        .await?;
+        let page =
+            mongo::indexable_ids_page(db, rules, collection, now, after.as_ref(), PAGE).await?;
         tracing::trace!(index = %ctx.uid, after = ?after, last = page.last,
             ids = ?page.entries.iter().map(|e| e.meili_id.as_deref()).collect::<Vec<_>>(),
             "mongodb indexable id page");

@@ -208,8 +208,7 @@ async fn prepare_target(
     if leftover {
         tracing::info!(index = %target, "deleting the build index a crashed reindex left");
     }
-    let pk = ctx.collection.primary_key();
-    rebuild::recreate_index(ctx.meili, target, pk, leftover, ctx.guard).await?;
+    rebuild::recreate_index(ctx, target, leftover).await?;
     let diff = settings::diff(&ctx.meili.settings(target).await?, desired);
     settings::apply(ctx.meili, target, &diff, ctx.guard).await?;
     Ok(live_exists)

@@ -171,14 +171,7 @@ pub(crate) async fn prepare_index(
         .is_some_and(RebuildReason::recreates_index);
     let diff = if recreate {
         ctx.phase("rebuild", 0);
-        rebuild::recreate_index(
-            meili,
-            &index.index_uid,
-            index.collection.primary_key(),
-            index.exists,
-            guard,
-        )
-        .await?;
+        rebuild::recreate_index(&ctx, &index.index_uid, index.exists).await?;
         let desired = settings::desired(&run.opts.filterable_attributes);
         settings::diff(&meili.settings(&index.index_uid).await?, &desired)
     } else {

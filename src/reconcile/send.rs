@@ -263,10 +263,8 @@ pub(crate) async fn enqueue(ctx: &Ctx<'_>, batch: Batch) -> Result<Enqueued, Rec
     let (payload, docs) = batch.into_payload_and_docs();
     let docs = Packed::pack(docs);
     let bytes = payload.len();
-    let task = ctx
-        .meili
-        .add_documents_ndjson(&ctx.uid, payload, ctx.guard)
-        .await?;
+    let (meili, uid, guard) = (ctx.meili, &ctx.uid, ctx.guard);
+    let task = meili.add_documents_ndjson(uid, payload, guard).await?;
     ctx.phases.add(Phase::Send, sent.elapsed());
     Ok(Enqueued {
         docs,

@@ -70,9 +70,8 @@ pub(crate) async fn apply(
         return Ok(Vec::new());
     }
     tracing::info!(index = uid, keys = ?diff.keys().collect::<Vec<_>>(), "applying settings");
-    let task = meili
-        .patch_settings(uid, &Value::Object(diff.clone()), guard)
-        .await?;
+    let body = Value::Object(diff.clone());
+    let task = meili.patch_settings(uid, &body, guard).await?;
     meili.wait_ok(task, "update settings", guard).await?;
     Ok(diff.keys().cloned().collect())
 }

@@ -132,21 +132,16 @@ pub(crate) async fn send_changed_again(
             break;
         }
         let now = mongo::server_time(ctx.db).await?;
-        let docs: Vec<Document> = mongo::read_documents(
-            ctx.db,
-            rules,
-            ctx.collection,
-            &changed,
-            mongo::ReadBack::Ids,
-        )
-        .await?
-        .into_iter()
-        .filter(|d| {
-            let id = d.get("_id").unwrap_or(&Bson::Null);
-            mongo::is_unindexed(rules, ctx.collection, d, now)
-                && !rejected_ids.contains(&id_key(id))
-        })
-        .collect();
+        let by_ids = mongo::ReadBack::Ids;
+        let read = mongo::read_documents(ctx.db, rules, ctx.collection, &changed, by_ids).await?;
+        let docs: Vec<Document> = read
+            .into_iter()
+            .filter(|d| {
+                let id = d.get("_id").unwrap_or(&Bson::Null);
+                mongo::is_unindexed(rules, ctx.collection, d, now)
+                    && !rejected_ids.contains(&id_key(id))
+            })
+            .collect();
         tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
             "sending again the documents that changed while in flight");
         let settled = apply::index_documents(&scattered, docs, now).await?;
@@ -348,10 +343,8 @@ impl Reader<'_, '_> {
             Read::Filtered(backlog) => Some(backlog),
             _ => None,
         };
-        let part = self
-            .ctx
-            .read_page(backlog, now, self.after.as_ref())
-            .await?;
+        let after = self.after.as_ref();
+        let part = self.ctx.read_page(backlog, now, after).await?;
         let ended = part.len() < self.page_size;
         Ok((part, ended))
     }
