@@ -34,7 +34,9 @@ const SAME_PROCESS: u8 = 1 << 4;
 const TOKEN_SAME_PROCESS: u8 = 1 << 5;
 
 /// An ObjectId's parts: a big-endian second, five process bytes, a
-/// big-endian 24-bit counter.
+/// big-endian 24-bit counter. A batch's first `_id` is told apart from the
+/// default, all zeros.
+#[derive(Default)]
 struct IdParts {
     seconds: u32,
     process: [u8; 5],
@@ -42,13 +44,6 @@ struct IdParts {
 }
 
 impl IdParts {
-    /// What a batch's first `_id` is told apart from.
-    const FIRST_PREVIOUS: IdParts = IdParts {
-        seconds: 0,
-        process: [0; 5],
-        counter: 0,
-    };
-
     fn of(id: &ObjectId) -> IdParts {
         let b = id.bytes();
         IdParts {
@@ -85,7 +80,7 @@ impl Packed {
             others: Vec::new(),
             len: docs.len(),
         };
-        let mut previous = IdParts::FIRST_PREVIOUS;
+        let mut previous = IdParts::default();
         for doc in docs {
             let BatchDoc::Typical {
                 id,
@@ -148,7 +143,7 @@ impl Packed {
         let mut docs = Vec::with_capacity(self.len);
         let mut others = self.others.into_iter();
         let mut input = Reader(&self.bytes);
-        let mut previous = IdParts::FIRST_PREVIOUS;
+        let mut previous = IdParts::default();
         while !input.0.is_empty() {
             let header = input.take::<1>()[0];
             if header & OTHER != 0 {

@@ -80,9 +80,8 @@ pub(crate) async fn send_batches(
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Tally, ReconcileError> {
     let (ack_tx, ack_rx) = mpsc::channel::<Packed>(ACK_QUEUE_BATCHES);
-    let ack_tx = acknowledge.then_some(ack_tx); // dropped at once otherwise
     let (mut settled, acked) = tokio::try_join!(
-        enqueue_and_settle(ctx, rx, ack_tx, demand),
+        enqueue_and_settle(ctx, rx, acknowledge, ack_tx, demand),
         acknowledge_queue(ctx, ack_rx)
     )?;
     // What it indexed, not flags set on documents the index already held.
@@ -111,7 +110,8 @@ pub(crate) async fn send_batches(
 async fn enqueue_and_settle(
     ctx: &Ctx<'_>,
     mut rx: mpsc::Receiver<Batch>,
-    ack_tx: Option<mpsc::Sender<Packed>>,
+    acknowledge: bool,
+    ack_tx: mpsc::Sender<Packed>,
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Tally, ReconcileError> {
     let max_tasks = ctx.opts.in_flight.max(1);
@@ -142,14 +142,14 @@ async fn enqueue_and_settle(
                 let done: Done = done?;
                 settled.indexed += done.accepted.len() as u64;
                 settled.rejected.extend(done.rejected);
-                if ack_tx.is_some() && !done.accepted.is_empty() {
+                if acknowledge && !done.accepted.is_empty() {
                     unhanded.push_back((done.bytes, done.accepted));
                 } else {
                     bytes_held -= done.bytes;
                     ctx.advance(done.accepted.len() as u64);
                 }
             }
-            permit = reserve(ack_tx.as_ref()), if !unhanded.is_empty() => {
+            permit = ack_tx.reserve(), if !unhanded.is_empty() => {
                 ctx.phases.add(idle, waiting.elapsed());
                 let Ok(permit) = permit else {
                     // The acknowledger stopped; its error is reported.
@@ -179,16 +179,6 @@ async fn enqueue_and_settle(
         }
     }
     Ok(settled)
-}
-
-/// Room in the acknowledger's queue; never ready without an acknowledger.
-async fn reserve<T>(
-    tx: Option<&mpsc::Sender<T>>,
-) -> Result<mpsc::Permit<'_, T>, mpsc::error::SendError<()>> {
-    match tx {
-        Some(tx) => tx.reserve().await,
-        None => std::future::pending().await,
-    }
 }
 
 /// The acknowledger: acknowledges queued documents version-exactly, one
