@@ -85,10 +85,7 @@ impl Tally {
 /// documents, up to `sync.ack_writers` of them side by side. The chunks hold other
 /// documents, so their statements, read-backs and repairs never meet; on a
 /// server that works in parallel each runs on a core of its own.
-pub(crate) async fn acknowledge(
-    ctx: &Ctx<'_>,
-    docs: &[&BatchDoc],
-) -> Result<Tally, ReconcileError> {
+pub(crate) async fn acknowledge(ctx: &Ctx<'_>, docs: &[BatchDoc]) -> Result<Tally, ReconcileError> {
     // The futures are made first: a stream that maps by a closure over
     // borrowed chunks is not `Send` for every lifetime (rust#102211).
     let writers = ctx.opts.ack_writers.max(1);
@@ -134,7 +131,7 @@ fn statements_per_command(docs: usize, writers: usize) -> usize {
 const ONE_COMMAND_BELOW: usize = 100;
 
 /// One command's worth of [`acknowledge`].
-async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Tally, ReconcileError> {
+async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[BatchDoc]) -> Result<Tally, ReconcileError> {
     let started = std::time::Instant::now();
     let now = mongo::server_time(ctx.db).await?;
     let versions: Vec<_> = chunk.iter().map(|d| (d.version(), d.branch())).collect();
@@ -187,7 +184,7 @@ fn fate(
 /// changed while it was in flight (see the module documentation).
 async fn handle_changed(
     ctx: &Ctx<'_>,
-    chunk: &[&BatchDoc],
+    chunk: &[BatchDoc],
     now: DateTime,
 ) -> Result<Tally, ReconcileError> {
     let rules = &ctx.opts.rules;
@@ -237,9 +234,9 @@ async fn handle_changed(
 /// Consecutive documents whose `_id`s have the same BSON type: a range query
 /// only matches values of the bound's type, so each run is read back by its
 /// own range.
-pub(crate) fn same_type_runs<'a, 'b>(chunk: &'a [&'b BatchDoc]) -> Vec<&'a [&'b BatchDoc]> {
+pub(crate) fn same_type_runs(chunk: &[BatchDoc]) -> impl Iterator<Item = &[BatchDoc]> {
     let id_type = |d: &BatchDoc| d.mongo_id().element_type();
-    chunk.chunk_by(|a, b| id_type(a) == id_type(b)).collect()
+    chunk.chunk_by(move |a, b| id_type(a) == id_type(b))
 }
 
 #[cfg(test)]
@@ -373,9 +370,7 @@ mod tests {
             sent(Bson::String("a".into()), None),
             sent(Bson::Int32(3), None),
         ];
-        let refs: Vec<&BatchDoc> = docs.iter().collect();
-        let runs = same_type_runs(&refs);
-        let lens: Vec<usize> = runs.iter().map(|r| r.len()).collect();
+        let lens: Vec<usize> = same_type_runs(&docs).map(<[BatchDoc]>::len).collect();
         assert_eq!(lens, vec![2, 1, 1]);
     }
 }

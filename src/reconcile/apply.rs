@@ -239,8 +239,7 @@ pub(crate) async fn acknowledge_accepted(
         return Ok(Tally::default());
     }
     docs.sort_by(|a, b| id_cmp(&a.mongo_id(), &b.mongo_id()));
-    let refs: Vec<&BatchDoc> = docs.iter().collect();
-    ack::acknowledge(ctx, &refs).await
+    ack::acknowledge(ctx, &docs).await
 }
 
 /// The id-set comparison of the index with the collection (a

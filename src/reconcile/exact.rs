@@ -372,8 +372,7 @@ struct Repair<'s> {
 impl Repair<'_> {
     /// Sets the flags of the matching documents collected so far.
     async fn flag(&mut self, ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
-        let docs: Vec<&BatchDoc> = self.to_flag.iter().collect();
-        self.done.add(ack::acknowledge(ctx, &docs).await?);
+        self.done.add(ack::acknowledge(ctx, &self.to_flag).await?);
         self.to_flag.clear();
         Ok(())
     }

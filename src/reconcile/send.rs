@@ -196,8 +196,7 @@ async fn acknowledge_queue(
         }
         let started = Instant::now();
         let docs = packed.unpack();
-        let refs: Vec<&BatchDoc> = docs.iter().collect();
-        let mut acked = ack::acknowledge(ctx, &refs).await?;
+        let mut acked = ack::acknowledge(ctx, &docs).await?;
         ctx.phases.add(Phase::Ack, started.elapsed());
         if total.changed.len() + acked.changed.len() > max_changed_ids(ctx.opts) {
             total.changed_overflowed = true;
@@ -218,9 +217,8 @@ async fn acknowledge_queue(
 /// nothing, so nothing of it is searchable.
 async fn reread(ctx: &Ctx<'_>, refused: &[BatchDoc]) -> Result<Batch, ReconcileError> {
     let now = mongo::server_time(ctx.db).await?;
-    let refs: Vec<&BatchDoc> = refused.iter().collect();
     let mut batch = Batch::new();
-    for run in ack::same_type_runs(&refs) {
+    for run in ack::same_type_runs(refused) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let rules = &ctx.opts.rules;
         let docs =
