@@ -85,10 +85,7 @@ impl Tally {
 /// documents, up to `sync.ack_writers` of them side by side. The chunks hold other
 /// documents, so their statements, read-backs and repairs never meet; on a
 /// server that works in parallel each runs on a core of its own.
-pub(crate) async fn acknowledge(
-    ctx: &Ctx<'_>,
-    docs: &[&BatchDoc],
-) -> Result<Tally, ReconcileError> {
+pub(crate) async fn acknowledge(ctx: &Ctx<'_>, docs: &[BatchDoc]) -> Result<Tally, ReconcileError> {
     // The futures are made first: a stream that maps by a closure over
     // borrowed chunks is not `Send` for every lifetime (rust#102211).
     let writers = ctx.opts.ack_writers.max(1);
@@ -134,19 +131,13 @@ fn statements_per_command(docs: usize, writers: usize) -> usize {
 const ONE_COMMAND_BELOW: usize = 100;
 
 /// One command's worth of [`acknowledge`].
-async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[&BatchDoc]) -> Result<Tally, ReconcileError> {
+async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[BatchDoc]) -> Result<Tally, ReconcileError> {
     let started = std::time::Instant::now();
     let now = mongo::server_time(ctx.db).await?;
     let versions: Vec<_> = chunk.iter().map(|d| (d.version(), d.branch())).collect();
-    let updated = mongo::set_flags_if_unchanged(
-        ctx.db,
-        &ctx.opts.rules,
-        ctx.collection,
-        &versions,
-        now,
-        ctx.guard,
-    )
-    .await?;
+    let (db, rules, guard) = (ctx.db, &ctx.opts.rules, ctx.guard);
+    let updated =
+        mongo::set_flags_if_unchanged(db, rules, ctx.collection, &versions, now, guard).await?;
     tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
         ms = started.elapsed().as_millis() as u64, "acknowledged");
     let changed = if updated.matched < chunk.len() as u64 {
@@ -193,7 +184,7 @@ fn fate(
 /// changed while it was in flight (see the module documentation).
 async fn handle_changed(
     ctx: &Ctx<'_>,
-    chunk: &[&BatchDoc],
+    chunk: &[BatchDoc],
     now: DateTime,
 ) -> Result<Tally, ReconcileError> {
     let rules = &ctx.opts.rules;
@@ -201,45 +192,36 @@ async fn handle_changed(
     for run in same_type_runs(chunk) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let found = mongo::read_states(ctx.db, rules, ctx.collection, &ids, ctx.read_back).await?;
-        for state in found {
-            let key = id_key(state.get("_id").unwrap_or(&Bson::Null));
-            states.insert(key, state);
-        }
+        states.extend(
+            found
+                .into_iter()
+                .map(|s| (id_key(s.get("_id").unwrap_or(&Bson::Null)), s)),
+        );
     }
-    let mut to_delete = Vec::new();
-    let mut to_mark_removed = Vec::new();
-    let mut to_clear = Vec::new();
-    let mut changed = Vec::new();
-    let mut counts: HashMap<&str, u64> = HashMap::new();
+    let (mut to_delete, mut to_mark_removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut gone = 0;
     for doc in chunk {
         let state = states.get(&id_key(&doc.mongo_id()));
         match fate(rules, ctx.collection, doc, state, now) {
-            Fate::Gone => {
-                *counts.entry("deleted").or_default() += 1;
-                to_delete.extend(doc.meili_id());
-            }
-            Fate::Unindexable => {
-                *counts.entry("unindexable").or_default() += 1;
-                to_delete.extend(doc.meili_id());
-                to_mark_removed.extend(state.map(DocVersion::of));
-            }
+            Fate::Gone => gone += 1,
+            Fate::Unindexable => to_mark_removed.extend(state.map(DocVersion::of)),
             Fate::Changed => {
-                *counts.entry("changed").or_default() += 1;
-                to_clear.push(doc.mongo_id());
                 changed.push(doc.mongo_id());
+                continue;
             }
-            Fate::Unchanged => {}
+            Fate::Unchanged => continue,
         }
+        to_delete.extend(doc.meili_id());
     }
     tracing::info!(
         index = %ctx.uid,
-        deleted = counts.get("deleted").copied().unwrap_or(0),
-        unindexable = counts.get("unindexable").copied().unwrap_or(0),
-        changed = counts.get("changed").copied().unwrap_or(0),
+        deleted = gone,
+        unindexable = to_mark_removed.len(),
+        changed = changed.len(),
         "documents changed while their batch was in flight: removing what must not be searchable, re-sending what changed"
     );
     let deleted = ctx.delete_documents(&to_delete).await?;
-    let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &to_clear, ctx.guard).await?
+    let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &changed, ctx.guard).await?
         + mongo::mark_removed(ctx.db, ctx.collection, &to_mark_removed, ctx.guard).await?;
     Ok(Tally {
         deleted,
@@ -252,8 +234,9 @@ async fn handle_changed(
 /// Consecutive documents whose `_id`s have the same BSON type: a range query
 /// only matches values of the bound's type, so each run is read back by its
 /// own range.
-pub(crate) fn same_type_runs<'a, 'b>(chunk: &'a [&'b BatchDoc]) -> Vec<&'a [&'b BatchDoc]> {
-    chunk.chunk_by(|a, b| a.id_type() == b.id_type()).collect()
+pub(crate) fn same_type_runs(chunk: &[BatchDoc]) -> impl Iterator<Item = &[BatchDoc]> {
+    let id_type = |d: &BatchDoc| d.mongo_id().element_type();
+    chunk.chunk_by(move |a, b| id_type(a) == id_type(b))
 }
 
 #[cfg(test)]
@@ -387,9 +370,7 @@ mod tests {
             sent(Bson::String("a".into()), None),
             sent(Bson::Int32(3), None),
         ];
-        let refs: Vec<&BatchDoc> = docs.iter().collect();
-        let runs = same_type_runs(&refs);
-        let lens: Vec<usize> = runs.iter().map(|r| r.len()).collect();
+        let lens: Vec<usize> = same_type_runs(&docs).map(<[BatchDoc]>::len).collect();
         assert_eq!(lens, vec![2, 1, 1]);
     }
 }

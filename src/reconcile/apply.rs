@@ -131,12 +131,9 @@ pub(crate) async fn enqueue_documents(
     };
     let deletions = async {
         let mut tasks = Vec::new();
+        let (meili, uid, guard) = (ctx.meili, &ctx.uid, ctx.guard);
         for chunk in remove.chunks(10_000) {
-            tasks.push(
-                ctx.meili
-                    .delete_documents(&ctx.uid, chunk, ctx.guard)
-                    .await?,
-            );
+            tasks.push(meili.delete_documents(uid, chunk, guard).await?);
         }
         Ok::<_, ReconcileError>(tasks)
     };
@@ -242,8 +239,7 @@ pub(crate) async fn acknowledge_accepted(
         return Ok(Tally::default());
     }
     docs.sort_by(|a, b| id_cmp(&a.mongo_id(), &b.mongo_id()));
-    let refs: Vec<&BatchDoc> = docs.iter().collect();
-    ack::acknowledge(ctx, &refs).await
+    ack::acknowledge(ctx, &docs).await
 }
 
 /// The id-set comparison of the index with the collection (a

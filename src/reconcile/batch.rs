@@ -118,14 +118,6 @@ impl BatchDoc {
             BatchDoc::Other(doc) => doc.meili_id.as_deref().map(str::to_string),
         }
     }
-
-    /// The BSON type of the `_id`.
-    pub(crate) fn id_type(&self) -> mongodb::bson::spec::ElementType {
-        match self {
-            BatchDoc::Typical { .. } => mongodb::bson::spec::ElementType::ObjectId,
-            BatchDoc::Other(doc) => doc.version.id.element_type(),
-        }
-    }
 }
 
 /// `text` as an ObjectId, when it is one's hex the way it prints back (lower
@@ -172,17 +164,8 @@ impl Batch {
         branch: Retention,
         line: &[u8],
     ) {
-        self.push(
-            BatchDoc::new(
-                &DocVersion::of(doc),
-                branch,
-                mongo::meili_id(collection, doc),
-            ),
-            line,
-        );
-    }
-
-    fn push(&mut self, doc: BatchDoc, line: &[u8]) {
+        let meili_id = mongo::meili_id(collection, doc);
+        let doc = BatchDoc::new(&DocVersion::of(doc), branch, meili_id);
         self.docs.push(doc);
         self.payload.extend_from_slice(line);
         self.offsets.push(self.payload.len());
@@ -196,14 +179,10 @@ impl Batch {
         self.docs.is_empty()
     }
 
-    fn bytes(&self) -> usize {
-        self.payload.len()
-    }
-
     /// Whether adding a line of `line_len` bytes must start a new batch.
     pub(crate) fn is_full_for(&self, line_len: usize, opts: &SyncOptions) -> bool {
         !self.is_empty()
-            && (self.len() >= opts.batch_docs || self.bytes() + line_len > opts.batch_bytes)
+            && (self.len() >= opts.batch_docs || self.payload.len() + line_len > opts.batch_bytes)
     }
 
     /// The NDJSON of documents `range`, copied (bisecting a refused batch).
@@ -259,7 +238,7 @@ mod tests {
             &*b.payload_of(1..2),
             b"{\"messageId\":\"m1\",\"user\":\"u\"}\n"
         );
-        assert_eq!(b.payload_of(0..3).len(), b.bytes());
+        assert_eq!(b.payload_of(0..3).len(), b.payload.len());
         assert_eq!(b.docs[2].version().updated_at, Some(Bson::Int32(20)));
         assert_eq!(b.docs[2].meili_id().as_deref(), Some("m2"));
     }
@@ -312,7 +291,6 @@ mod tests {
                         assert_eq!(sent.branch(), *branch);
                         assert_eq!(sent.mongo_id(), *id);
                         assert_eq!(sent.meili_id(), *meili_id);
-                        assert_eq!(sent.id_type(), id.element_type());
                     }
                 }
             }

@@ -187,14 +187,10 @@ impl<'a> Ctx<'a> {
     /// Deletes documents from the index by Meilisearch id, waiting for each
     /// task (one per 10,000 ids). Returns how many ids were sent.
     pub(crate) async fn delete_documents(&self, ids: &[String]) -> Result<u64, ReconcileError> {
+        let (meili, guard) = (self.meili, self.guard);
         for chunk in ids.chunks(10_000) {
-            let task = self
-                .meili
-                .delete_documents(&self.uid, chunk, self.guard)
-                .await?;
-            self.meili
-                .wait_ok(task, "delete documents", self.guard)
-                .await?;
+            let task = meili.delete_documents(&self.uid, chunk, guard).await?;
+            meili.wait_ok(task, "delete documents", guard).await?;
         }
         Ok(ids.len() as u64)
     }

@@ -45,7 +45,7 @@ use super::ack::{self, Tally};
 use super::batch::{ndjson_line, Batch, BatchDoc};
 use super::ctx::Ctx;
 use super::error::ReconcileError;
-use super::orphans::{id_hash, Partitions, Seen};
+use super::orphans::{id_hash, IdPages, Partitions, Seen};
 use super::send::send_batches;
 use crate::librechat::markers;
 use crate::librechat::searchable::{self, Retention};
@@ -55,8 +55,6 @@ use crate::mongo::{self, id_key};
 /// Documents per page read from Meilisearch (whole documents, so fewer than
 /// the id pages of pass 3).
 const MEILI_PAGE: u64 = 1_000;
-/// Ids per page of pass 3.
-const ID_PAGE: u64 = 10_000;
 /// Example ids kept per kind of difference.
 const EXAMPLES: usize = 5;
 
@@ -94,7 +92,7 @@ impl Difference {
 }
 
 /// What comparing one index with its collection found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Comparison {
     /// Documents in the index when it was read.
@@ -113,20 +111,6 @@ pub struct Comparison {
     /// `sync.compare_memory` could not hold every document's digest, and each
     /// side was read once per partition.
     pub partitions: u64,
-}
-
-impl Default for Comparison {
-    fn default() -> Self {
-        Comparison {
-            meili_documents: 0,
-            mongo_indexable: 0,
-            matching: 0,
-            missing: Difference::flaggable(),
-            unexpected: Difference::default(),
-            stale: Difference::flaggable(),
-            partitions: 0,
-        }
-    }
 }
 
 impl Comparison {
@@ -148,7 +132,11 @@ pub(crate) async fn compare(
     repair: Option<&HashSet<String>>,
 ) -> Result<(Comparison, Tally), ReconcileError> {
     wait_for_pending_tasks(ctx).await?;
-    let mut comparison = Comparison::default();
+    let mut comparison = Comparison {
+        missing: Difference::flaggable(),
+        stale: Difference::flaggable(),
+        ..Comparison::default()
+    };
     let mut repairs = Tally::default();
 
     // `None`: no index yet (nothing to read from Meilisearch).
@@ -160,14 +148,9 @@ pub(crate) async fn compare(
         Partitions::for_comparison(ctx, in_meili.unwrap_or(0), BYTES_PER_DOCUMENT).await?;
     comparison.partitions = partitions.0;
     let mut now = mongo::server_time(ctx.db).await?;
-    let indexable = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now)
-        .await?
-        .indexable;
-    for part in 0..partitions.0 {
-        let part = Part {
-            partitions,
-            index: part,
-        };
+    let counts = mongo::counts(ctx.db, &ctx.opts.rules, ctx.collection, now).await?;
+    for index in 0..partitions.0 {
+        let part = Part { partitions, index };
         let mut meili = match in_meili {
             Some(total) => read_meili_digests(ctx, part, total).await?,
             None => Digests::new(Vec::new()),
@@ -175,16 +158,8 @@ pub(crate) async fn compare(
         comparison.meili_documents += meili.len() as u64;
 
         now = mongo::server_time(ctx.db).await?;
-        ctx.phase("compare: read mongodb", indexable);
-        match repair {
-            None => {
-                compare_mongo(ctx, now, part, &mut meili, &mut comparison, None).await?;
-            }
-            Some(skip) => {
-                let meili = &mut meili;
-                repair_part(ctx, now, part, meili, &mut comparison, skip, &mut repairs).await?;
-            }
-        }
+        ctx.phase("compare: read mongodb", counts.indexable);
+        repairs.add(compare_part(ctx, now, part, &mut meili, &mut comparison, repair).await?);
 
         let unexpected = name_unexpected(ctx, &meili, &mut comparison).await?;
         if repair.is_some() {
@@ -192,14 +167,9 @@ pub(crate) async fn compare(
         }
     }
     if repair.is_some() {
-        repairs.flags_cleared += mongo::clear_flags_of_unindexable(
-            ctx.db,
-            &ctx.opts.rules,
-            ctx.collection,
-            now,
-            ctx.guard,
-        )
-        .await?;
+        let (db, rules, guard) = (ctx.db, &ctx.opts.rules, ctx.guard);
+        repairs.flags_cleared +=
+            mongo::clear_flags_of_unindexable(db, rules, ctx.collection, now, guard).await?;
     }
     tracing::info!(
         index = %ctx.uid,
@@ -214,18 +184,21 @@ pub(crate) async fn compare(
     Ok((comparison, repairs))
 }
 
-/// Compares one partition, repairing as it goes: what is missing or stale
-/// is sent (and acknowledged) beside the comparison, flags are set or
-/// cleared to match what Meilisearch holds; added into `repairs`.
-async fn repair_part(
+/// Pass 2 over one partition; repairing (`repair`: the `_id` keys not to
+/// send), what is missing or stale is sent (and acknowledged) beside the
+/// comparison, and flags are set or cleared to match what Meilisearch
+/// holds. Returns what the repairs did.
+async fn compare_part(
     ctx: &Ctx<'_>,
     now: DateTime,
     part: Part,
     meili: &mut Digests,
     comparison: &mut Comparison,
-    skip: &HashSet<String>,
-    repairs: &mut Tally,
-) -> Result<(), ReconcileError> {
+    repair: Option<&HashSet<String>>,
+) -> Result<Tally, ReconcileError> {
+    let Some(skip) = repair else {
+        return compare_mongo(ctx, now, part, meili, comparison, None).await;
+    };
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let repair = Repair {
         skip,
@@ -235,13 +208,12 @@ async fn repair_part(
         batch: Batch::new(),
         done: Tally::default(),
     };
-    let (done, settled) = tokio::try_join!(
+    let (mut done, settled) = tokio::try_join!(
         compare_mongo(ctx, now, part, meili, comparison, Some(repair)),
         send_batches(ctx, true, rx, None)
     )?;
-    repairs.add(done);
-    repairs.add(settled);
-    Ok(())
+    done.add(settled);
+    Ok(done)
 }
 
 /// Compares one MongoDB document (of a page of searchable ones at `now`)
@@ -400,8 +372,7 @@ struct Repair<'s> {
 impl Repair<'_> {
     /// Sets the flags of the matching documents collected so far.
     async fn flag(&mut self, ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
-        let docs: Vec<&BatchDoc> = self.to_flag.iter().collect();
-        self.done.add(ack::acknowledge(ctx, &docs).await?);
+        self.done.add(ack::acknowledge(ctx, &self.to_flag).await?);
         self.to_flag.clear();
         Ok(())
     }
@@ -491,24 +462,16 @@ async fn name_unexpected(
         return Ok(Vec::new());
     }
     ctx.phase("compare: name unexpected", comparison.meili_documents);
-    let pk = ctx.collection.primary_key();
     let mut unexpected = Vec::new();
-    let mut offset = 0;
+    let mut pages = IdPages::default();
     while (unexpected.len() as u64) < unseen {
-        let (ids, _) = ctx
-            .meili
-            .document_ids(&ctx.uid, pk, offset, ID_PAGE)
-            .await?;
-        if ids.is_empty() {
+        let Some(ids) = pages.next(ctx).await? else {
             break;
-        }
-        offset += ids.len() as u64;
+        };
         ctx.advance(ids.len() as u64);
-        for id in ids {
-            if meili.is_unseen(id_hash(&id)) {
-                comparison.unexpected.note(&id, false);
-                unexpected.push(id);
-            }
+        for id in ids.into_iter().filter(|id| meili.is_unseen(id_hash(id))) {
+            comparison.unexpected.note(&id, false);
+            unexpected.push(id);
         }
     }
     Ok(unexpected)
@@ -620,7 +583,7 @@ mod tests {
         assert!(d.find(id_hash("z")).is_none());
         assert_eq!(d.unseen(), 3);
         d.mark_seen(i);
-        assert!(d.is_seen(i));
+        assert!(!d.is_unseen(id_hash("a")) && d.is_unseen(id_hash("b")));
         assert_eq!(d.unseen(), 2);
     }
 

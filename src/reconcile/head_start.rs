@@ -7,7 +7,7 @@
 //! Meilisearch's indexing batch, acknowledgement. In the steady state (the
 //! index exists with the right primary key and settings, and there is
 //! nothing to clean up, compare or drop:
-//! [`Surveyed::may_send_before_counts`]), the counts cannot forbid indexing
+//! [`IndexPlan::may_send_before_counts`]), the counts cannot forbid indexing
 //! the unflagged backlog. They decide a rebuild (the index lost), the drift
 //! check after indexing, the threshold and how to read a large backlog. So
 //! the backlog's first page is read beside the counts. When the page is the
@@ -28,7 +28,7 @@ use super::ack::Tally;
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use super::phases::Phase;
-use super::plan::{self, IndexPlan, Surveyed};
+use super::plan::{self, IndexPlan};
 use super::sync;
 use crate::mongo;
 
@@ -42,7 +42,7 @@ use crate::mongo;
 /// rebuild.
 pub(crate) async fn count_with_head_start(
     ctx: &Ctx<'_>,
-    surveyed: &Surveyed,
+    surveyed: &IndexPlan,
     now: DateTime,
 ) -> Result<(IndexPlan, Option<Tally>), ReconcileError> {
     let (gate, gate_rx) = watch::channel(false);
@@ -82,9 +82,8 @@ async fn send_small_backlog(ctx: &Ctx<'_>, now: DateTime) -> Result<Option<Tally
     let opts = ctx.opts;
     let page_size = opts.batch_docs.max(1);
     let reading = std::time::Instant::now();
-    let page = ctx
-        .read_page(Some(mongo::Backlog::Unflagged), now, None)
-        .await?;
+    let unflagged = Some(mongo::Backlog::Unflagged);
+    let page = ctx.read_page(unflagged, now, None).await?;
     ctx.phases.add(Phase::Read, reading.elapsed());
     let docs = page.len();
     if docs >= page_size {
@@ -103,7 +102,7 @@ async fn send_small_backlog(ctx: &Ctx<'_>, now: DateTime) -> Result<Option<Tally
     // Cut and sent as the reader cuts a page it read (the raw page freed
     // as it is cut), through the same sender.
     let read = sync::Read::Filtered(mongo::Backlog::Unflagged);
-    let (feed, skip) = (sync::Feed::Unindexed, HashSet::new());
-    let pass = sync::run_pass(ctx, feed, read, &skip, Some((now, page))).await?;
-    Ok(Some(pass.settled))
+    Ok(Some(
+        sync::run_pass(ctx, read, &HashSet::new(), Some((now, page))).await?,
+    ))
 }

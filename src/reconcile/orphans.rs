@@ -146,13 +146,10 @@ impl<V: Copy + Ord> Seen<V> {
         self.seen[i / 64] |= 1 << (i % 64);
     }
 
-    pub(crate) fn is_seen(&self, i: usize) -> bool {
-        self.seen[i / 64] & (1 << (i % 64)) != 0
-    }
-
     /// Whether the id with this hash was listed and not seen.
     pub(crate) fn is_unseen(&self, hash: u64) -> bool {
-        self.find(hash).is_some_and(|(i, _)| !self.is_seen(i))
+        self.find(hash)
+            .is_some_and(|(i, _)| self.seen[i / 64] & (1 << (i % 64)) == 0)
     }
 
     /// Listed ids not seen (for the drift check, the orphan candidates).
@@ -164,18 +161,19 @@ impl<V: Copy + Ord> Seen<V> {
 
 /// The index's ids, page by page, by offset (primary key only).
 #[derive(Default)]
-struct IdPages {
+pub(crate) struct IdPages {
     offset: u64,
 }
 
 impl IdPages {
     /// The next page; `None` at the end.
-    async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Vec<String>>, ReconcileError> {
+    pub(crate) async fn next(
+        &mut self,
+        ctx: &Ctx<'_>,
+    ) -> Result<Option<Vec<String>>, ReconcileError> {
         let pk = ctx.collection.primary_key();
-        let (page, total) = ctx
-            .meili
-            .document_ids(&ctx.uid, pk, self.offset, PAGE as u64)
-            .await?;
+        let (meili, uid, offset) = (ctx.meili, &ctx.uid, self.offset);
+        let (page, total) = meili.document_ids(uid, pk, offset, PAGE as u64).await?;
         tracing::trace!(index = %ctx.uid, offset = self.offset, total, ids = ?page,
             "meilisearch id page");
         self.offset += page.len() as u64;
@@ -268,16 +266,10 @@ async fn mark_mongo_ids(
     let mut to_clear: Vec<Bson> = Vec::new();
     let mut cleared = 0;
     let mut after: Option<Bson> = None;
+    let (db, rules, collection) = (ctx.db, &ctx.opts.rules, ctx.collection);
     loop {
-        let page = mongo::indexable_ids_page(
-            ctx.db,
-            &ctx.opts.rules,
-            ctx.collection,
-            now,
-            after.as_ref(),
-            PAGE,
-        )
-        .await?;
+        let page =
+            mongo::indexable_ids_page(db, rules, collection, now, after.as_ref(), PAGE).await?;
         tracing::trace!(index = %ctx.uid, after = ?after, last = page.last,
             ids = ?page.entries.iter().map(|e| e.meili_id.as_deref()).collect::<Vec<_>>(),
             "mongodb indexable id page");

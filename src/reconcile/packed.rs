@@ -23,7 +23,7 @@ use crate::librechat::searchable::Retention;
 
 /// Set when the document is kept as it is in [`Packed::others`].
 const OTHER: u8 = 1;
-/// The two bits of the retention branch (`branch_bits`).
+/// The two bits of the retention branch ([`BRANCHES`]).
 const BRANCH_SHIFT: u8 = 1;
 const BRANCH_MASK: u8 = 0b11 << BRANCH_SHIFT;
 /// Set when the document has a version token.
@@ -34,7 +34,9 @@ const SAME_PROCESS: u8 = 1 << 4;
 const TOKEN_SAME_PROCESS: u8 = 1 << 5;
 
 /// An ObjectId's parts: a big-endian second, five process bytes, a
-/// big-endian 24-bit counter.
+/// big-endian 24-bit counter. A batch's first `_id` is told apart from the
+/// default, all zeros.
+#[derive(Default)]
 struct IdParts {
     seconds: u32,
     process: [u8; 5],
@@ -42,13 +44,6 @@ struct IdParts {
 }
 
 impl IdParts {
-    /// What a batch's first `_id` is told apart from.
-    const FIRST_PREVIOUS: IdParts = IdParts {
-        seconds: 0,
-        process: [0; 5],
-        counter: 0,
-    };
-
     fn of(id: &ObjectId) -> IdParts {
         let b = id.bytes();
         IdParts {
@@ -85,7 +80,7 @@ impl Packed {
             others: Vec::new(),
             len: docs.len(),
         };
-        let mut previous = IdParts::FIRST_PREVIOUS;
+        let mut previous = IdParts::default();
         for doc in docs {
             let BatchDoc::Typical {
                 id,
@@ -101,7 +96,7 @@ impl Packed {
             };
             let parts = IdParts::of(&id);
             let token_parts = token.as_ref().map(IdParts::of);
-            let mut header = branch_bits(branch) << BRANCH_SHIFT;
+            let mut header = (branch as u8) << BRANCH_SHIFT;
             if parts.process == previous.process {
                 header |= SAME_PROCESS;
             }
@@ -148,7 +143,7 @@ impl Packed {
         let mut docs = Vec::with_capacity(self.len);
         let mut others = self.others.into_iter();
         let mut input = Reader(&self.bytes);
-        let mut previous = IdParts::FIRST_PREVIOUS;
+        let mut previous = IdParts::default();
         while !input.0.is_empty() {
             let header = input.take::<1>()[0];
             if header & OTHER != 0 {
@@ -187,7 +182,7 @@ impl Packed {
             docs.push(BatchDoc::Typical {
                 id: parts.id(),
                 token,
-                branch: branch_of((header & BRANCH_MASK) >> BRANCH_SHIFT),
+                branch: BRANCHES[usize::from((header & BRANCH_MASK) >> BRANCH_SHIFT)],
                 updated_at,
                 meili_id: Uuid::from_bytes(input.take::<16>()),
             });
@@ -221,21 +216,8 @@ impl Reader<'_> {
     }
 }
 
-fn branch_bits(branch: Retention) -> u8 {
-    match branch {
-        Retention::Permanent => 0,
-        Retention::Expiring => 1,
-        Retention::Legacy => 2,
-    }
-}
-
-fn branch_of(bits: u8) -> Retention {
-    match bits {
-        0 => Retention::Permanent,
-        1 => Retention::Expiring,
-        _ => Retention::Legacy,
-    }
-}
+/// The retention branches by their two bits (`branch as u8`).
+const BRANCHES: [Retention; 3] = [Retention::Permanent, Retention::Expiring, Retention::Legacy];
 
 #[cfg(test)]
 mod tests {

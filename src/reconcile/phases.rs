@@ -12,14 +12,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Serialize, Serializer};
+
+use crate::metrics::SYNC_PHASES;
 
 /// The phases, as counted while a run goes (nanoseconds, in [`Phase`]'s
 /// order).
 #[derive(Debug, Default)]
 pub(crate) struct PhaseClock([AtomicU64; 8]);
 
-/// One phase of [`PhaseClock`].
+/// One phase of [`PhaseClock`], in the order of the metric's labels
+/// ([`SYNC_PHASES`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
     /// Reading pages from MongoDB.
@@ -45,34 +48,6 @@ pub(crate) enum Phase {
     PipelineWaited,
 }
 
-impl Phase {
-    /// Every phase, in the order they are shown.
-    const ALL: [Phase; 8] = [
-        Phase::Read,
-        Phase::Build,
-        Phase::Send,
-        Phase::MeiliWait,
-        Phase::Ack,
-        Phase::AckWaited,
-        Phase::ReaderWaited,
-        Phase::PipelineWaited,
-    ];
-
-    /// The `phase` label of the metric (one of `metrics::SYNC_PHASES`).
-    fn label(self) -> &'static str {
-        match self {
-            Phase::Read => "read",
-            Phase::Build => "build",
-            Phase::Send => "send",
-            Phase::MeiliWait => "meili_wait",
-            Phase::Ack => "ack",
-            Phase::AckWaited => "ack_waited",
-            Phase::ReaderWaited => "reader_waited",
-            Phase::PipelineWaited => "pipeline_waited",
-        }
-    }
-}
-
 impl PhaseClock {
     /// Adds `elapsed` to `phase`.
     pub(crate) fn add(&self, phase: Phase, elapsed: Duration) {
@@ -80,65 +55,41 @@ impl PhaseClock {
         self.0[phase as usize].fetch_add(nanos, Ordering::Relaxed);
     }
 
-    fn secs(&self, phase: Phase) -> f64 {
-        self.0[phase as usize].load(Ordering::Relaxed) as f64 / 1e9
-    }
-
     /// The phases so far, in seconds.
     pub(crate) fn snapshot(&self) -> Phases {
-        Phases {
-            read_secs: self.secs(Phase::Read),
-            build_secs: self.secs(Phase::Build),
-            send_secs: self.secs(Phase::Send),
-            meili_wait_secs: self.secs(Phase::MeiliWait),
-            ack_secs: self.secs(Phase::Ack),
-            ack_waited_secs: self.secs(Phase::AckWaited),
-            reader_waited_secs: self.secs(Phase::ReaderWaited),
-            pipeline_waited_secs: self.secs(Phase::PipelineWaited),
-        }
+        Phases(std::array::from_fn(|i| {
+            self.0[i].load(Ordering::Relaxed) as f64 / 1e9
+        }))
     }
 }
 
-/// Seconds a run spent in each phase (see the module documentation), as
-/// the run summary carries them (`phases` in the log line, `status --json`
-/// and `/status`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Phases {
-    read_secs: f64,
-    build_secs: f64,
-    send_secs: f64,
-    meili_wait_secs: f64,
-    ack_secs: f64,
-    ack_waited_secs: f64,
-    reader_waited_secs: f64,
-    pipeline_waited_secs: f64,
-}
+/// Seconds a run spent in each phase (see the module documentation), in
+/// [`Phase`]'s order, as the run summary carries them (`phases` in the log
+/// line, `status --json` and `/status`): an object keyed by each phase's
+/// metric label in camelCase with `Secs` after it (`meiliWaitSecs`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Phases([f64; 8]);
 
-impl Phases {
-    /// Seconds of `phase`.
-    fn get(&self, phase: Phase) -> f64 {
-        match phase {
-            Phase::Read => self.read_secs,
-            Phase::Build => self.build_secs,
-            Phase::Send => self.send_secs,
-            Phase::MeiliWait => self.meili_wait_secs,
-            Phase::Ack => self.ack_secs,
-            Phase::AckWaited => self.ack_waited_secs,
-            Phase::ReaderWaited => self.reader_waited_secs,
-            Phase::PipelineWaited => self.pipeline_waited_secs,
-        }
+impl Serialize for Phases {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let key = |label: &&str| {
+            let mut words = label.split('_');
+            let first = words.next().unwrap_or_default().to_string();
+            let rest: String = words.map(|w| w[..1].to_uppercase() + &w[1..]).collect();
+            first + &rest + "Secs"
+        };
+        serializer.collect_map(SYNC_PHASES.iter().map(key).zip(self.0))
     }
 }
 
-/// Each phase's label and seconds, in [`Phase::ALL`]'s order (what
-/// `metrics::sync_phases` adds up).
+/// Each phase's label (one of [`SYNC_PHASES`]) and seconds, in [`Phase`]'s
+/// order (what `metrics::sync_phases` adds up).
 impl IntoIterator for &Phases {
     type Item = (&'static str, f64);
     type IntoIter = std::array::IntoIter<(&'static str, f64), 8>;
 
     fn into_iter(self) -> Self::IntoIter {
-        Phase::ALL.map(|p| (p.label(), self.get(p))).into_iter()
+        std::array::from_fn(|i| (SYNC_PHASES[i], self.0[i])).into_iter()
     }
 }
 
@@ -148,9 +99,10 @@ mod tests {
 
     #[test]
     fn the_metric_lists_every_phase_label() {
+        assert_eq!(SYNC_PHASES.len(), PhaseClock::default().0.len());
         assert_eq!(
-            Phase::ALL.map(Phase::label).as_slice(),
-            crate::metrics::SYNC_PHASES
+            SYNC_PHASES[Phase::PipelineWaited as usize],
+            "pipeline_waited"
         );
     }
 
@@ -161,12 +113,13 @@ mod tests {
         clock.add(Phase::Read, Duration::from_millis(500));
         clock.add(Phase::PipelineWaited, Duration::from_millis(250));
         let phases = clock.snapshot();
-        assert_eq!(phases.read_secs, 2.0);
-        assert_eq!(phases.pipeline_waited_secs, 0.25);
-        assert_eq!(phases.ack_secs, 0.0);
+        assert_eq!(phases.0[Phase::Read as usize], 2.0);
+        assert_eq!(phases.0[Phase::PipelineWaited as usize], 0.25);
+        assert_eq!(phases.0[Phase::Ack as usize], 0.0);
         let json = serde_json::to_value(&phases).unwrap();
         assert_eq!(json["readSecs"], 2.0);
         assert_eq!(json["pipelineWaitedSecs"], 0.25);
+        assert_eq!(json["meiliWaitSecs"], 0.0);
         let text = phases.to_string();
         assert!(text.contains("read 2.0 s"), "{text}");
         assert!(text.contains("pipeline waited 0.2 s"), "{text}");

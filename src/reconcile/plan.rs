@@ -119,27 +119,15 @@ pub async fn plan(
 /// What the plan reads before MongoDB's counts of the searchable documents
 /// (the one part of it that reads every document, seconds at millions):
 /// both servers' view of each index. A run may start sending a small
-/// backlog while the counts are taken ([`Surveyed::may_send_before_counts`],
+/// backlog while the counts are taken ([`IndexPlan::may_send_before_counts`],
 /// design §4.6, Head start).
 pub(crate) struct Survey {
     meili_health: String,
     /// MongoDB's clock when the survey began: the counts' `now`.
     pub(crate) now: DateTime,
-    pub(crate) indexes: Vec<Surveyed>,
-}
-
-/// One index as surveyed: everything [`Surveyed::decide`] needs but the counts.
-pub(crate) struct Surveyed {
-    pub(crate) collection: Collection,
-    pub(crate) index_uid: String,
-    /// `None`: the index does not exist; `Some(None)`: no primary key.
-    primary_key: Option<Option<String>>,
-    /// Documents in the index, read before anything is sent.
-    meili_documents: u64,
-    settings_to_apply: Map<String, Value>,
-    pending_cleanup: u64,
-    exact_comparison_pending: bool,
-    leftover_build_index: bool,
+    /// Each index as surveyed: everything [`IndexPlan::decide`] needs but
+    /// the counts, nothing decided yet.
+    pub(crate) indexes: Vec<IndexPlan>,
 }
 
 /// Reads everything the plan needs but MongoDB's counts; writes nothing.
@@ -166,15 +154,23 @@ pub(crate) async fn survey(
             ),
             None => (0, Value::Object(Map::new())),
         };
-        indexes.push(Surveyed {
+        indexes.push(IndexPlan {
             collection,
             exact_comparison_pending: pending.contains(&index_uid),
             index_uid,
-            primary_key: info.map(|i| i.primary_key),
+            exists: info.is_some(),
+            primary_key: info.and_then(|i| i.primary_key),
+            expected_primary_key: collection.primary_key().to_string(),
             meili_documents,
+            mongo: Counts::default(),
             settings_to_apply: settings::diff(&actual_settings, &desired),
             pending_cleanup,
+            rebuild: None,
+            drift_suspected: false,
             leftover_build_index,
+            documents_to_index: 0,
+            skipped_by_threshold: false,
+            librechat: None,
         });
     }
     Ok(Survey {
@@ -202,7 +198,7 @@ pub(crate) async fn count(
 
 impl Survey {
     /// The plan: each surveyed index counted ([`count`]) and decided
-    /// ([`Surveyed::decide`]).
+    /// ([`IndexPlan::decide`]).
     pub(crate) async fn counted(
         self,
         mongo_db: &Database,
@@ -234,7 +230,7 @@ impl Survey {
     }
 }
 
-impl Surveyed {
+impl IndexPlan {
     /// Whether documents may be sent to this index before the counts are
     /// known: it exists with the right primary key and settings (nothing to
     /// create or wait for before a document write), and nothing but
@@ -243,21 +239,20 @@ impl Surveyed {
     /// drop. Only the counts can then still decide a rebuild (the index
     /// lost), which the run sees before any flag is written.
     pub(crate) fn may_send_before_counts(&self) -> bool {
-        let expected = self.collection.primary_key();
-        matches!(&self.primary_key, Some(Some(pk)) if pk == expected)
+        self.primary_key.as_ref() == Some(&self.expected_primary_key)
             && self.settings_to_apply.is_empty()
             && self.pending_cleanup == 0
             && !self.exact_comparison_pending
             && !self.leftover_build_index
     }
 
-    /// The decisions for this index, given MongoDB's counts.
+    /// The decisions for this index as surveyed, given MongoDB's counts.
     pub(crate) fn decide(&self, mongo: Counts, opts: &SyncOptions) -> IndexPlan {
-        let expected = self.collection.primary_key();
         let meili_documents = self.meili_documents;
-        let rebuild = match &self.primary_key {
+        let pk = &self.primary_key;
+        let rebuild = match self.exists.then_some(pk) {
             None => Some(RebuildReason::IndexMissing),
-            Some(pk) if pk.as_deref() != Some(expected) => {
+            Some(pk) if pk.as_ref() != Some(&self.expected_primary_key) => {
                 Some(RebuildReason::WrongPrimaryKey { actual: pk.clone() })
             }
             // "Much smaller": less than half of what MongoDB says is in it
@@ -282,22 +277,12 @@ impl Surveyed {
             mongo.unindexed
         };
         IndexPlan {
-            collection: self.collection,
-            index_uid: self.index_uid.clone(),
-            exists: self.primary_key.is_some(),
-            primary_key: self.primary_key.clone().flatten(),
-            expected_primary_key: expected.to_string(),
-            meili_documents,
             mongo,
-            pending_cleanup: self.pending_cleanup,
-            settings_to_apply: self.settings_to_apply.clone(),
             rebuild,
             drift_suspected,
-            exact_comparison_pending: self.exact_comparison_pending,
-            leftover_build_index: self.leftover_build_index,
             documents_to_index,
             skipped_by_threshold,
-            librechat: None,
+            ..self.clone()
         }
     }
 }
@@ -332,15 +317,23 @@ mod tests {
     }
 
     fn decide_for(pk: Option<Option<&str>>, docs: u64, c: Counts, opts: &SyncOptions) -> IndexPlan {
-        let surveyed = Surveyed {
+        let surveyed = IndexPlan {
             collection: Collection::Messages,
             index_uid: "messages".into(),
-            primary_key: pk.map(|p| p.map(str::to_string)),
+            exists: pk.is_some(),
+            primary_key: pk.flatten().map(str::to_string),
+            expected_primary_key: "messageId".into(),
             meili_documents: docs,
-            settings_to_apply: Map::new(),
+            mongo: Counts::default(),
             pending_cleanup: 0,
+            settings_to_apply: Map::new(),
+            rebuild: None,
+            drift_suspected: false,
             exact_comparison_pending: false,
             leftover_build_index: false,
+            documents_to_index: 0,
+            skipped_by_threshold: false,
+            librechat: None,
         };
         surveyed.decide(c, opts)
     }

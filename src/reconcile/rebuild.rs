@@ -9,8 +9,7 @@
 //! a rebuild again and the reset continues with the documents still flagged.
 
 use super::ctx::{wait_tolerating, Ctx};
-use crate::lease::Guard;
-use crate::meili::{Meili, MeiliError};
+use crate::meili::MeiliError;
 use crate::mongo;
 
 /// Flags cleared per range update (halved while the server stops an update
@@ -18,20 +17,20 @@ use crate::mongo;
 /// with LibreChat's indexes one document's update can cost milliseconds).
 const RESET_BATCH: usize = 2_000;
 
-/// Creates `uid` with `primary_key`, deleting it first when it `exists`.
+/// Creates `uid` with the primary key of `ctx`'s collection, deleting it
+/// first when it `exists`.
 pub(crate) async fn recreate_index(
-    meili: &Meili,
+    ctx: &Ctx<'_>,
     uid: &str,
-    primary_key: &str,
     exists: bool,
-    guard: &Guard,
 ) -> Result<(), MeiliError> {
+    let (meili, guard, pk) = (ctx.meili, ctx.guard, ctx.collection.primary_key());
     if exists {
         // Someone deleting it in between is fine.
         let task = meili.delete_index(uid, guard).await?;
         wait_tolerating(meili, task, "index_not_found", "delete index", guard).await?;
     }
-    let task = meili.create_index(uid, primary_key, guard).await?;
+    let task = meili.create_index(uid, pk, guard).await?;
     meili.wait_ok(task, "create index", guard).await
 }
 
@@ -40,15 +39,11 @@ pub(crate) async fn reset_flags(ctx: &Ctx<'_>) -> Result<u64, mongo::MongoError>
     ctx.phase("reset flags", 0);
     let mut after = None;
     let mut cleared = 0;
+    let (db, guard) = (ctx.db, ctx.guard);
     loop {
-        let (n, upper) = mongo::reset_flags_batch(
-            ctx.db,
-            ctx.collection,
-            after.as_ref(),
-            RESET_BATCH,
-            ctx.guard,
-        )
-        .await?;
+        let (n, upper) =
+            mongo::reset_flags_batch(db, ctx.collection, after.as_ref(), RESET_BATCH, guard)
+                .await?;
         cleared += n;
         ctx.advance(n);
         match upper {

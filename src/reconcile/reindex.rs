@@ -56,7 +56,7 @@ use super::options::{collections, SyncOptions};
 use super::plan::RebuildReason;
 use super::run::{finish, prepare_index, reconcile_collection};
 use super::summary::{CollectionSummary, RunSummary};
-use super::sync::{self, Feed};
+use super::sync::{self, Read};
 use super::test_hook::pause_after;
 use super::{exact, excluded, marker, plan, rebuild, rejects, settings};
 use crate::lease::Guard;
@@ -208,8 +208,7 @@ async fn prepare_target(
     if leftover {
         tracing::info!(index = %target, "deleting the build index a crashed reindex left");
     }
-    let pk = ctx.collection.primary_key();
-    rebuild::recreate_index(ctx.meili, target, pk, leftover, ctx.guard).await?;
+    rebuild::recreate_index(ctx, target, leftover).await?;
     let diff = settings::diff(&ctx.meili.settings(target).await?, desired);
     settings::apply(ctx.meili, target, &diff, ctx.guard).await?;
     Ok(live_exists)
@@ -228,10 +227,10 @@ async fn build(
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
     let skip = HashSet::new();
-    let built = sync::run_pass(&build, Feed::Indexable, sync::Read::Plain, &skip, None).await?;
-    let rejected = rejects::keys(&built.settled.rejected).collect();
+    let built = sync::run_pass(&build, Read::Everything, &skip, None).await?;
+    let rejected = rejects::keys(&built.rejected).collect();
     // Not acknowledged: what it indexed and rejected is all it did.
-    summary.add(built.settled);
+    summary.add(built);
     Ok(rejected)
 }
 

@@ -73,15 +73,13 @@ pub(crate) async fn isolate(
         return Ok(verdicts);
     }
     let mut pending = vec![halves(0..batch.len())];
+    let (meili, uid, guard) = (ctx.meili, &ctx.uid, ctx.guard);
     while let Some(group) = pending.pop() {
         // Enqueue the group before waiting so Meilisearch stays busy.
         let mut tasks = Vec::with_capacity(group.len());
         for range in &group {
-            let task = ctx
-                .meili
-                .add_documents_ndjson(&ctx.uid, batch.payload_of(range.clone()), ctx.guard)
-                .await?;
-            tasks.push(task);
+            let payload = batch.payload_of(range.clone());
+            tasks.push(meili.add_documents_ndjson(uid, payload, guard).await?);
         }
         for (range, task) in group.into_iter().zip(tasks) {
             let outcome = ctx.meili.wait_for_task(task, ctx.guard).await?;

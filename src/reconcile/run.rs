@@ -15,7 +15,7 @@ use super::ctx::{Ctx, Run};
 use super::error::ReconcileError;
 use super::head_start;
 use super::options::{build_uid, SyncOptions};
-use super::plan::{self, IndexPlan, RebuildReason, Surveyed};
+use super::plan::{self, IndexPlan, RebuildReason};
 use super::summary::{CollectionSummary, RunSummary};
 use super::{exact, excluded, expiry, marker, orphans, rebuild, rejects, settings, sync};
 use crate::lease::Guard;
@@ -40,17 +40,26 @@ pub async fn reconcile(
     let run = Run::new(mongo_db, meili, opts, guard, progress);
     progress.phase("plan", 0);
     let survey = plan::survey(mongo_db, meili, opts).await?;
-    if !opts.deep && survey.indexes.iter().all(Surveyed::may_send_before_counts) {
-        let summaries = reconcile_with_head_start(&run, &survey).await?;
-        return Ok(finish(&run, summaries));
-    }
-    let plan = survey.counted(mongo_db, opts).await?;
-
-    // Structure and settings of every index before any document is written.
-    let mut summaries = Vec::new();
-    for index in &plan.indexes {
-        summaries.push(prepare_index(&run, index).await?);
-    }
+    let now = survey.now;
+    // No index needs its structure or settings changed (nor anything else
+    // that must precede indexing): each collection sweeps its expired
+    // documents, then counts while its small backlog is already sent
+    // ([`head_start`]), with nothing to prepare — a rebuild of a lost index
+    // recreates nothing — and counts taken before any write of the run.
+    let head_start = !opts.deep && survey.indexes.iter().all(IndexPlan::may_send_before_counts);
+    let (indexes, mut summaries) = if head_start {
+        let new = |i: &IndexPlan| CollectionSummary::new(i.collection, &i.index_uid);
+        let summaries = survey.indexes.iter().map(new).collect();
+        (survey.indexes, summaries)
+    } else {
+        let plan = survey.counted(mongo_db, opts).await?;
+        // Structure and settings of every index before any document is written.
+        let mut summaries = Vec::new();
+        for index in &plan.indexes {
+            summaries.push(prepare_index(&run, index).await?);
+        }
+        (plan.indexes, summaries)
+    };
 
     // The plan's counts are still the current ones when no settings task
     // ran since (on a large index one can take minutes); else each
@@ -59,63 +68,45 @@ pub async fn reconcile(
 
     // Then the collections side by side: while one waits for Meilisearch
     // or MongoDB the other progresses (each reports through its own lane).
-    let lanes: Vec<Lane> = plan.indexes.iter().map(|_| progress.lane()).collect();
-    let work = plan
-        .indexes
-        .iter()
-        .zip(summaries.iter_mut())
-        .zip(&lanes)
-        .map(|((index, summary), lane)| {
-            let ctx = run.ctx(index.collection, lane);
-            async move {
-                let before = BeforeCounts::default();
-                reconcile_collection(&ctx, index, plan_counts_current, summary, before).await
-            }
-        });
+    let lanes: Vec<Lane> = indexes.iter().map(|_| progress.lane()).collect();
+    let work =
+        indexes
+            .iter()
+            .zip(summaries.iter_mut())
+            .zip(&lanes)
+            .map(|((index, summary), lane)| {
+                let ctx = run.ctx(index.collection, lane);
+                async move {
+                    let (index, before) = match head_start {
+                        true => count_with_head_start(&ctx, index, now).await?,
+                        false => (index.clone(), BeforeCounts::default()),
+                    };
+                    reconcile_collection(&ctx, &index, plan_counts_current, summary, before).await
+                }
+            });
     futures::future::try_join_all(work).await?;
     drop(lanes);
 
     Ok(finish(&run, summaries))
 }
 
-/// [`reconcile`] when no index needs its structure or settings changed
-/// (nor anything else that must precede indexing,
-/// [`Surveyed::may_send_before_counts`]): both collections side by side,
-/// each sweeping its expired documents, then counting while its small
-/// backlog is already sent ([`head_start`]), then on as [`reconcile`]
-/// goes.
-async fn reconcile_with_head_start(
-    run: &Run<'_>,
-    survey: &plan::Survey,
-) -> Result<Vec<CollectionSummary>, ReconcileError> {
-    let lanes: Vec<Lane> = survey.indexes.iter().map(|_| run.progress.lane()).collect();
-    let work = survey.indexes.iter().zip(&lanes).map(|(surveyed, lane)| {
-        let ctx = run.ctx(surveyed.collection, lane);
-        async move {
-            let mut summary = CollectionSummary::new(surveyed.collection, &surveyed.index_uid);
-            // Swept before anything is sent, so that the index's count
-            // read after a sweep is the run's starting point.
-            let swept = sweep_expired(&ctx).await?;
-            let (index, head_start) =
-                head_start::count_with_head_start(&ctx, surveyed, survey.now).await?;
-            let before = BeforeCounts {
-                swept: Some(swept),
-                head_start,
-            };
-            // The structure and settings are right (else no head start),
-            // and a rebuild of a lost index recreates nothing: nothing to
-            // prepare. The counts were taken before any write of the run.
-            reconcile_collection(&ctx, &index, true, &mut summary, before).await?;
-            Ok::<_, ReconcileError>(summary)
-        }
-    });
-    let summaries = futures::future::try_join_all(work).await?;
-    drop(lanes);
-    Ok(summaries)
+/// The head start's way: sweeps the collection's expired documents, then
+/// counts while its small backlog is already sent ([`head_start`]).
+/// Returns the index's plan and what was done before it was decided.
+async fn count_with_head_start(
+    ctx: &Ctx<'_>,
+    surveyed: &IndexPlan,
+    now: mongodb::bson::DateTime,
+) -> Result<(IndexPlan, BeforeCounts), ReconcileError> {
+    // Swept before anything is sent, so that the index's count read after
+    // a sweep is the run's starting point.
+    let swept = Some(sweep_expired(ctx).await?);
+    let (index, head_start) = head_start::count_with_head_start(ctx, surveyed, now).await?;
+    Ok((index, BeforeCounts { swept, head_start }))
 }
 
 /// What a collection's work did before its plan was decided (the head
-/// start's way, [`reconcile_with_head_start`]).
+/// start's way, [`count_with_head_start`]).
 #[derive(Debug, Default)]
 pub(crate) struct BeforeCounts {
     /// The expiry sweep, when it ran: documents deleted, and the index's
@@ -171,14 +162,7 @@ pub(crate) async fn prepare_index(
         .is_some_and(RebuildReason::recreates_index);
     let diff = if recreate {
         ctx.phase("rebuild", 0);
-        rebuild::recreate_index(
-            meili,
-            &index.index_uid,
-            index.collection.primary_key(),
-            index.exists,
-            guard,
-        )
-        .await?;
+        rebuild::recreate_index(&ctx, &index.index_uid, index.exists).await?;
         let desired = settings::desired(&run.opts.filterable_attributes);
         settings::diff(&meili.settings(&index.index_uid).await?, &desired)
     } else {
@@ -216,19 +200,7 @@ pub(crate) async fn reconcile_collection(
 ) -> Result<(), ReconcileError> {
     let in_meili_now = reset_and_clean_up(ctx, index, summary, before.swept).await?;
     let checked = compare_or_count(ctx, index, plan_counts_current, in_meili_now, summary).await?;
-    if index.exact_comparison_pending {
-        // The flags are exact now (compared, or reset by the rebuild).
-        marker::clear(ctx.db, ctx.opts, &ctx.uid, ctx.guard).await?;
-    }
-    if index.leftover_build_index {
-        // We hold the lease, so no reindex is running: whatever
-        // `<uid>_reindex` holds (a half build, or the old index after a
-        // swap) is not live and goes.
-        let build = build_uid(&ctx.uid);
-        if ctx.drop_index(&build).await? {
-            tracing::info!(index = %build, "dropped the index an interrupted reindex left");
-        }
-    }
+    clear_reindex_leftovers(ctx, index).await?;
     let counts = match checked.counts {
         Some(counts) => counts,
         None => ctx.counts().await?,
@@ -237,6 +209,25 @@ pub(crate) async fn reconcile_collection(
     index_backlog(ctx, &counts, exempt, before.head_start, summary).await?;
     if checked.compare_ids {
         repair_drift(ctx, &counts, summary).await?;
+    }
+    Ok(())
+}
+
+/// What an interrupted reindex left, once the index's flags are exact
+/// (compared, or reset by a rebuild): its mark is cleared, and the build
+/// index dropped — we hold the lease, so no reindex is running: whatever
+/// `<uid>_reindex` holds (a half build, or the old index after a swap) is
+/// not live.
+pub(crate) async fn clear_reindex_leftovers(
+    ctx: &Ctx<'_>,
+    index: &IndexPlan,
+) -> Result<(), ReconcileError> {
+    if index.exact_comparison_pending {
+        marker::clear(ctx.db, ctx.opts, &ctx.uid, ctx.guard).await?;
+    }
+    let build = build_uid(&ctx.uid);
+    if index.leftover_build_index && ctx.drop_index(&build).await? {
+        tracing::info!(index = %build, "dropped the index an interrupted reindex left");
     }
     Ok(())
 }

@@ -80,9 +80,8 @@ pub(crate) async fn send_batches(
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Tally, ReconcileError> {
     let (ack_tx, ack_rx) = mpsc::channel::<Packed>(ACK_QUEUE_BATCHES);
-    let ack_tx = acknowledge.then_some(ack_tx); // dropped at once otherwise
     let (mut settled, acked) = tokio::try_join!(
-        enqueue_and_settle(ctx, rx, ack_tx, demand),
+        enqueue_and_settle(ctx, rx, acknowledge, ack_tx, demand),
         acknowledge_queue(ctx, ack_rx)
     )?;
     // What it indexed, not flags set on documents the index already held.
@@ -111,7 +110,8 @@ pub(crate) async fn send_batches(
 async fn enqueue_and_settle(
     ctx: &Ctx<'_>,
     mut rx: mpsc::Receiver<Batch>,
-    ack_tx: Option<mpsc::Sender<Packed>>,
+    acknowledge: bool,
+    ack_tx: mpsc::Sender<Packed>,
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Tally, ReconcileError> {
     let max_tasks = ctx.opts.in_flight.max(1);
@@ -142,14 +142,14 @@ async fn enqueue_and_settle(
                 let done: Done = done?;
                 settled.indexed += done.accepted.len() as u64;
                 settled.rejected.extend(done.rejected);
-                if ack_tx.is_some() && !done.accepted.is_empty() {
+                if acknowledge && !done.accepted.is_empty() {
                     unhanded.push_back((done.bytes, done.accepted));
                 } else {
                     bytes_held -= done.bytes;
                     ctx.advance(done.accepted.len() as u64);
                 }
             }
-            permit = reserve(ack_tx.as_ref()), if !unhanded.is_empty() => {
+            permit = ack_tx.reserve(), if !unhanded.is_empty() => {
                 ctx.phases.add(idle, waiting.elapsed());
                 let Ok(permit) = permit else {
                     // The acknowledger stopped; its error is reported.
@@ -181,16 +181,6 @@ async fn enqueue_and_settle(
     Ok(settled)
 }
 
-/// Room in the acknowledger's queue; never ready without an acknowledger.
-async fn reserve<T>(
-    tx: Option<&mpsc::Sender<T>>,
-) -> Result<mpsc::Permit<'_, T>, mpsc::error::SendError<()>> {
-    match tx {
-        Some(tx) => tx.reserve().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// The acknowledger: acknowledges queued documents version-exactly, one
 /// batch after another, until the sender is done.
 async fn acknowledge_queue(
@@ -206,8 +196,7 @@ async fn acknowledge_queue(
         }
         let started = Instant::now();
         let docs = packed.unpack();
-        let refs: Vec<&BatchDoc> = docs.iter().collect();
-        let mut acked = ack::acknowledge(ctx, &refs).await?;
+        let mut acked = ack::acknowledge(ctx, &docs).await?;
         ctx.phases.add(Phase::Ack, started.elapsed());
         if total.changed.len() + acked.changed.len() > max_changed_ids(ctx.opts) {
             total.changed_overflowed = true;
@@ -228,9 +217,8 @@ async fn acknowledge_queue(
 /// nothing, so nothing of it is searchable.
 async fn reread(ctx: &Ctx<'_>, refused: &[BatchDoc]) -> Result<Batch, ReconcileError> {
     let now = mongo::server_time(ctx.db).await?;
-    let refs: Vec<&BatchDoc> = refused.iter().collect();
     let mut batch = Batch::new();
-    for run in ack::same_type_runs(&refs) {
+    for run in ack::same_type_runs(refused) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let rules = &ctx.opts.rules;
         let docs =
@@ -263,10 +251,8 @@ pub(crate) async fn enqueue(ctx: &Ctx<'_>, batch: Batch) -> Result<Enqueued, Rec
     let (payload, docs) = batch.into_payload_and_docs();
     let docs = Packed::pack(docs);
     let bytes = payload.len();
-    let task = ctx
-        .meili
-        .add_documents_ndjson(&ctx.uid, payload, ctx.guard)
-        .await?;
+    let (meili, uid, guard) = (ctx.meili, &ctx.uid, ctx.guard);
+    let task = meili.add_documents_ndjson(uid, payload, guard).await?;
     ctx.phases.add(Phase::Send, sent.elapsed());
     Ok(Enqueued {
         docs,

@@ -19,17 +19,8 @@ const SET_VALUED: &[&str] = &[
 
 /// The desired settings object of every index.
 pub fn desired(filterable_attributes: &[String]) -> Map<String, Value> {
-    let mut settings = Map::new();
-    settings.insert(
-        "filterableAttributes".into(),
-        Value::Array(
-            filterable_attributes
-                .iter()
-                .map(|a| Value::String(a.clone()))
-                .collect(),
-        ),
-    );
-    settings
+    let filterable = Value::from(filterable_attributes);
+    Map::from_iter([("filterableAttributes".to_string(), filterable)])
 }
 
 /// The keys of `desired` whose value differs from `actual` (the whole
@@ -70,9 +61,8 @@ pub(crate) async fn apply(
         return Ok(Vec::new());
     }
     tracing::info!(index = uid, keys = ?diff.keys().collect::<Vec<_>>(), "applying settings");
-    let task = meili
-        .patch_settings(uid, &Value::Object(diff.clone()), guard)
-        .await?;
+    let body = Value::Object(diff.clone());
+    let task = meili.patch_settings(uid, &body, guard).await?;
     meili.wait_ok(task, "update settings", guard).await?;
     Ok(diff.keys().cloned().collect())
 }

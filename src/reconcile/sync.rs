@@ -24,7 +24,7 @@
 //! latest version. Memory is bounded by the settings (the formula is in the
 //! design document).
 //!
-//! The same sender serves a forced reindex's build ([`Feed::Indexable`]:
+//! The same sender serves a forced reindex's build ([`Read::Everything`]:
 //! every indexable document into the index `ctx.uid` names, with no
 //! acknowledgement — the flags describe the live index until the swap) and
 //! the exact comparison's repairs ([`super::exact`], which feeds its own
@@ -57,24 +57,6 @@ use crate::mongo::{self, id_key};
 /// the documents that changed while in flight, until none did (bounded: a
 /// document edited faster than it can be indexed is left to the next run).
 const MAX_PASSES: usize = 5;
-
-/// Which documents a pass reads, and whether it acknowledges them.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Feed {
-    /// Unindexed documents, each batch acknowledged once its task succeeded.
-    Unindexed,
-    /// Every indexable document whatever its flag, not acknowledged.
-    Indexable,
-}
-
-/// What one pass did.
-#[derive(Debug, Default)]
-pub(crate) struct PassOutcome {
-    /// Documents sent.
-    sent: u64,
-    /// What the sender did with them.
-    pub(crate) settled: Tally,
-}
 
 /// A pass reads by plain `_id` range pages (filtering in Rust) when it
 /// expects more than this many pages of documents, and with the unindexed
@@ -111,9 +93,9 @@ pub(crate) async fn index_unindexed(
     } else {
         Read::Filtered(backlog)
     };
-    let done = run_pass(ctx, Feed::Unindexed, read, already_rejected, None).await?;
-    tracing::debug!(index = %ctx.uid, pass = 1, ?read, sent = done.sent, indexed = done.settled.indexed, "indexing pass done");
-    send_changed_again(ctx, done.settled, backlog, already_rejected).await
+    let done = run_pass(ctx, read, already_rejected, None).await?;
+    tracing::debug!(index = %ctx.uid, pass = 1, ?read, indexed = done.indexed, "indexing pass done");
+    send_changed_again(ctx, done, backlog, already_rejected).await
 }
 
 /// After a first pass — a read of the collection ([`index_unindexed`]) or
@@ -142,29 +124,24 @@ pub(crate) async fn send_changed_again(
             tracing::info!(index = %ctx.uid, pass, kept_at_most = max_changed_ids(ctx.opts),
                 "many documents changed while in flight: reading the unindexed ones again");
             let read = Read::Filtered(backlog);
-            let done = run_pass(ctx, Feed::Unindexed, read, &rejected_ids, None).await?;
-            (changed, overflowed) = absorb(&mut outcome, done.settled, &mut rejected_ids);
+            let done = run_pass(ctx, read, &rejected_ids, None).await?;
+            (changed, overflowed) = absorb(&mut outcome, done, &mut rejected_ids);
             continue;
         }
         if changed.is_empty() {
             break;
         }
         let now = mongo::server_time(ctx.db).await?;
-        let docs: Vec<Document> = mongo::read_documents(
-            ctx.db,
-            rules,
-            ctx.collection,
-            &changed,
-            mongo::ReadBack::Ids,
-        )
-        .await?
-        .into_iter()
-        .filter(|d| {
-            let id = d.get("_id").unwrap_or(&Bson::Null);
-            mongo::is_unindexed(rules, ctx.collection, d, now)
-                && !rejected_ids.contains(&id_key(id))
-        })
-        .collect();
+        let by_ids = mongo::ReadBack::Ids;
+        let read = mongo::read_documents(ctx.db, rules, ctx.collection, &changed, by_ids).await?;
+        let docs: Vec<Document> = read
+            .into_iter()
+            .filter(|d| {
+                let id = d.get("_id").unwrap_or(&Bson::Null);
+                mongo::is_unindexed(rules, ctx.collection, d, now)
+                    && !rejected_ids.contains(&id_key(id))
+            })
+            .collect();
         tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
             "sending again the documents that changed while in flight");
         let settled = apply::index_documents(&scattered, docs, now).await?;
@@ -192,60 +169,60 @@ fn absorb(
     (changed, overflowed)
 }
 
-/// How a pass reads its documents from MongoDB.
+/// Which documents a pass reads from MongoDB, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Read {
-    /// Pages of the documents the feed selects, filtered by the server
-    /// (of the backlog, those [`mongo::Backlog`] selects).
+    /// Pages of the unindexed documents (of the backlog, those
+    /// [`mongo::Backlog`] selects), filtered by the server.
     Filtered(mongo::Backlog),
-    /// A plain `_id`-ordered scan of every document ([`mongo::Scan`]),
-    /// filtered in Rust ([`mongo::is_unindexed`], `searchable::is_searchable`).
+    /// The unindexed documents by a plain `_id`-ordered scan of every
+    /// document ([`mongo::Scan`]), filtered in Rust ([`mongo::is_unindexed`]).
     Plain,
+    /// Every indexable document whatever its flag, by a plain scan, not
+    /// acknowledged (a reindex's build).
+    Everything,
 }
 
-/// One pass over the documents `feed` selects (leaving out `skip`), sent
+/// One pass over the documents `read` selects (leaving out `skip`), sent
 /// into `ctx.uid`; its first page is `first` when given (read at its time,
 /// e.g. the head start's, `super::head_start`): it is cut and sent as the
 /// reader cuts a page it read, and one shorter than `sync.batch_docs` ends
 /// the pass.
 pub(crate) async fn run_pass(
     ctx: &Ctx<'_>,
-    feed: Feed,
     read: Read,
     skip: &HashSet<String>,
     first: Option<(DateTime, Vec<RawDocumentBuf>)>,
-) -> Result<PassOutcome, ReconcileError> {
+) -> Result<Tally, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
     let (demand_tx, demand_rx) = watch::channel(Demand::new());
     let page_size = ctx.opts.batch_docs.max(1);
     let reader = Reader {
         ctx,
-        feed,
         read,
         tx,
         demand: demand_rx,
         handed: 0,
         skip,
         first,
-        scan: (read == Read::Plain)
+        scan: (!matches!(read, Read::Filtered(_)))
             .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size)),
         page_size,
         after: None,
         batch: Batch::new(),
-        sent: 0,
     };
-    let (sent, settled) = tokio::try_join!(
+    let acknowledge = read != Read::Everything;
+    let ((), settled) = tokio::try_join!(
         reader.run(),
-        send_batches(ctx, matches!(feed, Feed::Unindexed), rx, Some(demand_tx))
+        send_batches(ctx, acknowledge, rx, Some(demand_tx))
     )?;
-    Ok(PassOutcome { sent, settled })
+    Ok(settled)
 }
 
-/// The reader stage of a pass: pages of the documents `feed` selects in,
+/// The reader stage of a pass: pages of the documents `read` selects in,
 /// batches out.
 struct Reader<'r, 'a> {
     ctx: &'r Ctx<'a>,
-    feed: Feed,
     read: Read,
     tx: mpsc::Sender<Batch>,
     /// What the sender asks for ([`Demand`]).
@@ -262,8 +239,6 @@ struct Reader<'r, 'a> {
     after: Option<Bson>,
     /// The batch being filled.
     batch: Batch,
-    /// Documents handed to the sender.
-    sent: u64,
 }
 
 /// How a page ended.
@@ -278,8 +253,8 @@ enum PageEnd {
 
 impl Reader<'_, '_> {
     /// Reads and cuts until the pass has read everything or the sender
-    /// stopped. Returns how many documents it handed to the sender.
-    async fn run(mut self) -> Result<u64, ReconcileError> {
+    /// stopped.
+    async fn run(mut self) -> Result<(), ReconcileError> {
         loop {
             // Before a page is read, the sender's demand: while it waits for
             // room in Meilisearch the reader waits here, holding no page and
@@ -293,10 +268,10 @@ impl Reader<'_, '_> {
             let wanted = demand.await.is_ok();
             self.ctx.phases.add(Phase::ReaderWaited, waiting.elapsed());
             if !wanted {
-                return Ok(self.sent); // the sender stopped; its error is reported
+                return Ok(()); // the sender stopped; its error is reported
             }
             match self.read_page().await? {
-                PageEnd::Last | PageEnd::SenderStopped => return Ok(self.sent),
+                PageEnd::Last | PageEnd::SenderStopped => return Ok(()),
                 PageEnd::Full => self.pause_between_pages().await?,
             }
         }
@@ -364,14 +339,12 @@ impl Reader<'_, '_> {
             let ended = part.len() < wanted;
             return Ok((part, ended));
         }
-        let backlog = match (self.feed, self.read) {
-            (Feed::Unindexed, Read::Filtered(backlog)) => Some(backlog),
+        let backlog = match self.read {
+            Read::Filtered(backlog) => Some(backlog),
             _ => None,
         };
-        let part = self
-            .ctx
-            .read_page(backlog, now, self.after.as_ref())
-            .await?;
+        let after = self.after.as_ref();
+        let part = self.ctx.read_page(backlog, now, after).await?;
         let ended = part.len() < self.page_size;
         Ok((part, ended))
     }
@@ -422,11 +395,12 @@ impl Reader<'_, '_> {
     /// Whether the pass sends `doc`: the branch of LibreChat's retention
     /// filter it is searchable in (what its acknowledgement checks again;
     /// a filtered page holds only searchable documents, by the same rule
-    /// and `now`), unless the feed does not want it or it is skipped.
+    /// and `now`), unless it is skipped or indexed and the pass reads only
+    /// the unindexed ones.
     fn wanted(&self, doc: &Document, now: DateTime) -> Option<Retention> {
         let rules = &self.ctx.opts.rules;
         let branch = searchable::searchable_branch(rules, self.ctx.collection, doc, now)?;
-        if matches!(self.feed, Feed::Unindexed) && markers::is_processed(rules, doc) {
+        if self.read != Read::Everything && markers::is_processed(rules, doc) {
             return None;
         }
         let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
@@ -444,12 +418,11 @@ impl Reader<'_, '_> {
         Ok(())
     }
 
-    /// Hands the batch being filled over to the sender, counted in `sent`
-    /// and in the demand, and starts a new one: the queue is empty unless
+    /// Hands the batch being filled over to the sender, counted in the
+    /// demand, and starts a new one: the queue is empty unless
     /// the page fills a second batch, which waits for it, counted as the
     /// reader waiting on the pipeline. `false`: the sender stopped.
     async fn cut(&mut self) -> bool {
-        self.sent += self.batch.len() as u64;
         let mut full = std::mem::replace(&mut self.batch, Batch::new());
         full.shrink_to_fit();
         self.handed += 1;

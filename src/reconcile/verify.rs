@@ -28,10 +28,10 @@ use serde::Serialize;
 use super::ctx::Run;
 use super::error::ReconcileError;
 use super::exact::{self, Comparison};
-use super::options::{build_uid, collections, SyncOptions};
-use super::run::{finish, prepare_index};
+use super::options::{collections, SyncOptions};
+use super::run::{clear_reindex_leftovers, finish, prepare_index};
 use super::summary::RunSummary;
-use super::{excluded, marker, plan};
+use super::{excluded, plan};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::Collection;
@@ -112,14 +112,8 @@ pub async fn repair(
         summary.verified = Some(comparison);
         summary.add(repairs);
         summary.add(excluded::clean_up(&ctx).await?);
-        // The comparison an interrupted reindex asked for is done, and a
-        // leftover build index is not live (we hold the lease).
-        if index.exact_comparison_pending {
-            marker::clear(db, opts, &index.index_uid, guard).await?;
-        }
-        if index.leftover_build_index {
-            ctx.drop_index(&build_uid(&index.index_uid)).await?;
-        }
+        // The comparison an interrupted reindex asked for is done.
+        clear_reindex_leftovers(&ctx, index).await?;
         summaries.push(summary);
     }
     Ok(finish(&run, summaries))
