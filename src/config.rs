@@ -671,10 +671,9 @@ fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError>
             .set_override(*key, value)
             .expect("static keys are valid paths");
     }
-    layer.build().map_err(|e| ConfigError::File {
-        path: "environment".into(),
-        reason: e.to_string(),
-    })
+    Ok(layer
+        .build()
+        .expect("string overrides of static keys build"))
 }
 
 /// A value as TOML would write it: `{ a = 1 }`, `["a", "b"]`, `"text"`.

@@ -19,7 +19,7 @@ use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{self, ReindexOptions};
 use meili_reconciler::serve;
-use meili_reconciler::servers::{self, Patience, Unreachable};
+use meili_reconciler::servers::{self, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use meili_reconciler::views;
@@ -227,12 +227,8 @@ fn main() -> ExitCode {
 
 async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit {
     let interactive = command.is_interactive();
-    let patience = if interactive {
-        Patience::interactive(settings.mongo.connect_timeout)
-    } else {
-        Patience::startup()
-    };
-    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, &patience).await {
+    let patience = interactive.then_some(settings.mongo.connect_timeout);
+    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, patience).await {
         Ok(connected) => connected,
         Err(error) => return unreachable(error, interactive),
     };
@@ -241,7 +237,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         return status(&db, &lease_opts, &settings, json).await;
     }
     let meili = servers::meili_client(&settings.meili);
-    if let Err(error) = servers::check_meili(&meili, &settings.meili, &patience).await {
+    if let Err(error) = servers::check_meili(&meili, &settings.meili, patience).await {
         return unreachable(error, interactive);
     }
     let reconciler = Reconciler {
