@@ -194,11 +194,11 @@ fn filterable_attributes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>,
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SyncSettings {
-    #[serde(deserialize_with = "setting::positive_count")]
+    #[serde(deserialize_with = "setting::whole::<1, { u64::MAX }, _, _>")]
     pub batch_docs: usize,
     #[serde(deserialize_with = "setting::size")]
     pub batch_bytes: usize,
-    #[serde(deserialize_with = "setting::positive_count")]
+    #[serde(deserialize_with = "setting::whole::<1, { u64::MAX }, _, _>")]
     pub in_flight: usize,
     /// At least `batch_bytes` ([`Settings::complete`]).
     #[serde(deserialize_with = "setting::size")]
@@ -207,7 +207,7 @@ pub struct SyncSettings {
     pub compare_memory: usize,
     #[serde(deserialize_with = "setting::whole::<1, MAX_ACK_WRITERS, _, _>")]
     pub ack_writers: usize,
-    #[serde(deserialize_with = "setting::count")]
+    #[serde(deserialize_with = "setting::whole::<0, { u64::MAX }, _, _>")]
     pub threshold: u64,
     #[serde(deserialize_with = "setting::duration")]
     pub delay: Duration,
@@ -305,7 +305,7 @@ impl<'de> Deserialize<'de> for PreImages {
 #[serde(deny_unknown_fields)]
 pub struct FollowOptions {
     /// A micro-batch is applied once it holds this many documents...
-    #[serde(deserialize_with = "setting::positive_count")]
+    #[serde(deserialize_with = "setting::whole::<1, { u64::MAX }, _, _>")]
     pub max_docs: usize,
     /// ...or once its first change is this old.
     #[serde(deserialize_with = "setting::positive_duration")]
