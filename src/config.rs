@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
@@ -427,12 +427,10 @@ impl Sources {
 
 /// Loads, layers and validates the settings.
 pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
+    let path = sources.config_file.as_deref().map(Path::display);
+    let path = path.map_or("config/default.toml".into(), |p| p.to_string());
     let file_error = |e: config::ConfigError| ConfigError::File {
-        path: sources
-            .config_file
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "config/default.toml".into()),
+        path: path.clone(),
         reason: e.to_string(),
     };
     let mut builder = Config::builder().add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml));
@@ -656,13 +654,9 @@ fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError>
             continue;
         };
         let value = if *var == "MEILI_SYNC_DELAY_MS" {
-            let ms: u64 = value.trim().parse().map_err(|_| {
-                ConfigError::invalid(
-                    "sync.delay",
-                    value,
-                    "MEILI_SYNC_DELAY_MS takes a whole number of milliseconds, e.g. 250",
-                )
-            })?;
+            let allowed = "MEILI_SYNC_DELAY_MS takes a whole number of milliseconds, e.g. 250";
+            let refused = |_| ConfigError::invalid("sync.delay", value, allowed);
+            let ms: u64 = value.trim().parse().map_err(refused)?;
             format!("{ms}ms")
         } else {
             value.clone()
@@ -685,10 +679,8 @@ fn render(value: &Value) -> String {
             items.iter().map(render).collect::<Vec<_>>().join(", ")
         ),
         ValueKind::Table(entries) => {
-            let mut entries: Vec<String> = entries
-                .iter()
-                .map(|(k, v)| format!("{k} = {}", render(v)))
-                .collect();
+            let entries = entries.iter().map(|(k, v)| format!("{k} = {}", render(v)));
+            let mut entries: Vec<String> = entries.collect();
             entries.sort();
             format!("{{ {} }}", entries.join(", "))
         }

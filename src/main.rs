@@ -179,11 +179,11 @@ fn main() -> ExitCode {
     telemetry::init(&settings.log.format, &replica);
     if !cli.command.is_interactive() {
         // Which build wrote the log: one line, before anything else.
+        let command = cli.command.name();
         tracing::info!(
             version = VERSION,
-            command = cli.command.name(),
-            "meili-reconciler {VERSION} starting `{}`",
-            cli.command.name()
+            command,
+            "meili-reconciler {VERSION} starting `{command}`"
         );
     }
     for set in &settings.librechat_overrides {
@@ -211,10 +211,7 @@ fn main() -> ExitCode {
     }
 
     memory::give_back_periodically();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let exit = runtime.block_on(dispatch(cli.command, settings, replica));
     // Leave without tearing the runtime down: the MongoDB driver's
     // background tasks may still be running (an error can end a command
@@ -438,10 +435,8 @@ async fn status(
     match read.await {
         Ok((status, mode, collections)) if json => {
             let mut value = serde_json::to_value(&status).expect("status serializes");
-            value
-                .as_object_mut()
-                .expect("the status is an object")
-                .extend(ModeView::status_fields(Some(&mode)));
+            let object = value.as_object_mut().expect("the status is an object");
+            object.extend(ModeView::status_fields(Some(&mode)));
             value["collections"] = serde_json::to_value(&collections).expect("the views serialize");
             show(&value, true, Exit::Done)
         }

@@ -141,12 +141,7 @@ pub async fn connect_mongo(
     ping.retry(backoff(interactive))
         .when(|e| !is_auth_failure(e))
         .notify(|e, delay| {
-            tracing::warn!(
-                server = %server,
-                error = %reason(e),
-                retry_in = ?delay,
-                "MongoDB not reachable yet"
-            )
+            tracing::warn!(server = %server, error = %reason(e), retry_in = ?delay, "MongoDB not reachable yet")
         })
         .await
         .map_err(unreachable)?;
