@@ -494,18 +494,16 @@ impl Settings {
     fn complete(mut self, raw: &Config) -> Result<Self, ConfigError> {
         // With search off (`SEARCH=false`) no server is reached: a replica
         // whose `.env` names none must still start and say so.
+        let missing = |key: &str, var: &str, example: &str| ConfigError::Missing {
+            key: key.into(),
+            hint: format!("set {var} (or {}), e.g. {example}", env_var_of(key)),
+        };
         if self.sync.enabled && !self.mongo.uri.is_set() {
-            return Err(ConfigError::Missing {
-                key: "mongo.uri".into(),
-                hint: "set MONGO_URI (or RECONCILER__MONGO__URI), e.g. mongodb://127.0.0.1:27017/LibreChat".into(),
-            });
+            let example = "mongodb://127.0.0.1:27017/LibreChat";
+            return Err(missing("mongo.uri", "MONGO_URI", example));
         }
         if self.sync.enabled && self.meili.host.is_empty() {
-            return Err(ConfigError::Missing {
-                key: "meili.host".into(),
-                hint: "set MEILI_HOST (or RECONCILER__MEILI__HOST), e.g. http://127.0.0.1:7700"
-                    .into(),
-            });
+            return Err(missing("meili.host", "MEILI_HOST", "http://127.0.0.1:7700"));
         }
         let mongo = &mut self.mongo;
         if mongo.database.is_empty() {
@@ -521,14 +519,10 @@ impl Settings {
         (self.lease.check_timings())
             .map_err(|e| ConfigError::invalid(e.key(), shown(raw, e.key()), e.allowed()))?;
         if self.sync.max_bytes_in_flight < self.sync.batch_bytes {
-            return Err(ConfigError::invalid(
-                "sync.max_bytes_in_flight",
-                shown(raw, "sync.max_bytes_in_flight"),
-                format!(
-                    "a size ≥ sync.batch_bytes ({}) such as \"256MiB\"",
-                    shown(raw, "sync.batch_bytes")
-                ),
-            ));
+            let batch_bytes = shown(raw, "sync.batch_bytes");
+            let allowed = format!("a size ≥ sync.batch_bytes ({batch_bytes}) such as \"256MiB\"");
+            let key = "sync.max_bytes_in_flight";
+            return Err(ConfigError::invalid(key, shown(raw, key), allowed));
         }
         self.follow.interval = self.serve.interval;
         self.follow.poll_every = self.lease.poll_every;

@@ -105,11 +105,9 @@ pub fn spawn_progress_reporter(
             return;
         }
         let bar = ProgressBar::new(0);
-        bar.set_style(
-            ProgressStyle::with_template("{msg:>20} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})")
-                .expect("static template")
-                .progress_chars("=> "),
-        );
+        let template = "{msg:>20} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})";
+        let style = ProgressStyle::with_template(template).expect("static template");
+        bar.set_style(style.progress_chars("=> "));
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {

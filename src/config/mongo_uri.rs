@@ -158,11 +158,10 @@ fn uri_passwords(uri: &str) -> Vec<String> {
     let before_options = rest.split('?').next().unwrap_or("");
     let mut secrets = Vec::new();
     for part in [before_options, rest] {
-        if let Some((userinfo, _)) = part.rsplit_once('@') {
-            if let Some((_, password)) = userinfo.split_once(':') {
-                secrets.push(password.to_string());
-                secrets.push(percent_decode(password));
-            }
+        let userinfo = part.rsplit_once('@').map_or("", |(userinfo, _)| userinfo);
+        if let Some((_, password)) = userinfo.split_once(':') {
+            secrets.push(password.to_string());
+            secrets.push(percent_decode(password));
         }
     }
     secrets.retain(|s| !s.is_empty());
@@ -173,16 +172,9 @@ fn uri_passwords(uri: &str) -> Vec<String> {
 /// `authMechanismProperties` each `KEY:value` entry and each value.
 fn uri_option_secrets(uri: &str) -> Vec<String> {
     let mut secrets = Vec::new();
-    let Some((_, options)) = uri.split_once('?') else {
-        return secrets;
-    };
-    for pair in options.split('&') {
-        let Some((key, value)) = pair.split_once('=') else {
-            continue;
-        };
-        if !is_secret_option(key) {
-            continue;
-        }
+    let options = uri.split_once('?').map_or("", |(_, options)| options);
+    let pairs = options.split('&').filter_map(|pair| pair.split_once('='));
+    for (_, value) in pairs.filter(|(key, _)| is_secret_option(key)) {
         let decoded = percent_decode(value);
         secrets.push(value.to_string());
         for property in decoded.split(',') {
