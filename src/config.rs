@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
@@ -194,11 +194,11 @@ fn filterable_attributes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>,
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SyncSettings {
-    #[serde(deserialize_with = "setting::positive_count")]
+    #[serde(deserialize_with = "setting::whole::<1, { u64::MAX }, _, _>")]
     pub batch_docs: usize,
     #[serde(deserialize_with = "setting::size")]
     pub batch_bytes: usize,
-    #[serde(deserialize_with = "setting::positive_count")]
+    #[serde(deserialize_with = "setting::whole::<1, { u64::MAX }, _, _>")]
     pub in_flight: usize,
     /// At least `batch_bytes` ([`Settings::complete`]).
     #[serde(deserialize_with = "setting::size")]
@@ -207,7 +207,7 @@ pub struct SyncSettings {
     pub compare_memory: usize,
     #[serde(deserialize_with = "setting::whole::<1, MAX_ACK_WRITERS, _, _>")]
     pub ack_writers: usize,
-    #[serde(deserialize_with = "setting::count")]
+    #[serde(deserialize_with = "setting::whole::<0, { u64::MAX }, _, _>")]
     pub threshold: u64,
     #[serde(deserialize_with = "setting::duration")]
     pub delay: Duration,
@@ -305,7 +305,7 @@ impl<'de> Deserialize<'de> for PreImages {
 #[serde(deny_unknown_fields)]
 pub struct FollowOptions {
     /// A micro-batch is applied once it holds this many documents...
-    #[serde(deserialize_with = "setting::positive_count")]
+    #[serde(deserialize_with = "setting::whole::<1, { u64::MAX }, _, _>")]
     pub max_docs: usize,
     /// ...or once its first change is this old.
     #[serde(deserialize_with = "setting::positive_duration")]
@@ -427,12 +427,10 @@ impl Sources {
 
 /// Loads, layers and validates the settings.
 pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
+    let path = sources.config_file.as_deref().map(Path::display);
+    let path = path.map_or("config/default.toml".into(), |p| p.to_string());
     let file_error = |e: config::ConfigError| ConfigError::File {
-        path: sources
-            .config_file
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "config/default.toml".into()),
+        path: path.clone(),
         reason: e.to_string(),
     };
     let mut builder = Config::builder().add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml));
@@ -496,18 +494,16 @@ impl Settings {
     fn complete(mut self, raw: &Config) -> Result<Self, ConfigError> {
         // With search off (`SEARCH=false`) no server is reached: a replica
         // whose `.env` names none must still start and say so.
+        let missing = |key: &str, var: &str, example: &str| ConfigError::Missing {
+            key: key.into(),
+            hint: format!("set {var} (or {}), e.g. {example}", env_var_of(key)),
+        };
         if self.sync.enabled && !self.mongo.uri.is_set() {
-            return Err(ConfigError::Missing {
-                key: "mongo.uri".into(),
-                hint: "set MONGO_URI (or RECONCILER__MONGO__URI), e.g. mongodb://127.0.0.1:27017/LibreChat".into(),
-            });
+            let example = "mongodb://127.0.0.1:27017/LibreChat";
+            return Err(missing("mongo.uri", "MONGO_URI", example));
         }
         if self.sync.enabled && self.meili.host.is_empty() {
-            return Err(ConfigError::Missing {
-                key: "meili.host".into(),
-                hint: "set MEILI_HOST (or RECONCILER__MEILI__HOST), e.g. http://127.0.0.1:7700"
-                    .into(),
-            });
+            return Err(missing("meili.host", "MEILI_HOST", "http://127.0.0.1:7700"));
         }
         let mongo = &mut self.mongo;
         if mongo.database.is_empty() {
@@ -523,14 +519,10 @@ impl Settings {
         (self.lease.check_timings())
             .map_err(|e| ConfigError::invalid(e.key(), shown(raw, e.key()), e.allowed()))?;
         if self.sync.max_bytes_in_flight < self.sync.batch_bytes {
-            return Err(ConfigError::invalid(
-                "sync.max_bytes_in_flight",
-                shown(raw, "sync.max_bytes_in_flight"),
-                format!(
-                    "a size ≥ sync.batch_bytes ({}) such as \"256MiB\"",
-                    shown(raw, "sync.batch_bytes")
-                ),
-            ));
+            let batch_bytes = shown(raw, "sync.batch_bytes");
+            let allowed = format!("a size ≥ sync.batch_bytes ({batch_bytes}) such as \"256MiB\"");
+            let key = "sync.max_bytes_in_flight";
+            return Err(ConfigError::invalid(key, shown(raw, key), allowed));
         }
         self.follow.interval = self.serve.interval;
         self.follow.poll_every = self.lease.poll_every;
@@ -656,13 +648,9 @@ fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError>
             continue;
         };
         let value = if *var == "MEILI_SYNC_DELAY_MS" {
-            let ms: u64 = value.trim().parse().map_err(|_| {
-                ConfigError::invalid(
-                    "sync.delay",
-                    value,
-                    "MEILI_SYNC_DELAY_MS takes a whole number of milliseconds, e.g. 250",
-                )
-            })?;
+            let allowed = "MEILI_SYNC_DELAY_MS takes a whole number of milliseconds, e.g. 250";
+            let refused = |_| ConfigError::invalid("sync.delay", value, allowed);
+            let ms: u64 = value.trim().parse().map_err(refused)?;
             format!("{ms}ms")
         } else {
             value.clone()
@@ -671,10 +659,9 @@ fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError>
             .set_override(*key, value)
             .expect("static keys are valid paths");
     }
-    layer.build().map_err(|e| ConfigError::File {
-        path: "environment".into(),
-        reason: e.to_string(),
-    })
+    Ok(layer
+        .build()
+        .expect("string overrides of static keys build"))
 }
 
 /// A value as TOML would write it: `{ a = 1 }`, `["a", "b"]`, `"text"`.
@@ -686,10 +673,8 @@ fn render(value: &Value) -> String {
             items.iter().map(render).collect::<Vec<_>>().join(", ")
         ),
         ValueKind::Table(entries) => {
-            let mut entries: Vec<String> = entries
-                .iter()
-                .map(|(k, v)| format!("{k} = {}", render(v)))
-                .collect();
+            let entries = entries.iter().map(|(k, v)| format!("{k} = {}", render(v)));
+            let mut entries: Vec<String> = entries.collect();
             entries.sort();
             format!("{{ {} }}", entries.join(", "))
         }

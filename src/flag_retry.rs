@@ -22,6 +22,7 @@ use backon::BackoffBuilder;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
 
 use crate::lease::{Guard, LeaseLost};
+use crate::retry::FLAG_WRITES_FOR;
 
 /// Flag writes sent again in this process so far (also the
 /// `reconciler_flag_write_retries_total` metric).
@@ -90,23 +91,19 @@ where
     let mut delays = crate::retry::flag_writes().build();
     loop {
         guard.check()?;
-        match write().await {
+        let error = match write().await {
             Ok(value) => return Ok(value),
-            Err(Attempt::Final(error)) => return Err(error),
-            Err(Attempt::Transient(error)) => {
-                if started.elapsed() >= crate::retry::FLAG_WRITES_FOR {
-                    return Err(error);
-                }
-                let delay = delays.next().unwrap_or(Duration::from_secs(5));
-                tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64,
-                    "{what}: transient MongoDB error; the write is idempotent, sending it again");
-                RETRIES.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::flag_write_retried();
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = guard.cancelled() => {}
-                }
-            }
+            Err(Attempt::Transient(error)) if started.elapsed() < FLAG_WRITES_FOR => error,
+            Err(Attempt::Transient(error) | Attempt::Final(error)) => return Err(error),
+        };
+        let delay = delays.next().unwrap_or(Duration::from_secs(5));
+        tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64,
+            "{what}: transient MongoDB error; the write is idempotent, sending it again");
+        RETRIES.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::flag_write_retried();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = guard.cancelled() => {}
         }
     }
 }

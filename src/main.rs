@@ -19,7 +19,7 @@ use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
 use meili_reconciler::reconcile::{self, ReindexOptions};
 use meili_reconciler::serve;
-use meili_reconciler::servers::{self, Patience, Unreachable};
+use meili_reconciler::servers::{self, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
 use meili_reconciler::telemetry;
 use meili_reconciler::views;
@@ -179,11 +179,11 @@ fn main() -> ExitCode {
     telemetry::init(&settings.log.format, &replica);
     if !cli.command.is_interactive() {
         // Which build wrote the log: one line, before anything else.
+        let command = cli.command.name();
         tracing::info!(
             version = VERSION,
-            command = cli.command.name(),
-            "meili-reconciler {VERSION} starting `{}`",
-            cli.command.name()
+            command,
+            "meili-reconciler {VERSION} starting `{command}`"
         );
     }
     for set in &settings.librechat_overrides {
@@ -211,10 +211,7 @@ fn main() -> ExitCode {
     }
 
     memory::give_back_periodically();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let exit = runtime.block_on(dispatch(cli.command, settings, replica));
     // Leave without tearing the runtime down: the MongoDB driver's
     // background tasks may still be running (an error can end a command
@@ -227,12 +224,8 @@ fn main() -> ExitCode {
 
 async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit {
     let interactive = command.is_interactive();
-    let patience = if interactive {
-        Patience::interactive(settings.mongo.connect_timeout)
-    } else {
-        Patience::startup()
-    };
-    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, &patience).await {
+    let patience = interactive.then_some(settings.mongo.connect_timeout);
+    let (_mongo_client, db) = match servers::connect_mongo(&settings.mongo, patience).await {
         Ok(connected) => connected,
         Err(error) => return unreachable(error, interactive),
     };
@@ -241,10 +234,10 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
         return status(&db, &lease_opts, &settings, json).await;
     }
     let meili = servers::meili_client(&settings.meili);
-    if let Err(error) = servers::check_meili(&meili, &settings.meili, &patience).await {
+    if let Err(error) = servers::check_meili(&meili, &settings.meili, patience).await {
         return unreachable(error, interactive);
     }
-    let reconciler = Reconciler {
+    let mut reconciler = Reconciler {
         db,
         meili,
         sync: job::sync_options(&settings),
@@ -259,14 +252,24 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             force,
             deep,
             wait_timeout,
-        } => once(reconciler, lease_opts, force, deep, wait_timeout).await,
+        } => {
+            reconciler.sync.force = force;
+            reconciler.sync.deep = deep;
+            // A deep comparison is asked for by name: a fresh completion
+            // (which compared no contents) does not satisfy it.
+            let lease_opts = under_lease(lease_opts, wait_timeout, force || deep, false);
+            leased(false, |progress, stop| {
+                job::reconcile_once(&reconciler, &lease_opts, progress, stop)
+            })
+            .await
+        }
         Command::Reindex {
             index: only,
             in_place,
             wait_timeout,
         } => {
             let options = ReindexOptions { only, in_place };
-            let lease_opts = own_run(lease_opts, wait_timeout);
+            let lease_opts = under_lease(lease_opts, wait_timeout, true, true);
             leased(false, |progress, stop| {
                 job::reindex(&reconciler, &options, &lease_opts, progress, stop)
             })
@@ -279,7 +282,10 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             wait_timeout,
         } => match repair {
             false => verify(&reconciler, only, json).await,
-            true => verify_repair(reconciler, own_run(lease_opts, wait_timeout), only, json).await,
+            true => {
+                let lease_opts = under_lease(lease_opts, wait_timeout, true, true);
+                verify_repair(reconciler, lease_opts, only, json).await
+            }
         },
         Command::Run => {
             let shutdown = Shutdown::on_signals();
@@ -292,36 +298,22 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
     }
 }
 
-/// The lease options of a command that needs a run of its own (`reindex`,
-/// `verify --repair`): no completion satisfies it, and a replica following
-/// change streams is asked to hand the lease over.
-fn own_run(mut lease_opts: lease::LeaseOptions, wait_timeout: Duration) -> lease::LeaseOptions {
-    lease_opts.force = true;
-    lease_opts.own_run_only = true;
+/// The lease options of a command under the lease (`once`, `reindex`,
+/// `verify --repair`): a replica following change streams is asked to hand
+/// the lease over, another owner is waited for up to `wait_timeout`. With
+/// `force` no completion satisfies it; with `own_run` (`reindex`, `verify
+/// --repair`) only a run of its own does.
+fn under_lease(
+    mut lease_opts: lease::LeaseOptions,
+    wait_timeout: Duration,
+    force: bool,
+    own_run: bool,
+) -> lease::LeaseOptions {
+    lease_opts.force = force;
+    lease_opts.own_run_only = own_run;
     lease_opts.request_handover = true;
     lease_opts.wait_timeout = Some(wait_timeout);
     lease_opts
-}
-
-/// `once`: one reconciliation under the lease, or the owner's.
-async fn once(
-    mut reconciler: Reconciler,
-    mut lease_opts: lease::LeaseOptions,
-    force: bool,
-    deep: bool,
-    wait_timeout: Duration,
-) -> Exit {
-    // A deep comparison is asked for by name: a fresh completion (which
-    // compared no contents) does not satisfy it.
-    lease_opts.force = force || deep;
-    lease_opts.request_handover = true;
-    lease_opts.wait_timeout = Some(wait_timeout);
-    reconciler.sync.force = force;
-    reconciler.sync.deep = deep;
-    leased(false, |progress, stop| {
-        job::reconcile_once(&reconciler, &lease_opts, progress, stop)
-    })
-    .await
 }
 
 /// `verify --repair`: the repairing exact comparison under the lease.
@@ -331,20 +323,13 @@ async fn verify_repair(
     only: Option<Collection>,
     json: bool,
 ) -> Exit {
+    let repair = |guard: lease::Guard, progress: Progress| {
+        let Reconciler { db, meili, sync } = reconciler.clone();
+        async move { reconcile::verify::repair(&db, &meili, &sync, only, &guard, &progress).await }
+    };
+    let db = &reconciler.db;
     leased(json, |progress, stop| {
-        job::run_leased(
-            &reconciler.db,
-            &lease_opts,
-            progress,
-            stop,
-            |guard, progress| {
-                let r = reconciler.clone();
-                async move {
-                    reconcile::verify::repair(&r.db, &r.meili, &r.sync, only, &guard, &progress)
-                        .await
-                }
-            },
-        )
+        job::run_leased(db, &lease_opts, progress, stop, repair)
     })
     .await
 }
@@ -357,10 +342,8 @@ where
     Fut: std::future::Future<Output = RunOutcome>,
 {
     let shutdown = Shutdown::on_signals();
-    finish(
-        with_progress(|progress| work(progress, shutdown.token())).await,
-        json,
-    )
+    let outcome = with_progress(|progress| work(progress, shutdown.token())).await;
+    finish(outcome, json)
 }
 
 /// Runs `work` with a progress reporter (log lines, and a bar on a terminal).
@@ -418,15 +401,9 @@ async fn plan(reconciler: &Reconciler, json: bool) -> Exit {
 /// lease. Exit 0 clean, 1 differences found (or the comparison failed), 4 a
 /// server unreachable.
 async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -> Exit {
+    let (db, meili, sync) = (&reconciler.db, &reconciler.meili, &reconciler.sync);
     let report = with_progress(|progress| async move {
-        reconcile::verify::verify(
-            &reconciler.db,
-            &reconciler.meili,
-            &reconciler.sync,
-            only,
-            &progress,
-        )
-        .await
+        reconcile::verify::verify(db, meili, sync, only, &progress).await
     })
     .await;
     match report {
@@ -458,10 +435,8 @@ async fn status(
     match read.await {
         Ok((status, mode, collections)) if json => {
             let mut value = serde_json::to_value(&status).expect("status serializes");
-            value
-                .as_object_mut()
-                .expect("the status is an object")
-                .extend(ModeView::status_fields(Some(&mode)));
+            let object = value.as_object_mut().expect("the status is an object");
+            object.extend(ModeView::status_fields(Some(&mode)));
             value["collections"] = serde_json::to_value(&collections).expect("the views serialize");
             show(&value, true, Exit::Done)
         }

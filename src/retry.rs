@@ -68,7 +68,7 @@ pub(crate) const SERVER_STARTUP_ATTEMPTS: usize = 5;
 /// between [`SERVER_STARTUP_ATTEMPTS`] attempts, about 15 s in all. Long
 /// enough for a server still starting beside us (same compose file, same
 /// pod), short enough for a deploy job to fail fast with exit code 4.
-/// Interactive commands try once instead (`servers::Patience::interactive`).
+/// Interactive commands try once instead (`servers::connect_mongo`).
 pub(crate) fn server_startup() -> ExponentialBuilder {
     doubling(Duration::from_millis(500), Duration::from_secs(8))
         .with_jitter()

@@ -12,11 +12,10 @@
 //! bad configuration, exit 2); what parsing it here can still fail on is a
 //! `mongodb+srv://` DNS lookup, which is an unreachable server.
 //!
-//! How long to keep trying is the caller's [`Patience`]: `once`/`run`/`reindex`
-//! wait for servers still starting beside them ([`Patience::startup`], a
-//! bounded retry, [`crate::retry::server_startup`]); interactive commands (`plan`,
-//! `status`, …) try once and give up within `mongo.connect_timeout`
-//! ([`Patience::interactive`]).
+//! How long to keep trying is the caller's ([`backoff`]): `once`/`run`/`reindex`
+//! wait for servers still starting beside them (a bounded retry,
+//! [`crate::retry::server_startup`]); interactive commands (`plan`,
+//! `status`, …) try once and give up within `mongo.connect_timeout`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,38 +42,16 @@ pub struct Unreachable {
     pub reason: String,
 }
 
-/// How long a command keeps trying to reach a server before giving up.
-#[derive(Clone, Debug)]
-pub struct Patience {
-    /// Attempts in all (1: no retry).
-    attempts: usize,
-    /// Upper bound of one attempt at Meilisearch (MongoDB's is
-    /// `mongo.connect_timeout`); `None`: `meili.request_timeout`.
-    attempt_timeout: Option<Duration>,
-}
-
-impl Patience {
-    /// The [`retry::server_startup`] policy: for a server that is still
-    /// starting beside us.
-    pub fn startup() -> Self {
-        Patience {
-            attempts: retry::SERVER_STARTUP_ATTEMPTS,
-            attempt_timeout: None,
-        }
-    }
-
-    /// One attempt, bounded by `connect_timeout` (`mongo.connect_timeout`): an
-    /// operator at a terminal learns at once that a server is down.
-    pub fn interactive(connect_timeout: Duration) -> Self {
-        Patience {
-            attempts: 1,
-            attempt_timeout: Some(connect_timeout),
-        }
-    }
-
-    fn backoff(&self) -> ExponentialBuilder {
-        retry::server_startup().with_max_times(self.attempts.saturating_sub(1))
-    }
+/// The retries of a reachability check: none for an interactive command
+/// (`interactive`: its `mongo.connect_timeout`, see [`connect_mongo`]), else
+/// [`retry::server_startup`], for a server that is still starting beside us.
+fn backoff(interactive: Option<Duration>) -> ExponentialBuilder {
+    let retries = if interactive.is_some() {
+        0
+    } else {
+        retry::SERVER_STARTUP_ATTEMPTS - 1
+    };
+    retry::server_startup().with_max_times(retries)
 }
 
 /// MongoDB refused the credentials: the driver's authentication error, or
@@ -89,23 +66,7 @@ fn is_auth_failure(error: &MongoError) -> bool {
 
 /// The last failed heartbeat of the driver's monitor: why no server could be
 /// selected, which the selection error itself only buries in a topology dump.
-#[derive(Clone, Default)]
-struct LastHeartbeatFailure(Arc<Mutex<Option<(ServerAddress, MongoError)>>>);
-
-impl LastHeartbeatFailure {
-    fn handler(&self) -> EventHandler<SdamEvent> {
-        let slot = self.0.clone();
-        EventHandler::callback(move |event| {
-            if let SdamEvent::ServerHeartbeatFailed(failed) = event {
-                *slot.lock().expect("poisoned") = Some((failed.server_address, failed.failure));
-            }
-        })
-    }
-
-    fn get(&self) -> Option<(ServerAddress, MongoError)> {
-        self.0.lock().expect("poisoned").clone()
-    }
-}
+type LastHeartbeatFailure = Arc<Mutex<Option<(ServerAddress, MongoError)>>>;
 
 /// The cause of a MongoDB error, in one line without the driver's framing.
 fn mongo_cause(error: &MongoError) -> String {
@@ -127,7 +88,7 @@ fn mongo_reason(error: &MongoError, last: &LastHeartbeatFailure, timeout: Durati
         );
     }
     if matches!(error.kind.as_ref(), ErrorKind::ServerSelection { .. }) {
-        return match last.get() {
+        return match last.lock().expect("poisoned").clone() {
             Some((address, failure)) => format!("{} ({address})", mongo_cause(&failure)),
             None => format!(
                 "no server answered within {} (mongo.connect_timeout)",
@@ -139,9 +100,12 @@ fn mongo_reason(error: &MongoError, last: &LastHeartbeatFailure, timeout: Durati
 }
 
 /// Connects to MongoDB and checks it answers `ping`; returns the database.
+/// `interactive`: an operator's command at a terminal, which tries once,
+/// bounded by this (`mongo.connect_timeout`), to learn at once that a server
+/// is down; `None`: retried as [`retry::server_startup`] says.
 pub async fn connect_mongo(
     settings: &MongoSettings,
-    patience: &Patience,
+    interactive: Option<Duration>,
 ) -> Result<(mongodb::Client, mongodb::Database), Unreachable> {
     let server = format!("MongoDB at {}", settings.uri.redacted());
     let last_failure = LastHeartbeatFailure::default();
@@ -165,19 +129,19 @@ pub async fn connect_mongo(
         .get_or_insert_with(|| "meili-reconciler".into());
     options.connect_timeout = Some(timeout);
     options.server_selection_timeout = Some(timeout);
-    options.sdam_event_handler = Some(last_failure.handler());
+    let slot = last_failure.clone();
+    options.sdam_event_handler = Some(EventHandler::callback(move |event| {
+        if let SdamEvent::ServerHeartbeatFailed(failed) = event {
+            *slot.lock().expect("poisoned") = Some((failed.server_address, failed.failure));
+        }
+    }));
     let client = mongodb::Client::with_options(options).map_err(unreachable)?;
     let db = client.database(&settings.database);
     let ping = || async { db.run_command(doc! { "ping": 1 }).await };
-    ping.retry(patience.backoff())
+    ping.retry(backoff(interactive))
         .when(|e| !is_auth_failure(e))
         .notify(|e, delay| {
-            tracing::warn!(
-                server = %server,
-                error = %reason(e),
-                retry_in = ?delay,
-                "MongoDB not reachable yet"
-            )
+            tracing::warn!(server = %server, error = %reason(e), retry_in = ?delay, "MongoDB not reachable yet")
         })
         .await
         .map_err(unreachable)?;
@@ -192,16 +156,17 @@ pub fn meili_client(settings: &MeiliSettings) -> Meili {
 }
 
 /// Checks Meilisearch answers `/health` and accepts the key (by listing one
-/// task, which needs it). A rejected key is not retried.
+/// task, which needs it). A rejected key is not retried. `interactive`: as
+/// for [`connect_mongo`], also bounding the attempt at Meilisearch.
 pub async fn check_meili(
     meili: &Meili,
     settings: &MeiliSettings,
-    patience: &Patience,
+    interactive: Option<Duration>,
 ) -> Result<(), Unreachable> {
     let server = format!("Meilisearch at {}", redact_uri(&settings.host));
     // Each probe tries once: the retry below is the only retry loop.
     let mut probe_client = meili.clone().with_retry_for(Duration::ZERO);
-    if let Some(limit) = patience.attempt_timeout {
+    if let Some(limit) = interactive {
         probe_client = probe_client.with_request_timeout(limit.min(settings.request_timeout));
     }
     let probe = || async {
@@ -209,7 +174,7 @@ pub async fn check_meili(
         probe_client.tasks("limit=1").await.map(|_| ())
     };
     probe
-        .retry(patience.backoff())
+        .retry(backoff(interactive))
         .when(|e: &MeiliError| matches!(e, MeiliError::Unreachable { .. }))
         .notify(|e, delay| {
             tracing::warn!(server = %server, error = %e, retry_in = ?delay, "Meilisearch not reachable yet")

@@ -114,16 +114,6 @@ pub(crate) fn whole<'de, const MIN: u64, const MAX: u64, D: Deserializer<'de>, T
     })
 }
 
-/// A whole number ≥ 0.
-pub(crate) fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    whole::<0, { u64::MAX }, D, u64>(d)
-}
-
-/// A whole number ≥ 1.
-pub(crate) fn positive_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    whole::<1, { u64::MAX }, D, usize>(d)
-}
-
 pub(crate) fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     let allowed = "true or false (also 1/0, yes/no, on/off)";
     parse(d, BOOLEAN, allowed, |t| {

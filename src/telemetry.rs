@@ -48,34 +48,21 @@ pub fn init(format: &LogFormat, replica: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    let replica = replica.to_string();
     // A second init (tests) keeps the first subscriber.
     let _ = if json {
-        builder
-            .event_format(WithReplica {
-                replica: replica.to_string(),
-                json: true,
-                inner: format::format().json().flatten_event(true),
-            })
-            .fmt_fields(format::JsonFields::new())
-            .try_init()
+        let format = WithReplica(replica, true, format::format().json().flatten_event(true));
+        let fields = format::JsonFields::new();
+        builder.event_format(format).fmt_fields(fields).try_init()
     } else {
-        builder
-            .event_format(WithReplica {
-                replica: replica.to_string(),
-                json: false,
-                inner: format::format().with_target(false),
-            })
-            .try_init()
+        let format = WithReplica(replica, false, format::format().with_target(false));
+        builder.event_format(format).try_init()
     };
 }
 
-/// Adds the replica id to every line: a `replica` field in JSON, a prefix
-/// in the human format.
-struct WithReplica<F> {
-    replica: String,
-    json: bool,
-    inner: F,
-}
+/// Adds the replica id (`.0`) to every line the format `.2` writes: a
+/// `replica` field in JSON (`.1`), a prefix in the human format.
+struct WithReplica<F>(String, bool, F);
 
 impl<S, N, F> FormatEvent<S, N> for WithReplica<F>
 where
@@ -89,16 +76,16 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        if !self.json {
-            write!(writer, "[{}] ", self.replica)?;
-            return self.inner.format_event(ctx, writer, event);
+        let WithReplica(replica, json, inner) = self;
+        if !json {
+            write!(writer, "[{replica}] ")?;
+            return inner.format_event(ctx, writer, event);
         }
         let mut line = String::new();
-        self.inner
-            .format_event(ctx, Writer::new(&mut line), event)?;
+        inner.format_event(ctx, Writer::new(&mut line), event)?;
         match line.strip_prefix('{') {
             Some(rest) => {
-                let id = serde_json::to_string(&self.replica).map_err(|_| fmt::Error)?;
+                let id = serde_json::to_string(replica).map_err(|_| fmt::Error)?;
                 write!(writer, "{{\"replica\":{id},{rest}")
             }
             None => writer.write_str(&line),
@@ -118,11 +105,9 @@ pub fn spawn_progress_reporter(
             return;
         }
         let bar = ProgressBar::new(0);
-        bar.set_style(
-            ProgressStyle::with_template("{msg:>20} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})")
-                .expect("static template")
-                .progress_chars("=> "),
-        );
+        let template = "{msg:>20} [{bar:40}] {pos}/{len} ({per_sec}, ETA {eta})";
+        let style = ProgressStyle::with_template(template).expect("static template");
+        bar.set_style(style.progress_chars("=> "));
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             tokio::select! {

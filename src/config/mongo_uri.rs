@@ -11,6 +11,7 @@ use std::fmt;
 use percent_encoding::percent_decode_str;
 use serde::{de::Error, Deserialize, Deserializer};
 
+use crate::cause::first_line;
 use crate::setting;
 
 /// A MongoDB connection string, validated by the driver's own parser, whose
@@ -34,7 +35,7 @@ impl MongoUri {
         // Validated: the userinfo holds no reserved character, so it ends at
         // the last `@` before the options, as the driver splits it (an `@` in
         // an option such as `appName` stays readable).
-        redact(&self.uri, UserinfoEnds::BeforeOptions)
+        redact(&self.uri, true)
     }
 
     /// Whether one was given: `mongo.uri` may be empty only where no server
@@ -53,12 +54,7 @@ impl MongoUri {
     /// raw and percent-decoded); one shorter than 4 bytes is left, not to
     /// mangle the message.
     pub(crate) fn scrub(&self, text: String) -> String {
-        let mut secrets = uri_passwords(&self.uri);
-        secrets.extend(uri_option_secrets(&self.uri));
-        secrets.sort();
-        secrets.dedup();
-        let secrets = secrets.iter().filter(|s| s.len() >= 4);
-        secrets.fold(text, |text, secret| text.replace(secret, "***"))
+        scrub(&self.uri, text)
     }
 }
 
@@ -97,23 +93,18 @@ const SECRET_URI_OPTIONS: &[&str] = &[
 /// `@`) becomes `***`, and so does the value of every secret-bearing option.
 /// An `@` in the options hides more than the userinfo: never less.
 pub(crate) fn redact_uri(uri: &str) -> String {
-    redact(uri, UserinfoEnds::AnywhereBeforeTheLastAt)
+    redact(uri, false)
 }
 
-/// Where the userinfo of a URI being redacted may end.
-enum UserinfoEnds {
-    /// At the last `@` before the options (a URI the driver accepted).
-    BeforeOptions,
-    /// At the last `@` of all (a URI that may not be well formed).
-    AnywhereBeforeTheLastAt,
-}
-
-fn redact(uri: &str, userinfo_ends: UserinfoEnds) -> String {
+/// Redacts `uri`, whose userinfo ends at the last `@` before the options
+/// with `before_options` (a URI the driver accepted), else at the last `@`
+/// of all (a URI that may not be well formed).
+fn redact(uri: &str, before_options: bool) -> String {
     let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
     let scheme = &uri[..uri.len() - rest.len()];
-    let searched = match userinfo_ends {
-        UserinfoEnds::BeforeOptions => rest.split('?').next().unwrap_or(rest),
-        UserinfoEnds::AnywhereBeforeTheLastAt => rest,
+    let searched = match before_options {
+        true => rest.split('?').next().unwrap_or(rest),
+        false => rest,
     };
     let rest = match searched.rfind('@') {
         Some(at) => format!("***{}", &rest[at..]),
@@ -147,6 +138,18 @@ fn percent_decode(text: &str) -> String {
     percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
+/// `text` with every secret of `uri` ([`uri_passwords`],
+/// [`uri_option_secrets`]) replaced by `***`, longest first; one shorter
+/// than 4 bytes is left, not to mangle the text.
+fn scrub(uri: &str, text: String) -> String {
+    let mut secrets = uri_passwords(uri);
+    secrets.extend(uri_option_secrets(uri));
+    secrets.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+    secrets.dedup();
+    let secrets = secrets.iter().filter(|s| s.len() >= 4);
+    secrets.fold(text, |text, secret| text.replace(secret, "***"))
+}
+
 /// The password, raw and percent-decoded: after the first `:` of the userinfo
 /// as the driver splits a valid URI (up to the last `@` before the options),
 /// and as far as it might reach in an invalid one (up to the last `@`).
@@ -155,11 +158,10 @@ fn uri_passwords(uri: &str) -> Vec<String> {
     let before_options = rest.split('?').next().unwrap_or("");
     let mut secrets = Vec::new();
     for part in [before_options, rest] {
-        if let Some((userinfo, _)) = part.rsplit_once('@') {
-            if let Some((_, password)) = userinfo.split_once(':') {
-                secrets.push(password.to_string());
-                secrets.push(percent_decode(password));
-            }
+        let userinfo = part.rsplit_once('@').map_or("", |(userinfo, _)| userinfo);
+        if let Some((_, password)) = userinfo.split_once(':') {
+            secrets.push(password.to_string());
+            secrets.push(percent_decode(password));
         }
     }
     secrets.retain(|s| !s.is_empty());
@@ -170,16 +172,9 @@ fn uri_passwords(uri: &str) -> Vec<String> {
 /// `authMechanismProperties` each `KEY:value` entry and each value.
 fn uri_option_secrets(uri: &str) -> Vec<String> {
     let mut secrets = Vec::new();
-    let Some((_, options)) = uri.split_once('?') else {
-        return secrets;
-    };
-    for pair in options.split('&') {
-        let Some((key, value)) = pair.split_once('=') else {
-            continue;
-        };
-        if !is_secret_option(key) {
-            continue;
-        }
+    let options = uri.split_once('?').map_or("", |(_, options)| options);
+    let pairs = options.split('&').filter_map(|pair| pair.split_once('='));
+    for (_, value) in pairs.filter(|(key, _)| is_secret_option(key)) {
         let decoded = percent_decode(value);
         secrets.push(value.to_string());
         for property in decoded.split(',') {
@@ -246,7 +241,7 @@ fn driver_reason(uri: &str, error: &mongodb::error::Error) -> Option<String> {
     let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
     if rest
         .split_once('?')
-        .is_some_and(|(_, options)| options.contains('@'))
+        .is_some_and(|(_, opts)| opts.contains('@'))
     {
         return None;
     }
@@ -254,30 +249,16 @@ fn driver_reason(uri: &str, error: &mongodb::error::Error) -> Option<String> {
         mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
         other => other.to_string(),
     };
-    let mut message = message.lines().next().unwrap_or("").trim().to_string();
     // With the split certain, the driver's messages about the userinfo are
     // fixed texts ("password must be URL encoded"); only an option's value
     // may be echoed ("… got AWS_SESSION_TOKEN…"). Passwords are scrubbed
     // anyway where long enough not to mangle the message.
-    let longest_first = |mut secrets: Vec<String>| {
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets
-    };
-    for secret in longest_first(uri_passwords(uri)) {
-        if secret.chars().count() >= 4 {
-            message = message.replace(&secret, "***");
-        }
-    }
-    for secret in longest_first(uri_option_secrets(uri)) {
-        if message.contains(&secret) {
-            if secret.chars().count() < 4 {
-                // Too short to replace without mangling the rest: say nothing.
-                return None;
-            }
-            message = message.replace(&secret, "***");
-        }
-    }
-    (!message.is_empty()).then_some(message)
+    let message = scrub(uri, first_line(&message));
+    // An option's value too short to replace without mangling the rest:
+    // say nothing.
+    let mut short = uri_option_secrets(uri).into_iter().filter(|s| s.len() < 4);
+    let hidden = message.is_empty() || short.any(|s| message.contains(&s));
+    (!hidden).then_some(message)
 }
 
 #[cfg(test)]
