@@ -2,20 +2,21 @@
 //! transport: index lookup and (re)creation, settings, document writes and
 //! id paging, tasks, swaps.
 //!
-//! Document batches go over reqwest directly ([`Meili::add_documents_ndjson`]):
-//! the SDK streams a body through an 8 MiB buffer it allocates and zeroes per
-//! request, a second copy of every batch; our request hands hyper the
-//! batch's own bytes.
+//! Requests go over reqwest directly, answers are read by the SDK's
+//! `parse_response`: the SDK's own client streams a body through an 8 MiB
+//! buffer it allocates and zeroes per request, a second copy of every
+//! document batch ([`Meili::add_documents_ndjson`]); our request hands hyper
+//! the batch's own bytes.
 //!
-//! Every call, document batches included, goes through one place
-//! ([`Meili::retried`], with [`Meili::classify`] mapping errors) that retries transient
+//! Every call goes through one place ([`Meili::call`], with
+//! [`Meili::classify`] mapping errors) that retries transient
 //! failures (connection refused, timeouts, 5xx, 429) as
 //! [`crate::retry::meili_calls`] says, turns 4xx answers into errors naming Meilisearch's
 //! error code, and checks the lease [`Guard`] before each attempt of a write.
 //! Answers are kept as JSON (`serde_json::Value`) so that settings are compared
 //! whole and unknown task types or error codes survive intact. The master key
-//! lives only in the two clients' default headers (marked sensitive in ours):
-//! it never appears in an error or a log line.
+//! lives only in the client's default headers (marked sensitive): it never
+//! appears in an error or a log line.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,10 +25,10 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, Retryable};
 use bytes::Bytes;
-use futures::TryFutureExt;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorType};
-use meilisearch_sdk::request::{HttpClient, Method};
-use meilisearch_sdk::reqwest::{qualified_version, ReqwestClient};
+use meilisearch_sdk::request::parse_response;
+use meilisearch_sdk::reqwest::qualified_version;
+use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -38,6 +39,9 @@ const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(300);
 
 /// How long one HTTP answer may take, by default.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A Meilisearch call's result.
+type Result<T, E = MeiliError> = std::result::Result<T, E>;
 
 /// Why a Meilisearch call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -99,7 +103,7 @@ pub(crate) struct TaskOutcome {
 
 impl TaskOutcome {
     /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
-    pub(crate) fn into_result(self, what: &str) -> Result<TaskOutcome, MeiliError> {
+    pub(crate) fn into_result(self, what: &str) -> Result<TaskOutcome> {
         let Some(error) = &self.error else {
             return Ok(self);
         };
@@ -112,34 +116,21 @@ impl TaskOutcome {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Verb {
-    Get,
-    Post,
-    Patch,
-    Delete,
-}
+/// A request's body: its content type and bytes (a retry sends the same).
+type Body = Option<(&'static str, Bytes)>;
 
-impl Verb {
-    /// The SDK's request method, carrying `body` where the verb has one.
-    fn method<B>(self, body: B) -> Method<(), B> {
-        match self {
-            Verb::Get => Method::Get { query: () },
-            Verb::Post => Method::Post { query: (), body },
-            Verb::Patch => Method::Patch { query: (), body },
-            Verb::Delete => Method::Delete { query: () },
-        }
-    }
+/// `body` as a JSON request body.
+fn json_body(body: &impl Serialize) -> Body {
+    let bytes = serde_json::to_vec(body).expect("a JSON value serializes");
+    Some(("application/json", bytes.into()))
 }
 
 /// A Meilisearch server. Cheap to clone. Its `Debug` shows the host (without
-/// credentials) and the timings, never the clients: the SDK's prints its
-/// headers, the master key among them.
+/// credentials) and the timings, never the client: it prints its headers,
+/// the master key among them.
 #[derive(Clone)]
 pub struct Meili {
-    http: ReqwestClient,
-    /// For document batches: the same headers as `http`'s.
-    ndjson_http: reqwest::Client,
+    http: reqwest::Client,
     host: String,
     /// `host` with any `user:password@` hidden: the only form errors show.
     shown_host: String,
@@ -166,16 +157,15 @@ impl std::fmt::Debug for Meili {
 impl Meili {
     /// A client for `host` (e.g. `http://127.0.0.1:7700`) using `key` as the
     /// bearer token.
-    pub fn new(host: &str, key: Option<&str>) -> Result<Meili, MeiliError> {
+    pub fn new(host: &str, key: Option<&str>) -> Result<Meili> {
         let key = key.filter(|k| !k.is_empty());
-        let (Ok(http), Some(ndjson_http)) = (ReqwestClient::new(key), ndjson_client(key)) else {
+        let Some(http) = client(key) else {
             let detail = "the master key is not a valid HTTP header value";
             return Err(unexpected("client setup", detail));
         };
         let host = host.trim_end_matches('/').to_string();
         Ok(Meili {
             http,
-            ndjson_http,
             shown_host: crate::config::redact_uri(&host),
             host,
             retry_for: DEFAULT_RETRY_FOR,
@@ -216,32 +206,15 @@ impl Meili {
         self
     }
 
-    /// Runs one HTTP exchange, turning a missing answer into a transient error.
-    async fn timed<T>(
-        &self,
-        what: &str,
-        exchange: impl Future<Output = Result<T, MeiliError>>,
-    ) -> Result<T, MeiliError> {
-        let answer = tokio::time::timeout(self.request_timeout, exchange).await;
-        answer.unwrap_or_else(|_| {
-            let detail = format!("no answer within {:?}", self.request_timeout);
-            Err(self.unreachable(what, detail))
-        })
-    }
-
     /// One attempt at `GET /health`: `Ok(status)` (normally `available`).
-    pub(crate) async fn health(&self) -> Result<String, MeiliError> {
-        let url = format!("{}/health", self.host);
-        let get = self
-            .http
-            .request::<(), (), Value>(&url, Method::Get { query: () }, 200)
-            .map_err(|e| self.classify("health", e));
-        let answer = self.timed("health", get).await?;
+    pub(crate) async fn health(&self) -> Result<String> {
+        let once = self.clone().with_retry_for(Duration::ZERO);
+        let answer = once.get("health", "/health").await?;
         Ok(answer["status"].as_str().unwrap_or("unknown").to_string())
     }
 
     /// The index, or `None` when it does not exist.
-    pub async fn index(&self, uid: &str) -> Result<Option<IndexInfo>, MeiliError> {
+    pub async fn index(&self, uid: &str) -> Result<Option<IndexInfo>> {
         match self.get("get index", &format!("/indexes/{uid}")).await {
             Ok(v) => Ok(Some(IndexInfo {
                 uid: v["uid"].as_str().unwrap_or(uid).to_string(),
@@ -253,39 +226,30 @@ impl Meili {
     }
 
     /// Enqueues the creation of `uid` with `primary_key`; returns the task uid.
-    pub async fn create_index(
-        &self,
-        uid: &str,
-        primary_key: &str,
-        guard: &Guard,
-    ) -> Result<u64, MeiliError> {
-        let body = json!({ "uid": uid, "primaryKey": primary_key });
-        self.enqueue("create index", Verb::Post, "/indexes", &body, guard)
+    pub async fn create_index(&self, uid: &str, primary_key: &str, guard: &Guard) -> Result<u64> {
+        let body = json_body(&json!({ "uid": uid, "primaryKey": primary_key }));
+        self.enqueue("create index", Method::POST, "/indexes", body, guard)
             .await
     }
 
     /// Enqueues the deletion of `uid`; returns the task uid.
-    pub async fn delete_index(&self, uid: &str, guard: &Guard) -> Result<u64, MeiliError> {
+    pub async fn delete_index(&self, uid: &str, guard: &Guard) -> Result<u64> {
         let path = format!("/indexes/{uid}");
-        self.enqueue("delete index", Verb::Delete, &path, &(), guard)
+        self.enqueue("delete index", Method::DELETE, &path, None, guard)
             .await
     }
 
     /// The whole settings object of `uid`.
-    pub async fn settings(&self, uid: &str) -> Result<Value, MeiliError> {
+    pub async fn settings(&self, uid: &str) -> Result<Value> {
         self.get("get settings", &format!("/indexes/{uid}/settings"))
             .await
     }
 
     /// Enqueues a settings update (only the keys given); returns the task uid.
-    pub async fn patch_settings(
-        &self,
-        uid: &str,
-        settings: &Value,
-        guard: &Guard,
-    ) -> Result<u64, MeiliError> {
+    pub async fn patch_settings(&self, uid: &str, settings: &Value, guard: &Guard) -> Result<u64> {
         let path = format!("/indexes/{uid}/settings");
-        self.enqueue("update settings", Verb::Patch, &path, settings, guard)
+        let body = json_body(settings);
+        self.enqueue("update settings", Method::PATCH, &path, body, guard)
             .await
     }
 
@@ -297,38 +261,18 @@ impl Meili {
         uid: &str,
         ndjson: Bytes,
         guard: &Guard,
-    ) -> Result<u64, MeiliError> {
-        let url = format!("{}/indexes/{uid}/documents", self.host);
-        let what = "add documents";
-        let send = || {
-            async {
-                let response = self
-                    .ndjson_http
-                    .post(&url)
-                    .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
-                    .body(ndjson.clone())
-                    .send()
-                    .await?;
-                let status = response.status().as_u16();
-                let text = response.text().await?;
-                let text = if text.is_empty() { "null".into() } else { text };
-                meilisearch_sdk::request::parse_response::<Value>(status, 202, &text, url.clone())
-            }
-            .map_err(|e| self.classify(what, e))
-        };
-        let v = self.retried(what, Some(guard), send).await?;
-        task_uid(what, &v)
+    ) -> Result<u64> {
+        let path = format!("/indexes/{uid}/documents");
+        let body = Some(("application/x-ndjson", ndjson));
+        self.enqueue("add documents", Method::POST, &path, body, guard)
+            .await
     }
 
     /// Enqueues the deletion of documents by id; returns the task uid.
-    pub async fn delete_documents(
-        &self,
-        uid: &str,
-        ids: &[String],
-        guard: &Guard,
-    ) -> Result<u64, MeiliError> {
+    pub async fn delete_documents(&self, uid: &str, ids: &[String], guard: &Guard) -> Result<u64> {
         let path = format!("/indexes/{uid}/documents/delete-batch");
-        self.enqueue("delete documents", Verb::Post, &path, &ids, guard)
+        let body = json_body(&ids);
+        self.enqueue("delete documents", Method::POST, &path, body, guard)
             .await
     }
 
@@ -340,10 +284,9 @@ impl Meili {
         primary_key: &str,
         offset: u64,
         limit: u64,
-    ) -> Result<(Vec<String>, u64), MeiliError> {
-        let path =
-            format!("/indexes/{uid}/documents?offset={offset}&limit={limit}&fields={primary_key}");
-        let (docs, total) = self.page("list document ids", &path).await?;
+    ) -> Result<(Vec<String>, u64)> {
+        let page = self.page("list document ids", uid, offset, limit, Some(primary_key));
+        let (docs, total) = page.await?;
         let ids = docs.iter().filter_map(|d| id_string(&d[primary_key]));
         Ok((ids.collect(), total))
     }
@@ -356,56 +299,41 @@ impl Meili {
         fields: &[&str],
         offset: u64,
         limit: u64,
-    ) -> Result<Vec<Value>, MeiliError> {
+    ) -> Result<Vec<Value>> {
         let fields = fields.join(",");
-        let path =
-            format!("/indexes/{uid}/documents?offset={offset}&limit={limit}&fields={fields}");
-        Ok(self.page("get documents", &path).await?.0)
+        let page = self.page("get documents", uid, offset, limit, Some(&fields));
+        Ok(page.await?.0)
     }
 
     /// For tests: full documents, a page of them.
-    pub async fn documents_page(
-        &self,
-        uid: &str,
-        offset: u64,
-        limit: u64,
-    ) -> Result<Vec<Value>, MeiliError> {
-        let path = format!("/indexes/{uid}/documents?offset={offset}&limit={limit}");
-        Ok(self.page("get documents", &path).await?.0)
+    pub async fn documents_page(&self, uid: &str, offset: u64, limit: u64) -> Result<Vec<Value>> {
+        let page = self.page("get documents", uid, offset, limit, None);
+        Ok(page.await?.0)
     }
 
     /// The number of documents in the index (from its stats).
-    pub async fn document_count(&self, uid: &str) -> Result<u64, MeiliError> {
+    pub async fn document_count(&self, uid: &str) -> Result<u64> {
         let path = format!("/indexes/{uid}/stats");
         let v = self.get("index stats", &path).await?;
         Ok(v["numberOfDocuments"].as_u64().unwrap_or(0))
     }
 
     /// Enqueues an atomic swap of two indexes; returns the task uid.
-    pub(crate) async fn swap_indexes(
-        &self,
-        a: &str,
-        b: &str,
-        guard: &Guard,
-    ) -> Result<u64, MeiliError> {
-        let body = json!([{ "indexes": [a, b] }]);
-        self.enqueue("swap indexes", Verb::Post, "/swap-indexes", &body, guard)
+    pub(crate) async fn swap_indexes(&self, a: &str, b: &str, guard: &Guard) -> Result<u64> {
+        let body = json_body(&json!([{ "indexes": [a, b] }]));
+        self.enqueue("swap indexes", Method::POST, "/swap-indexes", body, guard)
             .await
     }
 
     /// `GET /tasks?{query}` as Meilisearch answers it (for diagnostics and tests).
-    pub async fn tasks(&self, query: &str) -> Result<Value, MeiliError> {
+    pub async fn tasks(&self, query: &str) -> Result<Value> {
         self.get("list tasks", &format!("/tasks?{query}")).await
     }
 
     /// Polls task `uid` until it ends (interval growing from 10 ms to 250 ms,
     /// or as [`Meili::with_task_polling`] set),
     /// stopping at once if the guard is cancelled.
-    pub(crate) async fn wait_for_task(
-        &self,
-        uid: u64,
-        guard: &Guard,
-    ) -> Result<TaskOutcome, MeiliError> {
+    pub(crate) async fn wait_for_task(&self, uid: u64, guard: &Guard) -> Result<TaskOutcome> {
         let path = format!("/tasks/{uid}");
         let mut intervals = crate::retry::task_polling(self.poll_min, self.poll_max).build();
         loop {
@@ -419,84 +347,94 @@ impl Meili {
     }
 
     /// Enqueues nothing; waits for `uid` and fails unless it succeeded.
-    pub async fn wait_ok(&self, uid: u64, what: &str, guard: &Guard) -> Result<(), MeiliError> {
+    pub async fn wait_ok(&self, uid: u64, what: &str, guard: &Guard) -> Result<()> {
         self.wait_for_task(uid, guard).await?.into_result(what)?;
         Ok(())
     }
 
     /// `GET path`: a read, never guarded.
-    async fn get(&self, what: &str, path: &str) -> Result<Value, MeiliError> {
-        self.call(what, Verb::Get, path, &(), 200, None).await
+    async fn get(&self, what: &str, path: &str) -> Result<Value> {
+        self.call(what, Method::GET, path, None, 200, None).await
     }
 
     /// A write Meilisearch answers by enqueueing a task, guarded; returns the
     /// task uid.
-    async fn enqueue<B: Serialize + Send + Sync>(
+    async fn enqueue(
         &self,
         what: &str,
-        verb: Verb,
+        method: Method,
         path: &str,
-        body: &B,
+        body: Body,
         guard: &Guard,
-    ) -> Result<u64, MeiliError> {
-        let v = self.call(what, verb, path, body, 202, Some(guard)).await?;
+    ) -> Result<u64> {
+        let v = self
+            .call(what, method, path, body, 202, Some(guard))
+            .await?;
         task_uid(what, &v)
     }
 
-    /// A page of a document listing: its documents and the index's total.
-    async fn page(&self, what: &str, path: &str) -> Result<(Vec<Value>, u64), MeiliError> {
-        let v = self.get(what, path).await?;
+    /// A page of a document listing (with only `fields`, comma-separated,
+    /// when given): its documents and the index's total.
+    async fn page(
+        &self,
+        what: &str,
+        uid: &str,
+        offset: u64,
+        limit: u64,
+        fields: Option<&str>,
+    ) -> Result<(Vec<Value>, u64)> {
+        let mut path = format!("/indexes/{uid}/documents?offset={offset}&limit={limit}");
+        path.extend(fields.map(|fields| format!("&fields={fields}")));
+        let v = self.get(what, &path).await?;
         let docs = v["results"].as_array().cloned().unwrap_or_default();
         Ok((docs, v["total"].as_u64().unwrap_or(0)))
     }
 
-    /// One JSON request over the SDK's client, retried while the failure is
-    /// transient. Writes pass the guard.
-    async fn call<B: Serialize + Send + Sync>(
+    /// One request, retried until it succeeds or fails for good. Each
+    /// attempt first checks the guard, if any (so no write is sent once the
+    /// lease is lost), is answered within the request timeout (or fails as
+    /// transient) and read as the SDK reads an answer; transient failures
+    /// are retried as [`crate::retry::meili_calls`] says.
+    async fn call(
         &self,
         what: &str,
-        verb: Verb,
+        method: Method,
         path: &str,
-        body: &B,
+        body: Body,
         expected: u16,
         guard: Option<&Guard>,
-    ) -> Result<Value, MeiliError> {
-        let url = format!("{}{}", self.host, path);
-        self.retried(what, guard, || {
-            self.http
-                .request::<(), Option<&B>, Value>(&url, verb.method(Some(body)), expected)
-                .map_err(|e| match e {
-                    SdkError::ParseError(_) => unexpected(what, "unparsable answer"),
-                    e => self.classify(what, e),
-                })
-        })
-        .await
-    }
-
-    /// Runs `exchange` until it succeeds or fails for good. Each attempt
-    /// first checks the guard, if any (so no write is sent once the lease
-    /// is lost), and is answered within the request timeout; transient
-    /// failures are retried as [`crate::retry::meili_calls`] says.
-    fn retried<'a, Fut: Future<Output = Result<Value, MeiliError>> + 'a>(
-        &'a self,
-        what: &'a str,
-        guard: Option<&'a Guard>,
-        exchange: impl Fn() -> Fut + 'a,
-    ) -> impl Future<Output = Result<Value, MeiliError>> + 'a {
-        let attempt = move || {
-            let exchange = exchange();
-            async move {
-                guard.map_or(Ok(()), Guard::check)?;
-                self.timed(what, exchange).await
+    ) -> Result<Value> {
+        let url = format!("{}{path}", self.host);
+        let attempt = || async {
+            guard.map_or(Ok(()), Guard::check)?;
+            let mut request = self.http.request(method.clone(), &url);
+            if let Some((content_type, bytes)) = body.clone() {
+                request = request.header(reqwest::header::CONTENT_TYPE, content_type);
+                request = request.body(bytes);
+            }
+            let exchange = async {
+                let response = request.send().await?;
+                let status = response.status().as_u16();
+                let text = response.text().await?;
+                let text = if text.is_empty() { "null".into() } else { text };
+                parse_response::<Value>(status, expected, &text, url.clone())
+            };
+            match tokio::time::timeout(self.request_timeout, exchange).await {
+                Ok(answer) => answer.map_err(|e| self.classify(what, e)),
+                Err(_) => {
+                    let detail = format!("no answer within {:?}", self.request_timeout);
+                    Err(self.unreachable(what, detail))
+                }
             }
         };
         attempt
             .retry(crate::retry::meili_calls(self.retry_for))
             .when(|e| matches!(e, MeiliError::Unreachable { .. }))
-            .notify(move |error, wait| {
+            .notify(|error, wait| {
                 self.retries.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %error, retry_in = ?wait, "retrying {what}");
             })
+            .await
     }
 
     /// A transient failure of `what`, naming the host without credentials.
@@ -535,7 +473,7 @@ impl Meili {
                     _ => self.unreachable(what, format!("{code}: {}", e.error_message)),
                 }
             }
-            SdkError::ParseError(e) => unexpected(what, &e.to_string()),
+            SdkError::ParseError(_) => unexpected(what, "unparsable answer"),
             other => unexpected(what, &other.to_string()),
         }
     }
@@ -543,7 +481,7 @@ impl Meili {
 
 /// Runs `work` unless the guard is cancelled first, which ends it with why
 /// (the lease lost, or shutdown).
-async fn cancellable<T>(guard: &Guard, work: impl Future<Output = T>) -> Result<T, MeiliError> {
+async fn cancellable<T>(guard: &Guard, work: impl Future<Output = T>) -> Result<T> {
     tokio::select! {
         done = work => Ok(done),
         _ = guard.cancelled() => Err(guard.check().err().unwrap_or(LeaseLost::ShuttingDown).into()),
@@ -568,7 +506,7 @@ fn task_outcome(uid: u64, raw: Value) -> Option<TaskOutcome> {
 
 /// A reqwest client sending what the SDK's does (its user agent, the key as
 /// a bearer token); `None` when the key is no valid header value.
-fn ndjson_client(key: Option<&str>) -> Option<reqwest::Client> {
+fn client(key: Option<&str>) -> Option<reqwest::Client> {
     use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, USER_AGENT};
     let mut headers = HeaderMap::new();
     let agent = HeaderValue::from_str(&qualified_version()).ok()?;
@@ -599,7 +537,7 @@ fn unexpected(what: &str, detail: &str) -> MeiliError {
     }
 }
 
-fn task_uid(what: &str, v: &Value) -> Result<u64, MeiliError> {
+fn task_uid(what: &str, v: &Value) -> Result<u64> {
     v["taskUid"]
         .as_u64()
         .or_else(|| v["uid"].as_u64())
