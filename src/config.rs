@@ -501,7 +501,8 @@ impl Settings {
         }
         let mongo = &mut self.mongo;
         if mongo.database.is_empty() {
-            mongo.database = mongo.uri.database().unwrap_or_else(|| "LibreChat".into());
+            let named = mongo.uri.database.clone();
+            mongo.database = named.unwrap_or_else(|| "LibreChat".into());
         }
         if mongo.database.contains(['/', '\\', '.', ' ', '"', '$']) || mongo.database.len() > 63 {
             return Err(ConfigError::invalid(

@@ -20,7 +20,7 @@ use crate::setting;
 pub struct MongoUri {
     uri: String,
     /// The database named in the path, percent-decoded, as the driver reads it.
-    database: Option<String>,
+    pub(super) database: Option<String>,
 }
 
 impl MongoUri {
@@ -42,11 +42,6 @@ impl MongoUri {
     /// is reached (search off), which `config` checks after loading.
     pub(crate) fn is_set(&self) -> bool {
         !self.uri.is_empty()
-    }
-
-    /// The database named in the URI's path, if any.
-    pub(crate) fn database(&self) -> Option<String> {
-        self.database.clone()
     }
 
     /// `text`, a message of the driver's, without any secret of the URI it
