@@ -64,12 +64,9 @@ struct Cli {
 
 /// `--index NAME`: one of the table's index names (`messages`, `convos`).
 fn index_arg() -> impl TypedValueParser<Value = Collection> {
-    PossibleValuesParser::new(Collection::ALL.map(Collection::index_name)).map(|name| {
-        Collection::ALL
-            .into_iter()
-            .find(|c| c.index_name() == name)
-            .unwrap()
-    })
+    let names = PossibleValuesParser::new(Collection::ALL.map(Collection::index_name));
+    let named = |name: String| Collection::ALL.into_iter().find(|c| c.index_name() == name);
+    names.map(move |name| named(name).unwrap())
 }
 
 #[derive(Subcommand, Debug)]

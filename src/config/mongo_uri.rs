@@ -113,14 +113,11 @@ fn redact(uri: &str, before_options: bool) -> String {
 
 /// `a=1&authMechanismProperties=AWS_SESSION_TOKEN:x` → `a=1&authMechanismProperties=***`.
 fn redact_secret_options(options: &str) -> String {
-    options
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if is_secret_option(key) => format!("{key}=***"),
-            _ => pair.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+    let pairs = options.split('&').map(|pair| match pair.split_once('=') {
+        Some((key, _)) if is_secret_option(key) => format!("{key}=***"),
+        _ => pair.to_string(),
+    });
+    pairs.collect::<Vec<_>>().join("&")
 }
 
 fn is_secret_option(key: &str) -> bool {
