@@ -434,19 +434,15 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
         reason: e.to_string(),
     };
     let mut builder = Config::builder().add_source(File::from_str(DEFAULTS_TOML, FileFormat::Toml));
-    if let Some(dir) = &sources.base_dir {
-        let path = dir.join("config/default.toml");
-        if path.is_file() {
-            builder = builder.add_source(File::from(path).format(FileFormat::Toml));
-        }
+    if let Some(path) = sources.config_file.as_ref().filter(|path| !path.is_file()) {
+        return Err(ConfigError::File {
+            path: path.display().to_string(),
+            reason: "no such file".into(),
+        });
     }
-    if let Some(path) = &sources.config_file {
-        if !path.is_file() {
-            return Err(ConfigError::File {
-                path: path.display().to_string(),
-                reason: "no such file".into(),
-            });
-        }
+    let local = (sources.base_dir.as_ref()).map(|dir| dir.join("config/default.toml"));
+    let local = local.filter(|path| path.is_file());
+    for path in local.iter().chain(&sources.config_file) {
         builder = builder.add_source(File::from(path.clone()).format(FileFormat::Toml));
     }
     // The files alone: what a LibreChat variable replaces.
@@ -467,10 +463,8 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
     let settings: Settings =
         (merged.clone().try_deserialize()).map_err(|error| refused(error, &merged, sources))?;
     let mut settings = settings.complete(&merged)?;
-    settings.librechat_sync_off = sources
-        .env
-        .get(LIBRECHAT_NO_SYNC)
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let no_sync = sources.env.get(LIBRECHAT_NO_SYNC);
+    settings.librechat_sync_off = no_sync.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     settings.librechat_overrides = librechat_overrides(&sources.env, &files, &librechat, &own_keys);
     Ok(settings)
 }
@@ -507,7 +501,8 @@ impl Settings {
         }
         let mongo = &mut self.mongo;
         if mongo.database.is_empty() {
-            mongo.database = mongo.uri.database().unwrap_or_else(|| "LibreChat".into());
+            let named = mongo.uri.database.clone();
+            mongo.database = named.unwrap_or_else(|| "LibreChat".into());
         }
         if mongo.database.contains(['/', '\\', '.', ' ', '"', '$']) || mongo.database.len() > 63 {
             return Err(ConfigError::invalid(
@@ -551,9 +546,7 @@ fn refused(error: config::ConfigError, raw: &Config, sources: &Sources) -> Confi
         other => (String::new(), other.to_string()),
     };
     let unknown = message.strip_prefix("unknown field `");
-    let unknown = unknown
-        .and_then(|rest| rest.split_once('`'))
-        .map(|(field, _)| field);
+    let unknown = unknown.and_then(|rest| Some(rest.split_once('`')?.0));
     if unknown.is_none() && at.contains('.') {
         return ConfigError::invalid(&at, shown(raw, &at), message);
     }

@@ -64,12 +64,9 @@ struct Cli {
 
 /// `--index NAME`: one of the table's index names (`messages`, `convos`).
 fn index_arg() -> impl TypedValueParser<Value = Collection> {
-    PossibleValuesParser::new(Collection::ALL.map(Collection::index_name)).map(|name| {
-        Collection::ALL
-            .into_iter()
-            .find(|c| c.index_name() == name)
-            .unwrap()
-    })
+    let names = PossibleValuesParser::new(Collection::ALL.map(Collection::index_name));
+    let named = |name: String| Collection::ALL.into_iter().find(|c| c.index_name() == name);
+    names.map(move |name| named(name).unwrap())
 }
 
 #[derive(Subcommand, Debug)]
@@ -167,10 +164,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut settings = match config::load(&Sources::from_process(cli.config.clone())) {
         Ok(settings) => settings,
-        Err(error) => {
-            eprintln!("meili-reconciler: configuration error: {error}");
-            return Exit::BadConfig.into();
-        }
+        Err(error) => return fail(format!("configuration error: {error}"), Exit::BadConfig).into(),
     };
     settings.log.format = cli.log_format.unwrap_or(settings.log.format);
     // Unique per process even when every replica is given the same
@@ -282,10 +276,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             wait_timeout,
         } => match repair {
             false => verify(&reconciler, only, json).await,
-            true => {
-                let lease_opts = under_lease(lease_opts, wait_timeout, true, true);
-                verify_repair(reconciler, lease_opts, only, json).await
-            }
+            true => verify_repair(reconciler, lease_opts, wait_timeout, only, json).await,
         },
         Command::Run => {
             let shutdown = Shutdown::on_signals();
@@ -320,9 +311,11 @@ fn under_lease(
 async fn verify_repair(
     reconciler: Reconciler,
     lease_opts: lease::LeaseOptions,
+    wait_timeout: Duration,
     only: Option<Collection>,
     json: bool,
 ) -> Exit {
+    let lease_opts = under_lease(lease_opts, wait_timeout, true, true);
     let repair = |guard: lease::Guard, progress: Progress| {
         let Reconciler { db, meili, sync } = reconciler.clone();
         async move { reconcile::verify::repair(&db, &meili, &sync, only, &guard, &progress).await }

@@ -27,13 +27,9 @@ const LIST: &str = "a list of strings (or one comma-separated string)";
 
 /// The compiled-in defaults, as the lowest layer of the configuration.
 pub(crate) fn defaults() -> ::config::Config {
-    ::config::Config::builder()
-        .add_source(::config::File::from_str(
-            DEFAULTS_TOML,
-            ::config::FileFormat::Toml,
-        ))
-        .build()
-        .expect("the compiled-in defaults parse")
+    let file = ::config::File::from_str(DEFAULTS_TOML, ::config::FileFormat::Toml);
+    let built = ::config::Config::builder().add_source(file).build();
+    built.expect("the compiled-in defaults parse")
 }
 
 /// A single value as its text, trimmed; else what was given instead.

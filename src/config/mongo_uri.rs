@@ -20,7 +20,7 @@ use crate::setting;
 pub struct MongoUri {
     uri: String,
     /// The database named in the path, percent-decoded, as the driver reads it.
-    database: Option<String>,
+    pub(super) database: Option<String>,
 }
 
 impl MongoUri {
@@ -42,11 +42,6 @@ impl MongoUri {
     /// is reached (search off), which `config` checks after loading.
     pub(crate) fn is_set(&self) -> bool {
         !self.uri.is_empty()
-    }
-
-    /// The database named in the URI's path, if any.
-    pub(crate) fn database(&self) -> Option<String> {
-        self.database.clone()
     }
 
     /// `text`, a message of the driver's, without any secret of the URI it
@@ -118,14 +113,11 @@ fn redact(uri: &str, before_options: bool) -> String {
 
 /// `a=1&authMechanismProperties=AWS_SESSION_TOKEN:x` → `a=1&authMechanismProperties=***`.
 fn redact_secret_options(options: &str) -> String {
-    options
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if is_secret_option(key) => format!("{key}=***"),
-            _ => pair.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+    let pairs = options.split('&').map(|pair| match pair.split_once('=') {
+        Some((key, _)) if is_secret_option(key) => format!("{key}=***"),
+        _ => pair.to_string(),
+    });
+    pairs.collect::<Vec<_>>().join("&")
 }
 
 fn is_secret_option(key: &str) -> bool {
