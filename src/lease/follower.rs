@@ -53,7 +53,7 @@ use tracing::{debug, info, warn};
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
-use super::store::{error_code, ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
+use super::store::{error_code, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -402,13 +402,13 @@ impl<'w> Wait<'w> {
     ) -> Result<Option<Turn<T>>, LeaseError<E>> {
         let opts = self.opts;
         match self.store.claim(&opts.owner, now, record).await {
-            Ok(ClaimResult::Won(claimed)) => {
+            Ok(Some(claimed)) => {
                 log_claim(opts, record, &claimed, now);
                 let epoch = claimed.epoch.unwrap_or_default();
                 let deadline = before_now + opts.holds_for();
-                Ok(Some(Claimed::turn(opts, epoch, *claimed, deadline)))
+                Ok(Some(Claimed::turn(opts, epoch, claimed, deadline)))
             }
-            Ok(ClaimResult::Lost) => {
+            Ok(None) => {
                 // A driver retry of a claim that was applied also ends here.
                 debug!(job = %opts.job, owner = %opts.owner, "another replica claimed first; following");
                 Ok(None)
@@ -465,12 +465,10 @@ impl<'w> Wait<'w> {
         let opts = self.opts;
         let key = (record.owner.clone(), record.epoch, record.status.clone());
         let changed = self.seen.as_ref() != Some(&key);
-        let due = self
-            .last_logged
-            .is_none_or(|at| at.elapsed() >= PROGRESS_LOG_EVERY);
-        let expires_in_ms = record
-            .holds_until(opts.librechat_clock_skew)
-            .map(|at| clock::millis_between(now, at));
+        let last = self.last_logged;
+        let due = last.is_none_or(|at| at.elapsed() >= PROGRESS_LOG_EVERY);
+        let ends = record.holds_until(opts.librechat_clock_skew);
+        let expires_in_ms = ends.map(|at| clock::millis_between(now, at));
         let progress = record.progress.as_ref();
         if changed && record.holder() == Holder::LibreChat {
             info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
@@ -586,9 +584,8 @@ fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecor
     crate::metrics::lease_claimed(takeover);
     match before {
         Some(previous) if previous.status == JobStatus::Running => {
-            let expired_for_ms = previous
-                .holds_until(opts.librechat_clock_skew)
-                .map(|at| clock::millis_between(at, now));
+            let ended = previous.holds_until(opts.librechat_clock_skew);
+            let expired_for_ms = ended.map(|at| clock::millis_between(at, now));
             warn!(job = %opts.job, owner = %opts.owner, epoch,
                 previous_owner = previous.owner.as_deref().unwrap_or("-"),
                 previous_holder = ?previous.holder(), ?expired_for_ms, "took over an expired lease");

@@ -239,15 +239,6 @@ pub struct Fence {
     pub epoch: i64,
 }
 
-/// The answer to a claim.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ClaimResult {
-    /// We hold the lease; the document as we wrote it.
-    Won(Box<JobRecord>),
-    /// Someone else claimed first (E11000, or another owner in the result).
-    Lost,
-}
-
 /// Access to one job's document.
 #[derive(Clone, Debug)]
 pub struct JobStore {
@@ -291,6 +282,9 @@ impl JobStore {
     /// Claims the lease for `owner` at server time `now`, provided the
     /// document is still exactly as `seen` (`None`: there was none), which
     /// the caller judged claimable at `now`, and is not a live lease.
+    /// `Some`: we hold the lease, and the document is as we wrote it;
+    /// `None`: someone else claimed first (E11000, or another owner in the
+    /// result).
     ///
     /// `Err` is ambiguous (a write-concern error, a timeout or a lost reply
     /// may hide a claim that was applied): the caller reads the document
@@ -300,7 +294,7 @@ impl JobStore {
         owner: &str,
         now: DateTime,
         seen: Option<&JobRecord>,
-    ) -> mongodb::error::Result<ClaimResult> {
+    ) -> mongodb::error::Result<Option<JobRecord>> {
         let mut filter = doc! { "_id": &self.opts.job };
         let absent = Bson::Document(doc! { "$exists": false });
         for field in JUDGED_FIELDS {
@@ -335,20 +329,16 @@ impl JobStore {
             "handoverRequestedBy": Bson::Null,
             "handoverRequestedAt": Bson::Null,
         } }];
-        let result = self
-            .jobs
-            .find_one_and_update(filter, claim)
-            .upsert(true)
-            .return_document(ReturnDocument::After)
-            .await;
+        let claiming = self.jobs.find_one_and_update(filter, claim).upsert(true);
+        let result = claiming.return_document(ReturnDocument::After).await;
         match result {
             Ok(Some(doc)) if doc.get_str("owner").ok() == Some(owner) => {
-                Ok(ClaimResult::Won(Box::new(JobRecord::from_document(&doc))))
+                Ok(Some(JobRecord::from_document(&doc)))
             }
             // Another owner in the document. Upsert always returns the
             // document; be defensive anyway.
-            Ok(_) => Ok(ClaimResult::Lost),
-            Err(error) if error_code(&error) == Some(DUPLICATE_KEY) => Ok(ClaimResult::Lost),
+            Ok(_) => Ok(None),
+            Err(error) if error_code(&error) == Some(DUPLICATE_KEY) => Ok(None),
             Err(error) => Err(error),
         }
     }
