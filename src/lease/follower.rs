@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
 use mongodb::bson::DateTime;
+use mongodb::error::Error as MongoError;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -333,7 +334,7 @@ impl<'w> Wait<'w> {
         let store = self.store;
         let poll = async {
             let now = store.server_now().await?;
-            Ok::<_, mongodb::error::Error>((before_now, now, store.read().await?))
+            Ok::<_, MongoError>((before_now, now, store.read().await?))
         };
         // Reads are safe to abandon on shutdown or timeout.
         let polled = tokio::select! {
@@ -427,11 +428,7 @@ impl<'w> Wait<'w> {
     }
 
     /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
-    fn unreachable<E>(
-        &mut self,
-        verb: &str,
-        error: &mongodb::error::Error,
-    ) -> Result<(), LeaseError<E>> {
+    fn unreachable<E>(&mut self, verb: &str, error: &MongoError) -> Result<(), LeaseError<E>> {
         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= self.opts.unreachable_timeout {
             return Err(LeaseError::MongoUnavailable(error.to_string()));
@@ -532,11 +529,7 @@ const REFUSALS: &[i32] = &[
 /// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
 /// the operation was not applied, and asking again at a poll's rate would
 /// only get the same answer, so waiting ends with it.
-fn refused<E>(
-    opts: &LeaseOptions,
-    what: &str,
-    error: &mongodb::error::Error,
-) -> Result<(), LeaseError<E>> {
+fn refused<E>(opts: &LeaseOptions, what: &str, error: &MongoError) -> Result<(), LeaseError<E>> {
     if error_code(error).is_some_and(|code| REFUSALS.contains(&code)) {
         return Err(LeaseError::Refused {
             what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
