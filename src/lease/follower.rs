@@ -208,9 +208,8 @@ fn local_deadline(
     safety_margin: Duration,
 ) -> Option<Instant> {
     let left = u64::try_from(clock::millis_between(now, lease_expires_at)).ok()?;
-    Duration::from_millis(left)
-        .checked_sub(safety_margin)
-        .map(|holds| before_now + holds)
+    let holds = Duration::from_millis(left).checked_sub(safety_margin)?;
+    Some(before_now + holds)
 }
 
 /// Polls until the job is done for us or we hold the lease. No job of ours
@@ -361,10 +360,9 @@ impl<'w> Wait<'w> {
     /// safety margin (`None`).
     fn adopt<T>(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn<T>> {
         let opts = self.opts;
-        let deadline = record
-            .lease_expires_at
-            .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin))
-            .filter(|deadline| *deadline > Instant::now())?;
+        let ends = record.lease_expires_at?;
+        let deadline = local_deadline(before_now, now, ends, opts.safety_margin)?;
+        let deadline = Some(deadline).filter(|deadline| *deadline > Instant::now())?;
         let epoch = record.epoch?;
         warn!(job = %opts.job, owner = %opts.owner, epoch,
             "adopting a claim of ours whose answer was lost");

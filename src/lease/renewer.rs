@@ -54,12 +54,12 @@ impl Owner {
     /// The renewal timer's task.
     async fn keep_renewed(self, mut deadline: Instant) {
         let (owner, epoch) = (&self.fence.owner, self.fence.epoch);
-        let (renew_every, holds_for) = (self.opts.renew_every, self.opts.holds_for());
+        let holds_for = self.opts.holds_for();
+        // How long before the deadline a renewal is due.
+        let ahead = holds_for - self.opts.renew_every;
         loop {
             // Due `renew_every` after the send time of the last good renewal.
-            let due = deadline
-                .checked_sub(holds_for - renew_every)
-                .unwrap_or_else(Instant::now);
+            let due = deadline.checked_sub(ahead).unwrap_or_else(Instant::now);
             tokio::select! {
                 _ = self.guard.cancelled() => return,
                 _ = tokio::time::sleep_until(due.into()) => {}
