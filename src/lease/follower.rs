@@ -227,6 +227,10 @@ pub(crate) async fn wait_for_turn<T, E>(
     result
 }
 
+/// A poll's answer: the local instant before the server's clock was read,
+/// the server's time and the lease document.
+type Polled = (Instant, DateTime, Option<JobRecord>);
+
 /// One wait for our turn: what [`Wait::until_turn`] keeps between polls.
 struct Wait<'w> {
     store: &'w JobStore,
@@ -326,9 +330,7 @@ impl<'w> Wait<'w> {
     /// clock read, the server's time and the lease document. `None`: nothing
     /// read (a shutdown or the timeout came first, or the read failed and
     /// the retry delay has passed).
-    async fn poll<E>(
-        &mut self,
-    ) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, LeaseError<E>> {
+    async fn poll<E>(&mut self) -> Result<Option<Polled>, LeaseError<E>> {
         let before_now = Instant::now();
         let store = self.store;
         let poll = async {

@@ -74,18 +74,6 @@ pub enum JobStatus {
     Other(String),
 }
 
-impl JobStatus {
-    fn parse(text: &str) -> Self {
-        match text {
-            "running" => JobStatus::Running,
-            "completed" => JobStatus::Completed,
-            "failed" => JobStatus::Failed,
-            "released" => JobStatus::Released,
-            other => JobStatus::Other(other.to_string()),
-        }
-    }
-}
-
 /// Which protocol wrote the job document last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -161,12 +149,19 @@ impl JobRecord {
         };
         let text = |key: &str| doc.get_str(key).ok().map(str::to_string);
         let progress = doc.get_document("progress").ok().cloned();
+        let status = match doc.get_str("status").unwrap_or("") {
+            "running" => JobStatus::Running,
+            "completed" => JobStatus::Completed,
+            "failed" => JobStatus::Failed,
+            "released" => JobStatus::Released,
+            other => JobStatus::Other(other.to_string()),
+        };
         let attempt = int("attempt").and_then(|n| u32::try_from(n).ok());
         let summary = doc.get("summary").filter(|s| !matches!(s, Bson::Null));
         JobRecord {
             owner: text("owner"),
             epoch: int("epoch"),
-            status: JobStatus::parse(doc.get_str("status").unwrap_or("")),
+            status,
             claimed_at: time("claimedAt"),
             renewed_at: time("renewedAt"),
             lease_expires_at: time("leaseExpiresAt"),
