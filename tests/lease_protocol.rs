@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meili_reconciler::flag_retry;
-use meili_reconciler::lease::store::{ClaimResult, Fence, JobStatus, JobStore};
+use meili_reconciler::lease::store::{Fence, JobStatus, JobStore};
 use meili_reconciler::lease::{
     clock, read_status, run_single_flight, Guard, LeaseError, LeaseLost, LeaseOptions, LeaseState,
     Outcome,
@@ -294,7 +294,7 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
     );
 
     let now = a.server_now().await.unwrap();
-    let ClaimResult::Won(claimed) = a.claim("a", now, None).await.unwrap() else {
+    let Some(claimed) = a.claim("a", now, None).await.unwrap() else {
         panic!("a claims a fresh lease")
     };
     assert_eq!(claimed.epoch, Some(1));
@@ -306,11 +306,8 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
     // b cannot claim the live lease, neither as it is nor as absent.
     let now = b.server_now().await.unwrap();
     let live = b.read().await.unwrap().unwrap();
-    assert_eq!(
-        b.claim("b", now, Some(&live)).await.unwrap(),
-        ClaimResult::Lost
-    );
-    assert_eq!(b.claim("b", now, None).await.unwrap(), ClaimResult::Lost);
+    assert_eq!(b.claim("b", now, Some(&live)).await.unwrap(), None);
+    assert_eq!(b.claim("b", now, None).await.unwrap(), None);
 
     // Once it expired (by the server's clock), b takes over.
     let now = loop {
@@ -321,7 +318,7 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let expired = b.read().await.unwrap().unwrap();
-    let ClaimResult::Won(taken) = b.claim("b", now, Some(&expired)).await.unwrap() else {
+    let Some(taken) = b.claim("b", now, Some(&expired)).await.unwrap() else {
         panic!("b takes over the expired lease")
     };
     assert_eq!(taken.epoch, Some(2));
@@ -1086,7 +1083,7 @@ async fn a_zero_wait_timeout_still_claims_a_free_lease() {
     );
     let now = holder.server_now().await.unwrap();
     let claimed = holder.claim("holder", now, None).await.unwrap();
-    assert!(matches!(claimed, ClaimResult::Won(_)));
+    assert!(claimed.is_some());
     let result = run_recording(&db, &held, Duration::ZERO, Default::default()).await;
     assert!(
         matches!(result, Err(LeaseError::WaitTimedOut { .. })),

@@ -20,21 +20,18 @@
 
 use std::time::Duration;
 
-use mongodb::bson::{Bson, DateTime, Document};
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::error::Error;
 use mongodb::options::{ReadPreference, SelectionCriteria};
 use mongodb::Database;
 
 /// The primary's current time, from `hello` → `localTime`.
 pub async fn server_now(db: &Database) -> mongodb::error::Result<DateTime> {
-    let reply = db
-        .run_command(mongodb::bson::doc! { "hello": 1 })
-        .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
-        .await?;
-    local_time(&reply).ok_or_else(|| {
-        mongodb::error::Error::custom(MissingLocalTime(
-            reply.get("localTime").map(|v| format!("{v:?}")),
-        ))
-    })
+    let primary = SelectionCriteria::ReadPreference(ReadPreference::Primary);
+    let hello = db.run_command(doc! { "hello": 1 });
+    let reply = hello.selection_criteria(primary).await?;
+    let missing = || MissingLocalTime(reply.get("localTime").map(|v| format!("{v:?}")));
+    local_time(&reply).ok_or_else(|| Error::custom(missing()))
 }
 
 /// `localTime` from a `hello` reply: a BSON date on MongoDB, Int64

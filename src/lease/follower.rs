@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
 use mongodb::bson::DateTime;
+use mongodb::error::Error as MongoError;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -53,7 +54,7 @@ use tracing::{debug, info, warn};
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
-use super::store::{error_code, ClaimResult, Fence, Holder, JobRecord, JobStatus, JobStore};
+use super::store::{error_code, Fence, Holder, JobRecord, JobStatus, JobStore};
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -207,9 +208,8 @@ fn local_deadline(
     safety_margin: Duration,
 ) -> Option<Instant> {
     let left = u64::try_from(clock::millis_between(now, lease_expires_at)).ok()?;
-    Duration::from_millis(left)
-        .checked_sub(safety_margin)
-        .map(|holds| before_now + holds)
+    let holds = Duration::from_millis(left).checked_sub(safety_margin)?;
+    Some(before_now + holds)
 }
 
 /// Polls until the job is done for us or we hold the lease. No job of ours
@@ -226,6 +226,10 @@ pub(crate) async fn wait_for_turn<T, E>(
     }
     result
 }
+
+/// A poll's answer: the local instant before the server's clock was read,
+/// the server's time and the lease document.
+type Polled = (Instant, DateTime, Option<JobRecord>);
 
 /// One wait for our turn: what [`Wait::until_turn`] keeps between polls.
 struct Wait<'w> {
@@ -326,14 +330,12 @@ impl<'w> Wait<'w> {
     /// clock read, the server's time and the lease document. `None`: nothing
     /// read (a shutdown or the timeout came first, or the read failed and
     /// the retry delay has passed).
-    async fn poll<E>(
-        &mut self,
-    ) -> Result<Option<(Instant, DateTime, Option<JobRecord>)>, LeaseError<E>> {
+    async fn poll<E>(&mut self) -> Result<Option<Polled>, LeaseError<E>> {
         let before_now = Instant::now();
         let store = self.store;
         let poll = async {
             let now = store.server_now().await?;
-            Ok::<_, mongodb::error::Error>((before_now, now, store.read().await?))
+            Ok::<_, MongoError>((before_now, now, store.read().await?))
         };
         // Reads are safe to abandon on shutdown or timeout.
         let polled = tokio::select! {
@@ -360,10 +362,9 @@ impl<'w> Wait<'w> {
     /// safety margin (`None`).
     fn adopt<T>(&self, record: JobRecord, before_now: Instant, now: DateTime) -> Option<Turn<T>> {
         let opts = self.opts;
-        let deadline = record
-            .lease_expires_at
-            .and_then(|at| local_deadline(before_now, now, at, opts.safety_margin))
-            .filter(|deadline| *deadline > Instant::now())?;
+        let ends = record.lease_expires_at?;
+        let deadline = local_deadline(before_now, now, ends, opts.safety_margin)?;
+        let deadline = Some(deadline).filter(|deadline| *deadline > Instant::now())?;
         let epoch = record.epoch?;
         warn!(job = %opts.job, owner = %opts.owner, epoch,
             "adopting a claim of ours whose answer was lost");
@@ -402,13 +403,13 @@ impl<'w> Wait<'w> {
     ) -> Result<Option<Turn<T>>, LeaseError<E>> {
         let opts = self.opts;
         match self.store.claim(&opts.owner, now, record).await {
-            Ok(ClaimResult::Won(claimed)) => {
+            Ok(Some(claimed)) => {
                 log_claim(opts, record, &claimed, now);
                 let epoch = claimed.epoch.unwrap_or_default();
                 let deadline = before_now + opts.holds_for();
-                Ok(Some(Claimed::turn(opts, epoch, *claimed, deadline)))
+                Ok(Some(Claimed::turn(opts, epoch, claimed, deadline)))
             }
-            Ok(ClaimResult::Lost) => {
+            Ok(None) => {
                 // A driver retry of a claim that was applied also ends here.
                 debug!(job = %opts.job, owner = %opts.owner, "another replica claimed first; following");
                 Ok(None)
@@ -427,11 +428,7 @@ impl<'w> Wait<'w> {
     }
 
     /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
-    fn unreachable<E>(
-        &mut self,
-        verb: &str,
-        error: &mongodb::error::Error,
-    ) -> Result<(), LeaseError<E>> {
+    fn unreachable<E>(&mut self, verb: &str, error: &MongoError) -> Result<(), LeaseError<E>> {
         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= self.opts.unreachable_timeout {
             return Err(LeaseError::MongoUnavailable(error.to_string()));
@@ -465,12 +462,10 @@ impl<'w> Wait<'w> {
         let opts = self.opts;
         let key = (record.owner.clone(), record.epoch, record.status.clone());
         let changed = self.seen.as_ref() != Some(&key);
-        let due = self
-            .last_logged
-            .is_none_or(|at| at.elapsed() >= PROGRESS_LOG_EVERY);
-        let expires_in_ms = record
-            .holds_until(opts.librechat_clock_skew)
-            .map(|at| clock::millis_between(now, at));
+        let last = self.last_logged;
+        let due = last.is_none_or(|at| at.elapsed() >= PROGRESS_LOG_EVERY);
+        let ends = record.holds_until(opts.librechat_clock_skew);
+        let expires_in_ms = ends.map(|at| clock::millis_between(now, at));
         let progress = record.progress.as_ref();
         if changed && record.holder() == Holder::LibreChat {
             info!(job = %opts.job, me = %opts.owner, librechat_owner = record.owner.as_deref().unwrap_or("-"),
@@ -534,11 +529,7 @@ const REFUSALS: &[i32] = &[
 /// An error MongoDB answered with that no retry changes (see [`REFUSALS`]):
 /// the operation was not applied, and asking again at a poll's rate would
 /// only get the same answer, so waiting ends with it.
-fn refused<E>(
-    opts: &LeaseOptions,
-    what: &str,
-    error: &mongodb::error::Error,
-) -> Result<(), LeaseError<E>> {
+fn refused<E>(opts: &LeaseOptions, what: &str, error: &MongoError) -> Result<(), LeaseError<E>> {
     if error_code(error).is_some_and(|code| REFUSALS.contains(&code)) {
         return Err(LeaseError::Refused {
             what: format!("{what} the lease document {}.{}", opts.collection, opts.job),
@@ -586,9 +577,8 @@ fn log_claim(opts: &LeaseOptions, before: Option<&JobRecord>, claimed: &JobRecor
     crate::metrics::lease_claimed(takeover);
     match before {
         Some(previous) if previous.status == JobStatus::Running => {
-            let expired_for_ms = previous
-                .holds_until(opts.librechat_clock_skew)
-                .map(|at| clock::millis_between(at, now));
+            let ended = previous.holds_until(opts.librechat_clock_skew);
+            let expired_for_ms = ended.map(|at| clock::millis_between(at, now));
             warn!(job = %opts.job, owner = %opts.owner, epoch,
                 previous_owner = previous.owner.as_deref().unwrap_or("-"),
                 previous_holder = ?previous.holder(), ?expired_for_ms, "took over an expired lease");

@@ -15,7 +15,7 @@
 //! each refers to the other (the guard holds the handle; every handle write
 //! checks, and on a lost lease cancels, the guard).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use mongodb::bson::Document;
@@ -38,17 +38,13 @@ pub enum LeaseLost {
     ShuttingDown,
 }
 
-#[derive(Debug)]
-struct State {
-    deadline: Option<Instant>,
-    reason: Option<LeaseLost>,
-}
-
 /// Cheap to clone; all clones share one state.
 #[derive(Clone, Debug)]
 pub struct Guard {
     token: CancellationToken,
-    state: Arc<Mutex<State>>,
+    deadline: Arc<Mutex<Option<Instant>>>,
+    /// Why the guard was cancelled: the first reason given.
+    reason: Arc<OnceLock<LeaseLost>>,
     lease: Option<Arc<LeaseHandle>>,
 }
 
@@ -59,10 +55,8 @@ impl Guard {
     pub(crate) fn new(deadline: Option<Instant>, lease: Option<LeaseHandle>) -> Self {
         Guard {
             token: CancellationToken::new(),
-            state: Arc::new(Mutex::new(State {
-                deadline,
-                reason: None,
-            })),
+            deadline: Arc::new(Mutex::new(deadline)),
+            reason: Arc::default(),
             lease: lease.map(Arc::new),
         }
     }
@@ -84,17 +78,16 @@ impl Guard {
     /// Whoever first sees the deadline pass — this check or the renewal
     /// timer — cancels the guard, so `cancelled()` and `check()` always agree.
     pub fn check(&self) -> Result<(), LeaseLost> {
-        let expired = {
-            let state = self.state.lock().expect("guard state poisoned");
-            if let Some(reason) = &state.reason {
-                return Err(reason.clone());
-            }
-            if self.token.is_cancelled() {
-                return Err(LeaseLost::ShuttingDown);
-            }
-            matches!(state.deadline, Some(deadline) if Instant::now() >= deadline)
-        };
-        if expired {
+        if let Some(reason) = self.reason.get() {
+            return Err(reason.clone());
+        }
+        if self.token.is_cancelled() {
+            return Err(LeaseLost::ShuttingDown);
+        }
+        if self
+            .deadline()
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
             self.cancel(LeaseLost::SelfFenced);
             return Err(LeaseLost::SelfFenced);
         }
@@ -103,19 +96,15 @@ impl Guard {
 
     /// Moves the local deadline (after a successful renewal).
     pub(crate) fn extend_to(&self, deadline: Instant) {
-        let mut state = self.state.lock().expect("guard state poisoned");
-        if state.reason.is_none() {
-            state.deadline = Some(deadline);
+        if self.reason.get().is_none() {
+            *self.deadline.lock().expect("guard state poisoned") = Some(deadline);
         }
     }
 
     /// Stops the job: every later `check` fails with `reason` (the first
     /// reason given wins) and `cancelled()` resolves.
     pub fn cancel(&self, reason: LeaseLost) {
-        {
-            let mut state = self.state.lock().expect("guard state poisoned");
-            state.reason.get_or_insert(reason);
-        }
+        let _ = self.reason.set(reason);
         self.token.cancel();
     }
 
@@ -126,7 +115,7 @@ impl Guard {
 
     /// The local deadline, if any.
     pub fn deadline(&self) -> Option<Instant> {
-        self.state.lock().expect("guard state poisoned").deadline
+        *self.deadline.lock().expect("guard state poisoned")
     }
 }
 

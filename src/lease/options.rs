@@ -137,10 +137,8 @@ impl<'de> Deserialize<'de> for LeaseWriteConcern {
             if t.eq_ignore_ascii_case("majority") {
                 return Some(LeaseWriteConcern::Majority);
             }
-            t.parse()
-                .ok()
-                .filter(|n| *n >= 1)
-                .map(LeaseWriteConcern::Nodes)
+            let nodes: Option<u32> = t.parse().ok().filter(|n| *n >= 1);
+            nodes.map(LeaseWriteConcern::Nodes)
         })
     }
 }

@@ -91,7 +91,6 @@ fn waited_for(waited: &Duration) -> humantime::FormattedDuration {
 
 /// Who held the job when we gave up, if anyone did.
 fn held_by(owner: &Option<String>) -> String {
-    owner
-        .as_ref()
-        .map_or(String::new(), |owner| format!(" (held by {owner})"))
+    let held = owner.as_ref().map(|owner| format!(" (held by {owner})"));
+    held.unwrap_or_default()
 }

@@ -21,8 +21,7 @@
 use std::time::Instant;
 
 use backon::BackoffBuilder;
-use tokio::task::JoinHandle;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, error, warn};
 
 use super::guard::LeaseLost;
@@ -30,50 +29,43 @@ use super::runner::Owner;
 
 /// A running renewal timer; stop it with [`Renewer::stop`]. Dropping it
 /// (the job panicked, or the caller dropped `run_single_flight`) also stops
-/// it, so a lease is never renewed for work that no longer runs.
-pub(crate) struct Renewer {
-    stop: DropGuard,
-    task: JoinHandle<()>,
-}
+/// it, so a lease is never renewed for work that no longer runs. Stopping
+/// drops the task at its next await: an attempt in flight is abandoned.
+pub(crate) struct Renewer(AbortOnDropHandle<()>);
 
 impl Renewer {
     /// Starts renewing `owner`'s lease, safely ours until the local instant
     /// `deadline` (the first renewal is due `renew_every` after the send
     /// time that deadline implies).
     pub(crate) fn start(owner: Owner, deadline: Instant) -> Self {
-        let stop = CancellationToken::new();
-        Renewer {
-            task: tokio::spawn(owner.renew_until_stopped(deadline, stop.clone())),
-            stop: stop.drop_guard(),
-        }
+        let task = tokio::spawn(owner.keep_renewed(deadline));
+        Renewer(AbortOnDropHandle::new(task))
     }
 
     /// Stops the timer and waits for it, so no renewal runs concurrently with
     /// the owner's final write.
     pub(crate) async fn stop(self) {
-        drop(self.stop);
-        let _ = self.task.await;
+        self.0.abort();
+        let _ = self.0.await;
     }
 }
 
 impl Owner {
     /// The renewal timer's task.
-    async fn renew_until_stopped(self, mut deadline: Instant, stop: CancellationToken) {
+    async fn keep_renewed(self, mut deadline: Instant) {
         let (owner, epoch) = (&self.fence.owner, self.fence.epoch);
-        let (renew_every, holds_for) = (self.opts.renew_every, self.opts.holds_for());
+        let holds_for = self.opts.holds_for();
+        // How long before the deadline a renewal is due.
+        let ahead = holds_for - self.opts.renew_every;
         loop {
             // Due `renew_every` after the send time of the last good renewal.
-            let due = deadline
-                .checked_sub(holds_for - renew_every)
-                .unwrap_or_else(Instant::now);
+            let due = deadline.checked_sub(ahead).unwrap_or_else(Instant::now);
             tokio::select! {
-                _ = stop.cancelled() => return,
                 _ = self.guard.cancelled() => return,
                 _ = tokio::time::sleep_until(due.into()) => {}
             }
             let renewed = tokio::select! {
                 biased;
-                _ = stop.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     error!(%owner, epoch,
                         "lease renewals failed for ttl - safety_margin; stopping the job before the lease can expire");

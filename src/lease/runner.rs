@@ -21,6 +21,9 @@ use super::renewer::Renewer;
 use super::store::{Fence, JobStatus, JobStore};
 use crate::progress::Progress;
 
+/// How the owner's run ends: the runner's answer.
+type Ended<T, E> = Result<Outcome<T>, LeaseError<E>>;
+
 /// How long a shutting-down owner keeps trying to release its lease.
 const RELEASE_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -145,7 +148,7 @@ impl Owner {
         &self,
         ran: Ran<T, E>,
         attempt: u32,
-    ) -> Result<Outcome<T>, LeaseError<E>> {
+    ) -> Ended<T, E> {
         let (fence, epoch) = (&self.fence, self.fence.epoch);
         match (self.guard.check(), ran) {
             // A job that did not stop may have a write on the server still: a
@@ -176,7 +179,7 @@ impl Owner {
 
     /// Shutdown, or a handover to `to`: sets `released` so a follower (`to`,
     /// when named) claims at once.
-    async fn release<T, E>(&self, to: Option<&str>) -> Result<Outcome<T>, LeaseError<E>> {
+    async fn release<T, E>(&self, to: Option<&str>) -> Ended<T, E> {
         let (store, fence) = (&self.store, &self.fence);
         let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(&self.guard));
         let snapshot = self.progress.snapshot();
@@ -202,7 +205,7 @@ impl Owner {
     }
 
     /// Success: sets `completed` with the summary (the job's output, serialized).
-    async fn complete<T: Serialize, E>(&self, summary: T) -> Result<Outcome<T>, LeaseError<E>> {
+    async fn complete<T: Serialize, E>(&self, summary: T) -> Ended<T, E> {
         let (store, fence) = (&self.store, &self.fence);
         let snapshot = self.progress.snapshot();
         let stored = serde_json::to_value(&summary).unwrap_or_else(|e| {
@@ -223,11 +226,7 @@ impl Owner {
 
     /// Failure: sets `failed` with the error, the consecutive `attempt` and a
     /// `retryAt` backed off exponentially.
-    async fn record_failure<T, E: Display>(
-        &self,
-        attempt: u32,
-        job_error: E,
-    ) -> Result<Outcome<T>, LeaseError<E>> {
+    async fn record_failure<T, E: Display>(&self, attempt: u32, job_error: E) -> Ended<T, E> {
         let (store, fence) = (&self.store, &self.fence);
         let message = format!("{job_error:#}");
         let backoff = self.opts.failure_backoff_for(attempt);
@@ -308,13 +307,13 @@ fn deadline_of(guard: &Guard) -> Instant {
     guard.deadline().unwrap_or_else(Instant::now)
 }
 
-fn lost<T, E>(fence: &Fence, reason: LeaseLost) -> Result<Outcome<T>, LeaseError<E>> {
+fn lost<T, E>(fence: &Fence, reason: LeaseLost) -> Ended<T, E> {
     error!(owner = %fence.owner, epoch = fence.epoch, %reason, "lease lost");
     let epoch = fence.epoch;
     Err(LeaseError::LeaseLost { epoch, reason })
 }
 
-fn unconfirmed<T, E>(fence: &Fence, what: &str, err: String) -> Result<Outcome<T>, LeaseError<E>> {
+fn unconfirmed<T, E>(fence: &Fence, what: &str, err: String) -> Ended<T, E> {
     error!(owner = %fence.owner, epoch = fence.epoch, error = %err, "could not record the job's {what}");
     Err(LeaseError::MongoUnavailable(err))
 }

@@ -74,18 +74,6 @@ pub enum JobStatus {
     Other(String),
 }
 
-impl JobStatus {
-    fn parse(text: &str) -> Self {
-        match text {
-            "running" => JobStatus::Running,
-            "completed" => JobStatus::Completed,
-            "failed" => JobStatus::Failed,
-            "released" => JobStatus::Released,
-            other => JobStatus::Other(other.to_string()),
-        }
-    }
-}
-
 /// Which protocol wrote the job document last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -161,12 +149,19 @@ impl JobRecord {
         };
         let text = |key: &str| doc.get_str(key).ok().map(str::to_string);
         let progress = doc.get_document("progress").ok().cloned();
+        let status = match doc.get_str("status").unwrap_or("") {
+            "running" => JobStatus::Running,
+            "completed" => JobStatus::Completed,
+            "failed" => JobStatus::Failed,
+            "released" => JobStatus::Released,
+            other => JobStatus::Other(other.to_string()),
+        };
         let attempt = int("attempt").and_then(|n| u32::try_from(n).ok());
         let summary = doc.get("summary").filter(|s| !matches!(s, Bson::Null));
         JobRecord {
             owner: text("owner"),
             epoch: int("epoch"),
-            status: JobStatus::parse(doc.get_str("status").unwrap_or("")),
+            status,
             claimed_at: time("claimedAt"),
             renewed_at: time("renewedAt"),
             lease_expires_at: time("leaseExpiresAt"),
@@ -239,15 +234,6 @@ pub struct Fence {
     pub epoch: i64,
 }
 
-/// The answer to a claim.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ClaimResult {
-    /// We hold the lease; the document as we wrote it.
-    Won(Box<JobRecord>),
-    /// Someone else claimed first (E11000, or another owner in the result).
-    Lost,
-}
-
 /// Access to one job's document.
 #[derive(Clone, Debug)]
 pub struct JobStore {
@@ -291,6 +277,9 @@ impl JobStore {
     /// Claims the lease for `owner` at server time `now`, provided the
     /// document is still exactly as `seen` (`None`: there was none), which
     /// the caller judged claimable at `now`, and is not a live lease.
+    /// `Some`: we hold the lease, and the document is as we wrote it;
+    /// `None`: someone else claimed first (E11000, or another owner in the
+    /// result).
     ///
     /// `Err` is ambiguous (a write-concern error, a timeout or a lost reply
     /// may hide a claim that was applied): the caller reads the document
@@ -300,7 +289,7 @@ impl JobStore {
         owner: &str,
         now: DateTime,
         seen: Option<&JobRecord>,
-    ) -> mongodb::error::Result<ClaimResult> {
+    ) -> mongodb::error::Result<Option<JobRecord>> {
         let mut filter = doc! { "_id": &self.opts.job };
         let absent = Bson::Document(doc! { "$exists": false });
         for field in JUDGED_FIELDS {
@@ -335,20 +324,16 @@ impl JobStore {
             "handoverRequestedBy": Bson::Null,
             "handoverRequestedAt": Bson::Null,
         } }];
-        let result = self
-            .jobs
-            .find_one_and_update(filter, claim)
-            .upsert(true)
-            .return_document(ReturnDocument::After)
-            .await;
+        let claiming = self.jobs.find_one_and_update(filter, claim).upsert(true);
+        let result = claiming.return_document(ReturnDocument::After).await;
         match result {
             Ok(Some(doc)) if doc.get_str("owner").ok() == Some(owner) => {
-                Ok(ClaimResult::Won(Box::new(JobRecord::from_document(&doc))))
+                Ok(Some(JobRecord::from_document(&doc)))
             }
             // Another owner in the document. Upsert always returns the
             // document; be defensive anyway.
-            Ok(_) => Ok(ClaimResult::Lost),
-            Err(error) if error_code(&error) == Some(DUPLICATE_KEY) => Ok(ClaimResult::Lost),
+            Ok(_) => Ok(None),
+            Err(error) if error_code(&error) == Some(DUPLICATE_KEY) => Ok(None),
             Err(error) => Err(error),
         }
     }
