@@ -54,11 +54,11 @@ use super::ctx::{wait_tolerating, Ctx, Run};
 use super::error::ReconcileError;
 use super::options::{collections, SyncOptions};
 use super::plan::RebuildReason;
-use super::run::{finish, prepare_index, reconcile_collection};
+use super::run::{finish, planned, prepare_index, reconcile_collection};
 use super::summary::{CollectionSummary, RunSummary};
 use super::sync::{self, Read};
 use super::test_hook::pause_after;
-use super::{exact, excluded, marker, plan, rebuild, rejects, settings};
+use super::{exact, excluded, marker, rebuild, rejects, settings};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::{self, Collection};
@@ -107,19 +107,12 @@ async fn in_place(
     run: &Run<'_>,
     reindex: &ReindexOptions,
 ) -> Result<Vec<CollectionSummary>, ReconcileError> {
-    run.progress.phase("plan", 0);
-    let plan = plan::plan(run.db, run.meili, run.opts).await?;
-    let selected = collections(reindex.only);
     let forced = SyncOptions {
         force: true,
         ..run.opts.clone()
     };
     let mut work = Vec::new();
-    for index in plan
-        .indexes
-        .into_iter()
-        .filter(|i| selected.contains(&i.collection))
-    {
+    for index in planned(run, reindex.only).await? {
         let summary = prepare_index(run, &index).await?;
         work.push((index, summary));
     }

@@ -20,7 +20,7 @@ use super::summary::{CollectionSummary, RunSummary};
 use super::{exact, excluded, expiry, marker, orphans, rebuild, rejects, settings, sync};
 use crate::lease::Guard;
 use crate::meili::Meili;
-use crate::mongo;
+use crate::mongo::{self, Collection};
 use crate::progress::{Lane, Progress};
 
 /// One reconciliation of both collections (docs/design.md §4), as lease owner:
@@ -145,6 +145,17 @@ pub(crate) fn finish(run: &Run<'_>, summaries: Vec<CollectionSummary>) -> RunSum
     run.progress.phase("done", 0);
     tracing::info!("reconciliation finished: {summary}");
     summary
+}
+
+/// The plan (read-only) of the index of `only` one collection, or of each.
+pub(crate) async fn planned(
+    run: &Run<'_>,
+    only: Option<Collection>,
+) -> Result<Vec<IndexPlan>, ReconcileError> {
+    run.progress.phase("plan", 0);
+    let plan = plan::plan(run.db, run.meili, run.opts).await?;
+    let selected = |i: &IndexPlan| only.is_none_or(|c| c == i.collection);
+    Ok(plan.indexes.into_iter().filter(selected).collect())
 }
 
 /// The structure and settings of one index, before any document write:
