@@ -259,13 +259,11 @@ fn acknowledgement_runs(docs: Vec<Document>) -> Vec<Vec<Document>> {
         .into_iter()
         .partition(|d| d.get("_id").is_some_and(|id| id_order(id, id).is_some()));
     ordered.sort_by(|a, b| id_cmp(a.get("_id").unwrap(), b.get("_id").unwrap()));
+    let id_type = |d: &Document| d.get("_id").map(Bson::element_type);
     let mut runs: Vec<Vec<Document>> = Vec::new();
     for doc in ordered {
-        let same_type = runs.last().is_some_and(|run| {
-            run[0].get("_id").map(Bson::element_type) == doc.get("_id").map(Bson::element_type)
-        });
         match runs.last_mut() {
-            Some(run) if same_type => run.push(doc),
+            Some(run) if id_type(&run[0]) == id_type(&doc) => run.push(doc),
             _ => runs.push(vec![doc]),
         }
     }

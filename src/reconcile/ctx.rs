@@ -162,14 +162,9 @@ impl<'a> Ctx<'a> {
         self.progress.advance(n);
         if self.progress.due_for_log(Duration::from_secs(5)) {
             let s = self.progress.snapshot();
-            tracing::info!(
-                phase = %s.phase,
-                done = s.done,
-                total = s.total,
-                docs_per_sec = s.docs_per_sec.round() as u64,
-                eta_secs = s.eta_secs,
-                "progress"
-            );
+            tracing::info!(phase = %s.phase, done = s.done, total = s.total,
+                docs_per_sec = s.docs_per_sec.round() as u64, eta_secs = s.eta_secs,
+                "progress");
         }
     }
 

@@ -171,16 +171,11 @@ pub(crate) async fn compare(
         repairs.flags_cleared +=
             mongo::clear_flags_of_unindexable(db, rules, ctx.collection, now, guard).await?;
     }
-    tracing::info!(
-        index = %ctx.uid,
-        meili_documents = comparison.meili_documents,
-        mongo_indexable = comparison.mongo_indexable,
-        matching = comparison.matching,
-        missing = comparison.missing.count,
-        unexpected = comparison.unexpected.count,
+    tracing::info!(index = %ctx.uid, meili_documents = comparison.meili_documents,
+        mongo_indexable = comparison.mongo_indexable, matching = comparison.matching,
+        missing = comparison.missing.count, unexpected = comparison.unexpected.count,
         stale = comparison.stale.count,
-        "exact comparison"
-    );
+        "exact comparison");
     Ok((comparison, repairs))
 }
 

@@ -214,12 +214,9 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
             .await?;
 
     if outcome.deleted + outcome.flags_cleared > 0 {
-        tracing::info!(
-            index = %ctx.uid,
-            deleted = outcome.deleted,
+        tracing::info!(index = %ctx.uid, deleted = outcome.deleted,
             flags_cleared = outcome.flags_cleared,
-            "drift repaired"
-        );
+            "drift repaired");
     }
     Ok(outcome)
 }

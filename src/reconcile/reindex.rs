@@ -167,14 +167,9 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     ctx.phase("drop old index", 0);
     ctx.drop_index(&target).await?;
     pause_after("drop").await;
-    tracing::info!(
-        index = %live,
-        indexed = summary.indexed,
-        deleted = summary.deleted,
-        flags_set = summary.flags_set,
-        rejected = summary.rejected.len(),
-        "reindex finished"
-    );
+    tracing::info!(index = %live, indexed = summary.indexed, deleted = summary.deleted,
+        flags_set = summary.flags_set, rejected = summary.rejected.len(),
+        "reindex finished");
     Ok(summary)
 }
 
