@@ -245,7 +245,7 @@ pub(crate) async fn acknowledge_accepted(
 /// The id-set comparison of the index with the collection (a
 /// reconciliation's drift repair). Returns (deleted, flags cleared).
 pub(crate) async fn repair_id_drift(ctx: &Ctx<'_>) -> Result<(u64, u64), ReconcileError> {
-    let outcome = orphans::repair(ctx).await?;
+    let (outcome, _) = orphans::repair(ctx).await?;
     Ok((outcome.deleted, outcome.flags_cleared))
 }
 

@@ -40,6 +40,7 @@ use std::hash::{Hash, Hasher};
 
 use mongodb::bson::{Bson, DateTime};
 
+use super::ack::Tally;
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use crate::mongo;
@@ -50,15 +51,6 @@ const PAGE: usize = 10_000;
 const CLEAR_FLUSH: usize = 1_000;
 /// Bytes one id takes in [`MeiliIds`] (its hash, and its seen-bit rounded up).
 const BYTES_PER_ID: usize = 9;
-
-/// What a drift repair did.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct OrphanOutcome {
-    pub(crate) deleted: u64,
-    pub(crate) flags_cleared: u64,
-    /// Hash partitions the id sets were compared in.
-    pub(crate) partitions: u64,
-}
 
 /// A stable 64-bit hash of a document id.
 pub(crate) fn id_hash(id: &str) -> u64 {
@@ -188,12 +180,13 @@ impl IdPages {
     }
 }
 
-/// Compares the id sets of the index and the collection and repairs both sides.
-pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileError> {
-    let mut outcome = OrphanOutcome::default();
+/// Compares the id sets of the index and the collection and repairs both
+/// sides. Returns what it did (documents deleted, flags cleared) and the
+/// hash partitions the id sets were compared in.
+pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<(Tally, u64), ReconcileError> {
+    let mut outcome = Tally::default();
     let in_meili = ctx.meili.document_count(&ctx.uid).await?;
     let partitions = Partitions::for_comparison(ctx, in_meili, BYTES_PER_ID).await?;
-    outcome.partitions = partitions.0;
     ctx.phase("compare ids", in_meili * partitions.0);
     for part in 0..partitions.0 {
         let in_part = |hash: u64| partitions.of(hash) == part;
@@ -218,7 +211,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
             flags_cleared = outcome.flags_cleared,
             "drift repaired");
     }
-    Ok(outcome)
+    Ok((outcome, partitions.0))
 }
 
 /// Step 1: the partition's Meilisearch ids (the whole index listed by

@@ -210,15 +210,18 @@ pub(crate) async fn reconcile_collection(
     before: BeforeCounts,
 ) -> Result<(), ReconcileError> {
     let in_meili_now = reset_and_clean_up(ctx, index, summary, before.swept).await?;
-    let checked = compare_or_count(ctx, index, plan_counts_current, in_meili_now, summary).await?;
+    let (counts, compare_ids) =
+        compare_or_count(ctx, index, plan_counts_current, in_meili_now, summary).await?;
     clear_reindex_leftovers(ctx, index).await?;
-    let counts = match checked.counts {
+    let counts = match counts {
         Some(counts) => counts,
         None => ctx.counts().await?,
     };
-    let exempt = ctx.opts.force || summary.rebuilt.is_some() || checked.repaired;
+    // Whether the exact comparison changed something.
+    let repaired = summary.verified.as_ref().is_some_and(|c| !c.is_exact());
+    let exempt = ctx.opts.force || summary.rebuilt.is_some() || repaired;
     index_backlog(ctx, &counts, exempt, before.head_start, summary).await?;
-    if checked.compare_ids {
+    if compare_ids {
         repair_drift(ctx, &counts, summary).await?;
     }
     Ok(())
@@ -280,45 +283,31 @@ async fn reset_and_clean_up(
     Ok(in_meili_now)
 }
 
-/// What [`compare_or_count`] found.
-struct Checked {
-    /// The exact comparison changed something.
-    repaired: bool,
-    /// The id sets are compared after indexing.
-    compare_ids: bool,
-    /// MongoDB's counts, when still current for the threshold decision.
-    counts: Option<mongo::Counts>,
-}
-
 /// The exact comparison an interrupted reindex left pending (or `--deep`
 /// asked for), which repairs as it goes; else the counts, which decide
 /// whether the id sets are compared after indexing (they differ, or
-/// forced).
+/// forced). Returns MongoDB's counts, when still current for the threshold
+/// decision, and whether the id sets are compared after indexing.
 async fn compare_or_count(
     ctx: &Ctx<'_>,
     index: &IndexPlan,
     plan_counts_current: bool,
     in_meili_now: Option<u64>,
     summary: &mut CollectionSummary,
-) -> Result<Checked, ReconcileError> {
+) -> Result<(Option<mongo::Counts>, bool), ReconcileError> {
     if (index.exact_comparison_pending || ctx.opts.deep) && index.rebuild.is_none() {
         if index.exact_comparison_pending {
             tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
         }
         ctx.phase("compare", 0);
         let (comparison, repairs) = exact::compare(ctx, Some(&HashSet::new())).await?;
-        let repaired = !comparison.is_exact();
         // What was deleted while the comparison and the indexing ran is
         // found by the id sets afterwards.
         summary.compared_ids = true;
         summary.comparison_partitions = comparison.partitions;
         summary.verified = Some(comparison);
         summary.add(repairs);
-        return Ok(Checked {
-            repaired,
-            compare_ids: true,
-            counts: None,
-        });
+        return Ok((None, true));
     }
     let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
         (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
@@ -333,11 +322,7 @@ async fn compare_or_count(
         tracing::info!(index = %ctx.uid, in_meili, flagged_indexable = counts.flagged,
             forced = ctx.opts.force, "the id sets are compared after indexing (the index's count differs from MongoDB's, or forced)");
     }
-    Ok(Checked {
-        repaired: false,
-        compare_ids,
-        counts: Some(counts),
-    })
+    Ok((Some(counts), compare_ids))
 }
 
 /// Indexes the unindexed documents: after a head start, what changed while
@@ -382,13 +367,13 @@ async fn repair_drift(
     summary: &mut CollectionSummary,
 ) -> Result<(), ReconcileError> {
     summary.compared_ids = true;
-    let outcome = orphans::repair(ctx).await?;
-    summary.comparison_partitions = summary.comparison_partitions.max(outcome.partitions);
-    summary.deleted += outcome.deleted;
-    summary.flags_cleared += outcome.flags_cleared;
-    if outcome.deleted + outcome.flags_cleared > 0 {
+    let (outcome, partitions) = orphans::repair(ctx).await?;
+    summary.comparison_partitions = summary.comparison_partitions.max(partitions);
+    let (deleted, flags_cleared) = (outcome.deleted, outcome.flags_cleared);
+    summary.add(outcome);
+    if deleted + flags_cleared > 0 {
         let backlog = summary.skipped_by_threshold.take().unwrap_or(0);
-        let expected = backlog + outcome.flags_cleared;
+        let expected = backlog + flags_cleared;
         if expected > 0 {
             index_unindexed(ctx, expected, mongo::Backlog::of(counts), summary).await?;
         }
