@@ -147,13 +147,10 @@ pub(crate) async fn enqueue_documents(
 /// Accepted documents of one index awaiting their acknowledgement, at most
 /// one version per document: the one Meilisearch was given last. Follow
 /// mode gathers those of consecutive micro-batches whose tasks ended
-/// together and acknowledges them at once ([`acknowledge_accepted`]).
+/// together and acknowledges them at once ([`acknowledge_accepted`]),
+/// sorted by `_id` then. By `_id` key.
 #[derive(Default)]
-pub(crate) struct Accepted {
-    docs: Vec<BatchDoc>,
-    /// `_id` key → position in `docs`.
-    at: HashMap<String, usize>,
-}
+pub(crate) struct Accepted(HashMap<String, BatchDoc>);
 
 impl Accepted {
     /// Adds documents sent after those already here: a document already
@@ -163,19 +160,12 @@ impl Accepted {
     /// read-back of the later one repairs whatever changed.
     fn add(&mut self, docs: Vec<BatchDoc>) {
         for doc in docs {
-            let key = id_key(&doc.mongo_id());
-            match self.at.get(&key) {
-                Some(&i) => self.docs[i] = doc,
-                None => {
-                    self.at.insert(key, self.docs.len());
-                    self.docs.push(doc);
-                }
-            }
+            self.0.insert(id_key(&doc.mongo_id()), doc);
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.docs.len()
+        self.0.len()
     }
 }
 
@@ -234,7 +224,7 @@ pub(crate) async fn acknowledge_accepted(
     ctx: &Ctx<'_>,
     accepted: Accepted,
 ) -> Result<Tally, ReconcileError> {
-    let mut docs = accepted.docs;
+    let mut docs: Vec<BatchDoc> = accepted.0.into_values().collect();
     if docs.is_empty() {
         return Ok(Tally::default());
     }
