@@ -295,22 +295,15 @@ impl Part {
 /// Waits for the tasks already enqueued on the index and for pending index
 /// swaps (e.g. left by a process that died), so the index is read settled.
 async fn wait_for_pending_tasks(ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
+    let index = &ctx.uid;
     let queries = [
-        format!(
-            "statuses=enqueued,processing&indexUids={}&limit=1000",
-            ctx.uid
-        ),
+        format!("statuses=enqueued,processing&indexUids={index}&limit=1000"),
         "statuses=enqueued,processing&types=indexSwap&limit=1000".to_string(),
     ];
     for query in queries {
         let answer = ctx.meili.tasks(&query).await?;
-        let uids: Vec<u64> = answer["results"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t["uid"].as_u64())
-            .collect();
-        for uid in uids {
+        let tasks = answer["results"].as_array().into_iter().flatten();
+        for uid in tasks.filter_map(|t| t["uid"].as_u64()) {
             ctx.meili.wait_for_task(uid, ctx.guard).await?;
         }
     }

@@ -123,8 +123,7 @@ pub(crate) async fn send_changed_again(
             // the collection finds them (they are unflagged).
             tracing::info!(index = %ctx.uid, pass, kept_at_most = max_changed_ids(ctx.opts),
                 "many documents changed while in flight: reading the unindexed ones again");
-            let read = Read::Filtered(backlog);
-            let done = run_pass(ctx, read, &rejected_ids, None).await?;
+            let done = run_pass(ctx, Read::Filtered(backlog), &rejected_ids, None).await?;
             (changed, overflowed) = absorb(&mut outcome, done, &mut rejected_ids);
             continue;
         }
@@ -292,8 +291,7 @@ impl Reader<'_, '_> {
             super::test_hook::pause_after("page-read").await;
             read_in_page += part.len();
             self.after = part.last().and_then(mongo::raw_id).or(self.after.take());
-            let cut_all = self.cut_part(&part, now, &mut building).await?;
-            if !cut_all {
+            if !self.cut_part(&part, now, &mut building).await? {
                 return Ok(false);
             }
         }
