@@ -80,10 +80,8 @@ impl Difference {
 
     fn note(&mut self, id: &str, flagged: bool) {
         self.count += 1;
-        if flagged {
-            if let Some(n) = &mut self.flagged {
-                *n += 1;
-            }
+        if let Some(n) = self.flagged.as_mut().filter(|_| flagged) {
+            *n += 1;
         }
         if self.examples.len() < EXAMPLES {
             self.examples.push(id.to_string());
@@ -285,10 +283,9 @@ impl Part {
     /// Whether the document with Meilisearch id `id` belongs to this
     /// partition; a MongoDB document without one is handled with the first.
     fn holds(self, id: Option<&str>) -> bool {
-        match id {
-            Some(id) => self.partitions.of(id_hash(id)) == self.index,
-            None => self.index == 0,
-        }
+        id.map_or(self.index == 0, |id| {
+            self.partitions.of(id_hash(id)) == self.index
+        })
     }
 }
 

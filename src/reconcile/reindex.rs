@@ -188,10 +188,8 @@ async fn prepare_target(
         true => ctx.meili.settings(&ctx.uid).await?,
         false => Value::Object(Map::new()),
     };
-    summary.settings_changed = settings::diff(&live_settings, desired)
-        .keys()
-        .cloned()
-        .collect();
+    let changed = settings::diff(&live_settings, desired);
+    summary.settings_changed = changed.keys().cloned().collect();
     let leftover = ctx.meili.index(target).await?.is_some();
     if leftover {
         tracing::info!(index = %target, "deleting the build index a crashed reindex left");
@@ -214,8 +212,7 @@ async fn build(
     let build = ctx.on_index(target.to_string());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
-    let skip = HashSet::new();
-    let built = sync::run_pass(&build, Read::Everything, &skip, None).await?;
+    let built = sync::run_pass(&build, Read::Everything, &HashSet::new(), None).await?;
     let rejected = rejects::keys(&built.rejected).collect();
     // Not acknowledged: what it indexed and rejected is all it did.
     summary.add(built);

@@ -167,11 +167,8 @@ pub(crate) async fn prepare_index(
 ) -> Result<CollectionSummary, ReconcileError> {
     let (meili, guard) = (run.meili, run.guard);
     let ctx = run.ctx(index.collection, run.progress);
-    let recreate = index
-        .rebuild
-        .as_ref()
-        .is_some_and(RebuildReason::recreates_index);
-    let diff = if recreate {
+    let rebuild = index.rebuild.as_ref();
+    let diff = if rebuild.is_some_and(RebuildReason::recreates_index) {
         ctx.phase("rebuild", 0);
         rebuild::recreate_index(&ctx, &index.index_uid, index.exists).await?;
         let desired = settings::desired(&run.opts.filterable_attributes);
@@ -312,10 +309,8 @@ async fn compare_or_count(
     let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
         (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
     } else {
-        (
-            ctx.counts().await?,
-            ctx.meili.document_count(&ctx.uid).await?,
-        )
+        let counts = ctx.counts().await?;
+        (counts, ctx.meili.document_count(&ctx.uid).await?)
     };
     let compare_ids = ctx.opts.force || in_meili != counts.flagged;
     if compare_ids {
