@@ -198,7 +198,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<(Tally, u64), ReconcileError
         outcome.flags_cleared += mark_mongo_ids(ctx, now, &mut ids, &in_part, part == 0).await?;
         super::test_hook::pause_after("drift-mongo-ids").await;
         if ids.unseen() > 0 {
-            outcome.deleted += delete_orphans(ctx, &ids, &in_part).await?;
+            outcome.deleted += delete_orphans(ctx, &ids).await?;
         }
     }
     let now = mongo::server_time(ctx.db).await?;
@@ -292,19 +292,14 @@ async fn mark_mongo_ids(
 /// key and deleted as they pile up (the paging offset steps back by the
 /// number deleted). An id listed now but not in step 1 was added since and
 /// is left alone. Returns how many were deleted.
-async fn delete_orphans(
-    ctx: &Ctx<'_>,
-    ids: &MeiliIds,
-    in_part: &impl Fn(u64) -> bool,
-) -> Result<u64, ReconcileError> {
+async fn delete_orphans(ctx: &Ctx<'_>, ids: &MeiliIds) -> Result<u64, ReconcileError> {
     let mut candidates: Vec<String> = Vec::new();
     let mut deleted = 0;
     let mut pages = IdPages::default();
     while let Some(page) = pages.next(ctx).await? {
-        candidates.extend(page.into_iter().filter(|id| {
-            let hash = id_hash(id);
-            in_part(hash) && ids.is_unseen(hash)
-        }));
+        // Step 1 listed only the partition's ids: one of another partition
+        // is never found.
+        candidates.extend(page.into_iter().filter(|id| ids.is_unseen(id_hash(id))));
         if candidates.len() >= PAGE {
             let gone = delete_confirmed(ctx, &mut candidates).await?;
             deleted += gone;
