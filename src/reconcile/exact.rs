@@ -329,13 +329,11 @@ async fn read_meili_digests(
         }
         offset += page.len() as u64;
         ctx.advance(page.len() as u64);
-        for doc in &page {
-            let Some(id) = meili::id_string(&doc[pk]) else {
-                continue;
-            };
-            if part.holds(Some(&id)) {
-                entries.push((id_hash(&id), digest(&meili_shape(ctx.collection, doc))));
-            }
+        let ids = page
+            .iter()
+            .filter_map(|doc| Some((meili::id_string(&doc[pk])?, doc)));
+        for (id, doc) in ids.filter(|(id, _)| part.holds(Some(id))) {
+            entries.push((id_hash(&id), digest(&meili_shape(ctx.collection, doc))));
         }
     }
     Ok(Digests::new(entries))

@@ -224,11 +224,8 @@ async fn read_meili_ids(
     let mut pages = IdPages::default();
     while let Some(page) = pages.next(ctx).await? {
         ctx.advance(page.len() as u64);
-        hashes.extend(
-            page.iter()
-                .map(|id| (id_hash(id), ()))
-                .filter(|(h, _)| in_part(*h)),
-        );
+        let in_page = page.iter().map(|id| (id_hash(id), ()));
+        hashes.extend(in_page.filter(|(h, _)| in_part(*h)));
     }
     Ok(listed(hashes))
 }

@@ -386,11 +386,9 @@ impl Reader<'_, '_> {
     fn wanted(&self, doc: &Document, now: DateTime) -> Option<Retention> {
         let rules = &self.ctx.opts.rules;
         let branch = searchable::searchable_branch(rules, self.ctx.collection, doc, now)?;
-        if self.read != Read::Everything && markers::is_processed(rules, doc) {
-            return None;
-        }
-        let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-        (!self.skip.contains(&id_key(&mongo_id))).then_some(branch)
+        let indexed = self.read != Read::Everything && markers::is_processed(rules, doc);
+        let key = id_key(doc.get("_id").unwrap_or(&Bson::Null));
+        (!indexed && !self.skip.contains(&key)).then_some(branch)
     }
 
     /// `sync.delay` between pages, ended early by a lost lease.
