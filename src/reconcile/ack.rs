@@ -213,13 +213,9 @@ async fn handle_changed(
         }
         to_delete.extend(doc.meili_id());
     }
-    tracing::info!(
-        index = %ctx.uid,
-        deleted = gone,
-        unindexable = to_mark_removed.len(),
+    tracing::info!(index = %ctx.uid, deleted = gone, unindexable = to_mark_removed.len(),
         changed = changed.len(),
-        "documents changed while their batch was in flight: removing what must not be searchable, re-sending what changed"
-    );
+        "documents changed while their batch was in flight: removing what must not be searchable, re-sending what changed");
     let deleted = ctx.delete_documents(&to_delete).await?;
     let flags_cleared = mongo::clear_flags(ctx.db, ctx.collection, &changed, ctx.guard).await?
         + mongo::mark_removed(ctx.db, ctx.collection, &to_mark_removed, ctx.guard).await?;

@@ -147,13 +147,10 @@ pub(crate) async fn enqueue_documents(
 /// Accepted documents of one index awaiting their acknowledgement, at most
 /// one version per document: the one Meilisearch was given last. Follow
 /// mode gathers those of consecutive micro-batches whose tasks ended
-/// together and acknowledges them at once ([`acknowledge_accepted`]).
+/// together and acknowledges them at once ([`acknowledge_accepted`]),
+/// sorted by `_id` then. By `_id` key.
 #[derive(Default)]
-pub(crate) struct Accepted {
-    docs: Vec<BatchDoc>,
-    /// `_id` key → position in `docs`.
-    at: HashMap<String, usize>,
-}
+pub(crate) struct Accepted(HashMap<String, BatchDoc>);
 
 impl Accepted {
     /// Adds documents sent after those already here: a document already
@@ -163,19 +160,12 @@ impl Accepted {
     /// read-back of the later one repairs whatever changed.
     fn add(&mut self, docs: Vec<BatchDoc>) {
         for doc in docs {
-            let key = id_key(&doc.mongo_id());
-            match self.at.get(&key) {
-                Some(&i) => self.docs[i] = doc,
-                None => {
-                    self.at.insert(key, self.docs.len());
-                    self.docs.push(doc);
-                }
-            }
+            self.0.insert(id_key(&doc.mongo_id()), doc);
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.docs.len()
+        self.0.len()
     }
 }
 
@@ -234,7 +224,7 @@ pub(crate) async fn acknowledge_accepted(
     ctx: &Ctx<'_>,
     accepted: Accepted,
 ) -> Result<Tally, ReconcileError> {
-    let mut docs = accepted.docs;
+    let mut docs: Vec<BatchDoc> = accepted.0.into_values().collect();
     if docs.is_empty() {
         return Ok(Tally::default());
     }
@@ -245,7 +235,7 @@ pub(crate) async fn acknowledge_accepted(
 /// The id-set comparison of the index with the collection (a
 /// reconciliation's drift repair). Returns (deleted, flags cleared).
 pub(crate) async fn repair_id_drift(ctx: &Ctx<'_>) -> Result<(u64, u64), ReconcileError> {
-    let outcome = orphans::repair(ctx).await?;
+    let (outcome, _) = orphans::repair(ctx).await?;
     Ok((outcome.deleted, outcome.flags_cleared))
 }
 
@@ -259,13 +249,11 @@ fn acknowledgement_runs(docs: Vec<Document>) -> Vec<Vec<Document>> {
         .into_iter()
         .partition(|d| d.get("_id").is_some_and(|id| id_order(id, id).is_some()));
     ordered.sort_by(|a, b| id_cmp(a.get("_id").unwrap(), b.get("_id").unwrap()));
+    let id_type = |d: &Document| d.get("_id").map(Bson::element_type);
     let mut runs: Vec<Vec<Document>> = Vec::new();
     for doc in ordered {
-        let same_type = runs.last().is_some_and(|run| {
-            run[0].get("_id").map(Bson::element_type) == doc.get("_id").map(Bson::element_type)
-        });
         match runs.last_mut() {
-            Some(run) if same_type => run.push(doc),
+            Some(run) if id_type(&run[0]) == id_type(&doc) => run.push(doc),
             _ => runs.push(vec![doc]),
         }
     }

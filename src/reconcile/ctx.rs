@@ -89,7 +89,7 @@ pub(crate) struct Ctx<'a> {
     /// When set, no acknowledgement is written until it reads `true`: a
     /// head start's documents are sent while the plan counts, and the
     /// counts must see MongoDB as it was before the run wrote a flag.
-    ack_gate: Option<watch::Receiver<bool>>,
+    pub(crate) ack_gate: Option<watch::Receiver<bool>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -97,12 +97,6 @@ impl<'a> Ctx<'a> {
     /// read in `_id` order): they are read back by `_id` list.
     pub(crate) fn with_scattered_ids(mut self) -> Ctx<'a> {
         self.read_back = crate::mongo::ReadBack::Ids;
-        self
-    }
-
-    /// The same context acknowledging nothing until `gate` reads `true`.
-    pub(crate) fn with_ack_gate(mut self, gate: watch::Receiver<bool>) -> Ctx<'a> {
-        self.ack_gate = Some(gate);
         self
     }
 
@@ -168,14 +162,9 @@ impl<'a> Ctx<'a> {
         self.progress.advance(n);
         if self.progress.due_for_log(Duration::from_secs(5)) {
             let s = self.progress.snapshot();
-            tracing::info!(
-                phase = %s.phase,
-                done = s.done,
-                total = s.total,
-                docs_per_sec = s.docs_per_sec.round() as u64,
-                eta_secs = s.eta_secs,
-                "progress"
-            );
+            tracing::info!(phase = %s.phase, done = s.done, total = s.total,
+                docs_per_sec = s.docs_per_sec.round() as u64, eta_secs = s.eta_secs,
+                "progress");
         }
     }
 

@@ -80,10 +80,8 @@ impl Difference {
 
     fn note(&mut self, id: &str, flagged: bool) {
         self.count += 1;
-        if flagged {
-            if let Some(n) = &mut self.flagged {
-                *n += 1;
-            }
+        if let Some(n) = self.flagged.as_mut().filter(|_| flagged) {
+            *n += 1;
         }
         if self.examples.len() < EXAMPLES {
             self.examples.push(id.to_string());
@@ -171,16 +169,11 @@ pub(crate) async fn compare(
         repairs.flags_cleared +=
             mongo::clear_flags_of_unindexable(db, rules, ctx.collection, now, guard).await?;
     }
-    tracing::info!(
-        index = %ctx.uid,
-        meili_documents = comparison.meili_documents,
-        mongo_indexable = comparison.mongo_indexable,
-        matching = comparison.matching,
-        missing = comparison.missing.count,
-        unexpected = comparison.unexpected.count,
+    tracing::info!(index = %ctx.uid, meili_documents = comparison.meili_documents,
+        mongo_indexable = comparison.mongo_indexable, matching = comparison.matching,
+        missing = comparison.missing.count, unexpected = comparison.unexpected.count,
         stale = comparison.stale.count,
-        "exact comparison"
-    );
+        "exact comparison");
     Ok((comparison, repairs))
 }
 
@@ -290,32 +283,24 @@ impl Part {
     /// Whether the document with Meilisearch id `id` belongs to this
     /// partition; a MongoDB document without one is handled with the first.
     fn holds(self, id: Option<&str>) -> bool {
-        match id {
-            Some(id) => self.partitions.of(id_hash(id)) == self.index,
-            None => self.index == 0,
-        }
+        id.map_or(self.index == 0, |id| {
+            self.partitions.of(id_hash(id)) == self.index
+        })
     }
 }
 
 /// Waits for the tasks already enqueued on the index and for pending index
 /// swaps (e.g. left by a process that died), so the index is read settled.
 async fn wait_for_pending_tasks(ctx: &Ctx<'_>) -> Result<(), ReconcileError> {
+    let index = &ctx.uid;
     let queries = [
-        format!(
-            "statuses=enqueued,processing&indexUids={}&limit=1000",
-            ctx.uid
-        ),
+        format!("statuses=enqueued,processing&indexUids={index}&limit=1000"),
         "statuses=enqueued,processing&types=indexSwap&limit=1000".to_string(),
     ];
     for query in queries {
         let answer = ctx.meili.tasks(&query).await?;
-        let uids: Vec<u64> = answer["results"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t["uid"].as_u64())
-            .collect();
-        for uid in uids {
+        let tasks = answer["results"].as_array().into_iter().flatten();
+        for uid in tasks.filter_map(|t| t["uid"].as_u64()) {
             ctx.meili.wait_for_task(uid, ctx.guard).await?;
         }
     }
@@ -344,13 +329,11 @@ async fn read_meili_digests(
         }
         offset += page.len() as u64;
         ctx.advance(page.len() as u64);
-        for doc in &page {
-            let Some(id) = meili::id_string(&doc[pk]) else {
-                continue;
-            };
-            if part.holds(Some(&id)) {
-                entries.push((id_hash(&id), digest(&meili_shape(ctx.collection, doc))));
-            }
+        let ids = page
+            .iter()
+            .filter_map(|doc| Some((meili::id_string(&doc[pk])?, doc)));
+        for (id, doc) in ids.filter(|(id, _)| part.holds(Some(id))) {
+            entries.push((id_hash(&id), digest(&meili_shape(ctx.collection, doc))));
         }
     }
     Ok(Digests::new(entries))

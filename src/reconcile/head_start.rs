@@ -46,7 +46,8 @@ pub(crate) async fn count_with_head_start(
     now: DateTime,
 ) -> Result<(IndexPlan, Option<Tally>), ReconcileError> {
     let (gate, gate_rx) = watch::channel(false);
-    let gated = ctx.on_index(ctx.uid.clone()).with_ack_gate(gate_rx);
+    let mut gated = ctx.on_index(ctx.uid.clone());
+    gated.ack_gate = Some(gate_rx);
     let counting = async {
         // Tests pause here to see the head start run ahead of the counts.
         super::test_hook::pause_after("head-start-counting").await;

@@ -101,8 +101,5 @@ pub fn build_uid(live_uid: &str) -> String {
 
 /// The collections a command works on: `only` one, or all.
 pub(crate) fn collections(only: Option<Collection>) -> Vec<Collection> {
-    match only {
-        Some(collection) => vec![collection],
-        None => Collection::ALL.to_vec(),
-    }
+    only.map_or_else(|| Collection::ALL.to_vec(), |collection| vec![collection])
 }

@@ -40,6 +40,7 @@ use std::hash::{Hash, Hasher};
 
 use mongodb::bson::{Bson, DateTime};
 
+use super::ack::Tally;
 use super::ctx::Ctx;
 use super::error::ReconcileError;
 use crate::mongo;
@@ -50,15 +51,6 @@ const PAGE: usize = 10_000;
 const CLEAR_FLUSH: usize = 1_000;
 /// Bytes one id takes in [`MeiliIds`] (its hash, and its seen-bit rounded up).
 const BYTES_PER_ID: usize = 9;
-
-/// What a drift repair did.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct OrphanOutcome {
-    pub(crate) deleted: u64,
-    pub(crate) flags_cleared: u64,
-    /// Hash partitions the id sets were compared in.
-    pub(crate) partitions: u64,
-}
 
 /// A stable 64-bit hash of a document id.
 pub(crate) fn id_hash(id: &str) -> u64 {
@@ -188,12 +180,13 @@ impl IdPages {
     }
 }
 
-/// Compares the id sets of the index and the collection and repairs both sides.
-pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileError> {
-    let mut outcome = OrphanOutcome::default();
+/// Compares the id sets of the index and the collection and repairs both
+/// sides. Returns what it did (documents deleted, flags cleared) and the
+/// hash partitions the id sets were compared in.
+pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<(Tally, u64), ReconcileError> {
+    let mut outcome = Tally::default();
     let in_meili = ctx.meili.document_count(&ctx.uid).await?;
     let partitions = Partitions::for_comparison(ctx, in_meili, BYTES_PER_ID).await?;
-    outcome.partitions = partitions.0;
     ctx.phase("compare ids", in_meili * partitions.0);
     for part in 0..partitions.0 {
         let in_part = |hash: u64| partitions.of(hash) == part;
@@ -205,7 +198,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
         outcome.flags_cleared += mark_mongo_ids(ctx, now, &mut ids, &in_part, part == 0).await?;
         super::test_hook::pause_after("drift-mongo-ids").await;
         if ids.unseen() > 0 {
-            outcome.deleted += delete_orphans(ctx, &ids, &in_part).await?;
+            outcome.deleted += delete_orphans(ctx, &ids).await?;
         }
     }
     let now = mongo::server_time(ctx.db).await?;
@@ -214,14 +207,11 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<OrphanOutcome, ReconcileErro
             .await?;
 
     if outcome.deleted + outcome.flags_cleared > 0 {
-        tracing::info!(
-            index = %ctx.uid,
-            deleted = outcome.deleted,
+        tracing::info!(index = %ctx.uid, deleted = outcome.deleted,
             flags_cleared = outcome.flags_cleared,
-            "drift repaired"
-        );
+            "drift repaired");
     }
-    Ok(outcome)
+    Ok((outcome, partitions.0))
 }
 
 /// Step 1: the partition's Meilisearch ids (the whole index listed by
@@ -234,11 +224,8 @@ async fn read_meili_ids(
     let mut pages = IdPages::default();
     while let Some(page) = pages.next(ctx).await? {
         ctx.advance(page.len() as u64);
-        hashes.extend(
-            page.iter()
-                .map(|id| (id_hash(id), ()))
-                .filter(|(h, _)| in_part(*h)),
-        );
+        let in_page = page.iter().map(|id| (id_hash(id), ()));
+        hashes.extend(in_page.filter(|(h, _)| in_part(*h)));
     }
     Ok(listed(hashes))
 }
@@ -302,19 +289,14 @@ async fn mark_mongo_ids(
 /// key and deleted as they pile up (the paging offset steps back by the
 /// number deleted). An id listed now but not in step 1 was added since and
 /// is left alone. Returns how many were deleted.
-async fn delete_orphans(
-    ctx: &Ctx<'_>,
-    ids: &MeiliIds,
-    in_part: &impl Fn(u64) -> bool,
-) -> Result<u64, ReconcileError> {
+async fn delete_orphans(ctx: &Ctx<'_>, ids: &MeiliIds) -> Result<u64, ReconcileError> {
     let mut candidates: Vec<String> = Vec::new();
     let mut deleted = 0;
     let mut pages = IdPages::default();
     while let Some(page) = pages.next(ctx).await? {
-        candidates.extend(page.into_iter().filter(|id| {
-            let hash = id_hash(id);
-            in_part(hash) && ids.is_unseen(hash)
-        }));
+        // Step 1 listed only the partition's ids: one of another partition
+        // is never found.
+        candidates.extend(page.into_iter().filter(|id| ids.is_unseen(id_hash(id))));
         if candidates.len() >= PAGE {
             let gone = delete_confirmed(ctx, &mut candidates).await?;
             deleted += gone;

@@ -211,12 +211,9 @@ impl Survey {
         }
         let nothing_to_do = indexes.iter().all(|i| {
             i.settings_to_apply.is_empty()
-                && i.pending_cleanup == 0
+                && i.pending_cleanup + i.documents_to_index == 0
                 && i.rebuild.is_none()
-                && !i.drift_suspected
-                && !i.exact_comparison_pending
-                && !i.leftover_build_index
-                && i.documents_to_index == 0
+                && !(i.drift_suspected || i.exact_comparison_pending || i.leftover_build_index)
         });
         let now = self.now;
         Ok(Plan {

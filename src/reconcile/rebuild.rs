@@ -39,11 +39,10 @@ pub(crate) async fn reset_flags(ctx: &Ctx<'_>) -> Result<u64, mongo::MongoError>
     ctx.phase("reset flags", 0);
     let mut after = None;
     let mut cleared = 0;
-    let (db, guard) = (ctx.db, ctx.guard);
+    let (db, collection, guard) = (ctx.db, ctx.collection, ctx.guard);
     loop {
         let (n, upper) =
-            mongo::reset_flags_batch(db, ctx.collection, after.as_ref(), RESET_BATCH, guard)
-                .await?;
+            mongo::reset_flags_batch(db, collection, after.as_ref(), RESET_BATCH, guard).await?;
         cleared += n;
         ctx.advance(n);
         match upper {

@@ -54,11 +54,11 @@ use super::ctx::{wait_tolerating, Ctx, Run};
 use super::error::ReconcileError;
 use super::options::{collections, SyncOptions};
 use super::plan::RebuildReason;
-use super::run::{finish, prepare_index, reconcile_collection};
+use super::run::{finish, planned, prepare_index, reconcile_collection};
 use super::summary::{CollectionSummary, RunSummary};
 use super::sync::{self, Read};
 use super::test_hook::pause_after;
-use super::{exact, excluded, marker, plan, rebuild, rejects, settings};
+use super::{exact, excluded, marker, rebuild, rejects, settings};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::{self, Collection};
@@ -107,19 +107,12 @@ async fn in_place(
     run: &Run<'_>,
     reindex: &ReindexOptions,
 ) -> Result<Vec<CollectionSummary>, ReconcileError> {
-    run.progress.phase("plan", 0);
-    let plan = plan::plan(run.db, run.meili, run.opts).await?;
-    let selected = collections(reindex.only);
     let forced = SyncOptions {
         force: true,
         ..run.opts.clone()
     };
     let mut work = Vec::new();
-    for index in plan
-        .indexes
-        .into_iter()
-        .filter(|i| selected.contains(&i.collection))
-    {
+    for index in planned(run, reindex.only).await? {
         let summary = prepare_index(run, &index).await?;
         work.push((index, summary));
     }
@@ -174,14 +167,9 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     ctx.phase("drop old index", 0);
     ctx.drop_index(&target).await?;
     pause_after("drop").await;
-    tracing::info!(
-        index = %live,
-        indexed = summary.indexed,
-        deleted = summary.deleted,
-        flags_set = summary.flags_set,
-        rejected = summary.rejected.len(),
-        "reindex finished"
-    );
+    tracing::info!(index = %live, indexed = summary.indexed, deleted = summary.deleted,
+        flags_set = summary.flags_set, rejected = summary.rejected.len(),
+        "reindex finished");
     Ok(summary)
 }
 
@@ -200,10 +188,8 @@ async fn prepare_target(
         true => ctx.meili.settings(&ctx.uid).await?,
         false => Value::Object(Map::new()),
     };
-    summary.settings_changed = settings::diff(&live_settings, desired)
-        .keys()
-        .cloned()
-        .collect();
+    let changed = settings::diff(&live_settings, desired);
+    summary.settings_changed = changed.keys().cloned().collect();
     let leftover = ctx.meili.index(target).await?.is_some();
     if leftover {
         tracing::info!(index = %target, "deleting the build index a crashed reindex left");
@@ -226,8 +212,7 @@ async fn build(
     let build = ctx.on_index(target.to_string());
     build.phase("reindex build", counts.indexable);
     tracing::info!(index = %ctx.uid, target = %target, documents = counts.indexable, "reindex: building");
-    let skip = HashSet::new();
-    let built = sync::run_pass(&build, Read::Everything, &skip, None).await?;
+    let built = sync::run_pass(&build, Read::Everything, &HashSet::new(), None).await?;
     let rejected = rejects::keys(&built.rejected).collect();
     // Not acknowledged: what it indexed and rejected is all it did.
     summary.add(built);

@@ -20,7 +20,7 @@ use super::summary::{CollectionSummary, RunSummary};
 use super::{exact, excluded, expiry, marker, orphans, rebuild, rejects, settings, sync};
 use crate::lease::Guard;
 use crate::meili::Meili;
-use crate::mongo;
+use crate::mongo::{self, Collection};
 use crate::progress::{Lane, Progress};
 
 /// One reconciliation of both collections (docs/design.md §4), as lease owner:
@@ -147,6 +147,17 @@ pub(crate) fn finish(run: &Run<'_>, summaries: Vec<CollectionSummary>) -> RunSum
     summary
 }
 
+/// The plan (read-only) of the index of `only` one collection, or of each.
+pub(crate) async fn planned(
+    run: &Run<'_>,
+    only: Option<Collection>,
+) -> Result<Vec<IndexPlan>, ReconcileError> {
+    run.progress.phase("plan", 0);
+    let plan = plan::plan(run.db, run.meili, run.opts).await?;
+    let selected = |i: &IndexPlan| only.is_none_or(|c| c == i.collection);
+    Ok(plan.indexes.into_iter().filter(selected).collect())
+}
+
 /// The structure and settings of one index, before any document write:
 /// (re)creates it when the plan says so, then applies the settings diff and
 /// waits for it. Returns its summary, with the settings keys changed.
@@ -156,11 +167,8 @@ pub(crate) async fn prepare_index(
 ) -> Result<CollectionSummary, ReconcileError> {
     let (meili, guard) = (run.meili, run.guard);
     let ctx = run.ctx(index.collection, run.progress);
-    let recreate = index
-        .rebuild
-        .as_ref()
-        .is_some_and(RebuildReason::recreates_index);
-    let diff = if recreate {
+    let rebuild = index.rebuild.as_ref();
+    let diff = if rebuild.is_some_and(RebuildReason::recreates_index) {
         ctx.phase("rebuild", 0);
         rebuild::recreate_index(&ctx, &index.index_uid, index.exists).await?;
         let desired = settings::desired(&run.opts.filterable_attributes);
@@ -199,15 +207,18 @@ pub(crate) async fn reconcile_collection(
     before: BeforeCounts,
 ) -> Result<(), ReconcileError> {
     let in_meili_now = reset_and_clean_up(ctx, index, summary, before.swept).await?;
-    let checked = compare_or_count(ctx, index, plan_counts_current, in_meili_now, summary).await?;
+    let (counts, compare_ids) =
+        compare_or_count(ctx, index, plan_counts_current, in_meili_now, summary).await?;
     clear_reindex_leftovers(ctx, index).await?;
-    let counts = match checked.counts {
+    let counts = match counts {
         Some(counts) => counts,
         None => ctx.counts().await?,
     };
-    let exempt = ctx.opts.force || summary.rebuilt.is_some() || checked.repaired;
+    // Whether the exact comparison changed something.
+    let repaired = summary.verified.as_ref().is_some_and(|c| !c.is_exact());
+    let exempt = ctx.opts.force || summary.rebuilt.is_some() || repaired;
     index_backlog(ctx, &counts, exempt, before.head_start, summary).await?;
-    if checked.compare_ids {
+    if compare_ids {
         repair_drift(ctx, &counts, summary).await?;
     }
     Ok(())
@@ -269,64 +280,44 @@ async fn reset_and_clean_up(
     Ok(in_meili_now)
 }
 
-/// What [`compare_or_count`] found.
-struct Checked {
-    /// The exact comparison changed something.
-    repaired: bool,
-    /// The id sets are compared after indexing.
-    compare_ids: bool,
-    /// MongoDB's counts, when still current for the threshold decision.
-    counts: Option<mongo::Counts>,
-}
-
 /// The exact comparison an interrupted reindex left pending (or `--deep`
 /// asked for), which repairs as it goes; else the counts, which decide
 /// whether the id sets are compared after indexing (they differ, or
-/// forced).
+/// forced). Returns MongoDB's counts, when still current for the threshold
+/// decision, and whether the id sets are compared after indexing.
 async fn compare_or_count(
     ctx: &Ctx<'_>,
     index: &IndexPlan,
     plan_counts_current: bool,
     in_meili_now: Option<u64>,
     summary: &mut CollectionSummary,
-) -> Result<Checked, ReconcileError> {
+) -> Result<(Option<mongo::Counts>, bool), ReconcileError> {
     if (index.exact_comparison_pending || ctx.opts.deep) && index.rebuild.is_none() {
         if index.exact_comparison_pending {
             tracing::info!(index = %ctx.uid, "an interrupted reindex left this index unverified: comparing every document");
         }
         ctx.phase("compare", 0);
         let (comparison, repairs) = exact::compare(ctx, Some(&HashSet::new())).await?;
-        let repaired = !comparison.is_exact();
         // What was deleted while the comparison and the indexing ran is
         // found by the id sets afterwards.
         summary.compared_ids = true;
         summary.comparison_partitions = comparison.partitions;
         summary.verified = Some(comparison);
         summary.add(repairs);
-        return Ok(Checked {
-            repaired,
-            compare_ids: true,
-            counts: None,
-        });
+        return Ok((None, true));
     }
     let (counts, in_meili) = if plan_counts_current && index.rebuild.is_none() {
         (index.mongo, in_meili_now.unwrap_or(index.meili_documents))
     } else {
-        (
-            ctx.counts().await?,
-            ctx.meili.document_count(&ctx.uid).await?,
-        )
+        let counts = ctx.counts().await?;
+        (counts, ctx.meili.document_count(&ctx.uid).await?)
     };
     let compare_ids = ctx.opts.force || in_meili != counts.flagged;
     if compare_ids {
         tracing::info!(index = %ctx.uid, in_meili, flagged_indexable = counts.flagged,
             forced = ctx.opts.force, "the id sets are compared after indexing (the index's count differs from MongoDB's, or forced)");
     }
-    Ok(Checked {
-        repaired: false,
-        compare_ids,
-        counts: Some(counts),
-    })
+    Ok((Some(counts), compare_ids))
 }
 
 /// Indexes the unindexed documents: after a head start, what changed while
@@ -352,12 +343,9 @@ async fn index_backlog(
             index_unindexed(ctx, expected, mongo::Backlog::Any, summary).await?;
         }
     } else if counts.unindexed > 0 && counts.unindexed < ctx.opts.threshold && !exempt {
-        tracing::info!(
-            index = %ctx.uid,
-            unindexed = counts.unindexed,
+        tracing::info!(index = %ctx.uid, unindexed = counts.unindexed,
             threshold = ctx.opts.threshold,
-            "below the sync threshold: skipped"
-        );
+            "below the sync threshold: skipped");
         summary.skipped_by_threshold = Some(counts.unindexed);
     } else if counts.unindexed > 0 {
         index_unindexed(ctx, counts.unindexed, mongo::Backlog::of(counts), summary).await?;
@@ -374,13 +362,13 @@ async fn repair_drift(
     summary: &mut CollectionSummary,
 ) -> Result<(), ReconcileError> {
     summary.compared_ids = true;
-    let outcome = orphans::repair(ctx).await?;
-    summary.comparison_partitions = summary.comparison_partitions.max(outcome.partitions);
-    summary.deleted += outcome.deleted;
-    summary.flags_cleared += outcome.flags_cleared;
-    if outcome.deleted + outcome.flags_cleared > 0 {
+    let (outcome, partitions) = orphans::repair(ctx).await?;
+    summary.comparison_partitions = summary.comparison_partitions.max(partitions);
+    let (deleted, flags_cleared) = (outcome.deleted, outcome.flags_cleared);
+    summary.add(outcome);
+    if deleted + flags_cleared > 0 {
         let backlog = summary.skipped_by_threshold.take().unwrap_or(0);
-        let expected = backlog + outcome.flags_cleared;
+        let expected = backlog + flags_cleared;
         if expected > 0 {
             index_unindexed(ctx, expected, mongo::Backlog::of(counts), summary).await?;
         }

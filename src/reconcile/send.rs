@@ -43,26 +43,19 @@ const ACK_QUEUE_BATCHES: usize = 4;
 /// the sender has taken every batch handed to it and has room, so a run the
 /// budget holds back never holds a finished batch — up to `sync.batch_bytes`
 /// of NDJSON — waiting for room: a batch is built when it can be sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Before anything is sent (the default): room, nothing taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Demand {
     /// Batches taken off the queue so far.
     taken: u64,
-    /// Room in Meilisearch (the budget and `in_flight`) for one more.
-    room: bool,
+    /// No room in Meilisearch (the budget and `in_flight`) for one more.
+    full: bool,
 }
 
 impl Demand {
-    /// Before anything is sent: room, nothing taken.
-    pub(crate) fn new() -> Self {
-        Demand {
-            taken: 0,
-            room: true,
-        }
-    }
-
     /// Whether a reader that has handed over `handed` batches should read on.
     pub(crate) fn wants_more_after(&self, handed: u64) -> bool {
-        self.taken == handed && self.room
+        self.taken == handed && !self.full
     }
 }
 
@@ -126,7 +119,7 @@ async fn enqueue_and_settle(
     while open || !pending.is_empty() || !unhanded.is_empty() {
         let room = open && pending.len() < max_tasks && bytes_held < max_bytes;
         if let Some(demand) = &demand {
-            demand.send_if_modified(|d| std::mem::replace(&mut d.room, room) != room);
+            demand.send_if_modified(|d| std::mem::replace(&mut d.full, !room) == room);
         }
         let idle = if room {
             Phase::PipelineWaited
@@ -166,7 +159,7 @@ async fn enqueue_and_settle(
                         if let Some(demand) = &demand {
                             demand.send_modify(|d| {
                                 d.taken += 1;
-                                d.room = false;
+                                d.full = true;
                             });
                         }
                         let enqueued = enqueue(ctx, batch).await?;

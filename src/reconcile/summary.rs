@@ -67,10 +67,7 @@ impl CollectionSummary {
     }
 
     pub(crate) fn changed_anything(&self) -> bool {
-        self.indexed > 0
-            || self.deleted > 0
-            || self.flags_cleared > 0
-            || self.flags_set > 0
+        self.indexed + self.deleted + self.flags_cleared + self.flags_set > 0
             || !self.rejected.is_empty()
             || !self.settings_changed.is_empty()
             || self.rebuilt.is_some()

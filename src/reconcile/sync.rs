@@ -123,8 +123,7 @@ pub(crate) async fn send_changed_again(
             // the collection finds them (they are unflagged).
             tracing::info!(index = %ctx.uid, pass, kept_at_most = max_changed_ids(ctx.opts),
                 "many documents changed while in flight: reading the unindexed ones again");
-            let read = Read::Filtered(backlog);
-            let done = run_pass(ctx, read, &rejected_ids, None).await?;
+            let done = run_pass(ctx, Read::Filtered(backlog), &rejected_ids, None).await?;
             (changed, overflowed) = absorb(&mut outcome, done, &mut rejected_ids);
             continue;
         }
@@ -195,7 +194,7 @@ pub(crate) async fn run_pass(
     first: Option<(DateTime, Vec<RawDocumentBuf>)>,
 ) -> Result<Tally, ReconcileError> {
     let (tx, rx) = mpsc::channel::<Batch>(1);
-    let (demand_tx, demand_rx) = watch::channel(Demand::new());
+    let (demand_tx, demand_rx) = watch::channel(Demand::default());
     let page_size = ctx.opts.batch_docs.max(1);
     let reader = Reader {
         ctx,
@@ -241,16 +240,6 @@ struct Reader<'r, 'a> {
     batch: Batch,
 }
 
-/// How a page ended.
-enum PageEnd {
-    /// Full: the next page follows.
-    Full,
-    /// Short: the pass has read everything.
-    Last,
-    /// The sender stopped; its error is reported.
-    SenderStopped,
-}
-
 impl Reader<'_, '_> {
     /// Reads and cuts until the pass has read everything or the sender
     /// stopped.
@@ -270,10 +259,10 @@ impl Reader<'_, '_> {
             if !wanted {
                 return Ok(()); // the sender stopped; its error is reported
             }
-            match self.read_page().await? {
-                PageEnd::Last | PageEnd::SenderStopped => return Ok(()),
-                PageEnd::Full => self.pause_between_pages().await?,
+            if !self.read_page().await? {
+                return Ok(()); // read everything, or the sender stopped
             }
+            self.pause_between_pages().await?;
         }
     }
 
@@ -281,8 +270,10 @@ impl Reader<'_, '_> {
     /// plain scan's documents are taken off its cursor a round trip at a
     /// time and cut into batches before the next part is fetched, so the
     /// reader never holds a whole page of raw documents; a filtered page is
-    /// one query, one part.
-    async fn read_page(&mut self) -> Result<PageEnd, ReconcileError> {
+    /// one query, one part. `true`: the page was full, the next follows;
+    /// `false`: the pass has read everything, or the sender stopped (its
+    /// error is reported).
+    async fn read_page(&mut self) -> Result<bool, ReconcileError> {
         let started = Instant::now();
         let now = match &self.first {
             Some((now, _)) => *now,
@@ -300,9 +291,8 @@ impl Reader<'_, '_> {
             super::test_hook::pause_after("page-read").await;
             read_in_page += part.len();
             self.after = part.last().and_then(mongo::raw_id).or(self.after.take());
-            let cut_all = self.cut_part(&part, now, &mut building).await?;
-            if !cut_all {
-                return Ok(PageEnd::SenderStopped);
+            if !self.cut_part(&part, now, &mut building).await? {
+                return Ok(false);
             }
         }
         self.ctx.phases.add(Phase::Build, building);
@@ -312,13 +302,9 @@ impl Reader<'_, '_> {
         // so small passes are not held back.
         let flush = page_ended || matches!(self.read, Read::Filtered(_));
         if flush && !self.batch.is_empty() && !self.cut().await {
-            return Ok(PageEnd::SenderStopped);
+            return Ok(false);
         }
-        Ok(if page_ended {
-            PageEnd::Last
-        } else {
-            PageEnd::Full
-        })
+        Ok(!page_ended)
     }
 
     /// The next part of the page: the page already read, a round trip of
@@ -400,11 +386,9 @@ impl Reader<'_, '_> {
     fn wanted(&self, doc: &Document, now: DateTime) -> Option<Retention> {
         let rules = &self.ctx.opts.rules;
         let branch = searchable::searchable_branch(rules, self.ctx.collection, doc, now)?;
-        if self.read != Read::Everything && markers::is_processed(rules, doc) {
-            return None;
-        }
-        let mongo_id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-        (!self.skip.contains(&id_key(&mongo_id))).then_some(branch)
+        let indexed = self.read != Read::Everything && markers::is_processed(rules, doc);
+        let key = id_key(doc.get("_id").unwrap_or(&Bson::Null));
+        (!indexed && !self.skip.contains(&key)).then_some(branch)
     }
 
     /// `sync.delay` between pages, ended early by a lost lease.

@@ -28,10 +28,10 @@ use serde::Serialize;
 use super::ctx::Run;
 use super::error::ReconcileError;
 use super::exact::{self, Comparison};
+use super::excluded;
 use super::options::{collections, SyncOptions};
-use super::run::{clear_reindex_leftovers, finish, prepare_index};
+use super::run::{clear_reindex_leftovers, finish, planned, prepare_index};
 use super::summary::RunSummary;
-use super::{excluded, plan};
 use crate::lease::Guard;
 use crate::meili::Meili;
 use crate::mongo::Collection;
@@ -95,15 +95,8 @@ pub async fn repair(
     progress: &Progress,
 ) -> Result<RunSummary, ReconcileError> {
     let run = Run::new(db, meili, opts, guard, progress);
-    progress.phase("plan", 0);
-    let plan = plan::plan(db, meili, opts).await?;
-    let selected = collections(only);
     let mut summaries = Vec::new();
-    for index in plan
-        .indexes
-        .iter()
-        .filter(|i| selected.contains(&i.collection))
-    {
+    for index in &planned(&run, only).await? {
         let mut summary = prepare_index(&run, index).await?;
         summary.compared_ids = true;
         summary.rebuilt = index.rebuild.clone().filter(|r| r.recreates_index());
