@@ -145,7 +145,7 @@ pub(crate) async fn prepare(
                     mark_removed,
                 } => {
                     work.remove.push(meili_id);
-                    prepared.written.push(doc_times(change));
+                    prepared.written.push(change.times);
                     if mark_removed {
                         work.mark.extend(change.full.as_ref().map(DocVersion::of));
                     }
@@ -285,14 +285,6 @@ impl Group {
     }
 }
 
-/// When `change` was written and received.
-fn doc_times(change: &Change) -> DocTimes {
-    DocTimes {
-        written: change.at,
-        received: change.received,
-    }
-}
-
 /// The documents of `send` that nobody has marked indexed since their
 /// change was read (but those edited around LibreChat's hooks, whose flag
 /// was already set): a document processed by flush time was indexed by
@@ -324,7 +316,7 @@ async fn leave_out_flagged(
         };
         *prepared.by_op.entry(label).or_default() += 1;
         if !indexed_meanwhile {
-            prepared.written.push(doc_times(change));
+            prepared.written.push(change.times);
             kept.push(doc);
         }
     }
@@ -334,6 +326,7 @@ async fn leave_out_flagged(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::follow::latency::DocTimes;
     use crate::follow::stream::Op;
     use mongodb::bson::doc;
 
@@ -347,8 +340,10 @@ mod tests {
             flag_only,
             around_hooks: false,
             token: doc! {},
-            at: None,
-            received: std::time::Instant::now(),
+            times: DocTimes {
+                written: None,
+                received: std::time::Instant::now(),
+            },
         }
     }
 

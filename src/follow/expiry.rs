@@ -129,6 +129,7 @@ pub(crate) async fn sweep(target: &Run<'_>) -> Result<u64, ReconcileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::follow::latency::DocTimes;
     use crate::follow::stream::Op;
     use mongodb::bson::{doc, Bson};
 
@@ -146,8 +147,10 @@ mod tests {
             flag_only: None,
             around_hooks: false,
             token: doc! {},
-            at: None,
-            received: std::time::Instant::now(),
+            times: DocTimes {
+                written: None,
+                received: std::time::Instant::now(),
+            },
         }
     }
 

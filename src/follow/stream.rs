@@ -23,6 +23,7 @@ use mongodb::Database;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::latency::DocTimes;
 use crate::config::PreImages;
 use crate::lease::Guard;
 use crate::librechat::{markers, Rules};
@@ -295,11 +296,10 @@ pub(crate) struct Change {
     pub(crate) around_hooks: bool,
     /// Where to resume after this change.
     pub(crate) token: Document,
-    /// When MongoDB applied it (`wallTime`, else `clusterTime`).
-    pub(crate) at: Option<DateTime>,
-    /// When the reader received it (the end of its delivery, for the
-    /// latency breakdown).
-    pub(crate) received: Instant,
+    /// When MongoDB applied it (`wallTime`, else `clusterTime`) and when
+    /// the reader received it (the end of its delivery, for the latency
+    /// breakdown).
+    pub(crate) times: DocTimes,
 }
 
 /// What the reader hands the owner, in stream order.
@@ -408,11 +408,8 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Option<StreamIt
         && update.is_some_and(|change| {
             edited_around_hooks(collection, &change.updated_fields, &change.removed_fields)
         });
-    let at = event.wall_time.or_else(|| {
-        event
-            .cluster_time
-            .map(|ts| DateTime::from_millis(i64::from(ts.time) * 1000))
-    });
+    let cluster_time = event.cluster_time;
+    let cluster_time = cluster_time.map(|ts| DateTime::from_millis(i64::from(ts.time) * 1000));
     Some(StreamItem::Change(Box::new(Change {
         collection,
         op,
@@ -422,8 +419,10 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Option<StreamIt
         flag_only,
         around_hooks,
         token,
-        at,
-        received: Instant::now(),
+        times: DocTimes {
+            written: event.wall_time.or(cluster_time),
+            received: Instant::now(),
+        },
     })))
 }
 
