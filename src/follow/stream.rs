@@ -73,25 +73,19 @@ pub(crate) fn classify(error: &mongodb::error::Error, resuming: bool) -> StreamE
     let ErrorKind::Command(command) = &*error.kind else {
         return transient();
     };
-    let detail = format!(
-        "{} (code {} {})",
-        command.message, command.code, command.code_name
-    );
-    if RESUME_POINT_LOST.contains(&command.code)
-        || (resuming && command.code == 9 && command.message.contains("resume token"))
+    let (code, message) = (command.code, &command.message);
+    let detail = format!("{message} (code {code} {})", command.code_name);
+    let transient_label = ["ResumableChangeStreamError", "RetryableReadError"]
+        .iter()
+        .any(|label| error.contains_label(label));
+    if RESUME_POINT_LOST.contains(&code)
+        || (resuming && code == 9 && message.contains("resume token"))
     {
         StreamError::ResumePointLost(detail)
-    } else if TRANSIENT.contains(&command.code)
-        || error.contains_label("ResumableChangeStreamError")
-        || error.contains_label("RetryableReadError")
-    {
+    } else if TRANSIENT.contains(&code) || transient_label {
         transient()
     } else {
-        StreamError::Unsupported(NoChangeStreams::from_server(
-            command.code,
-            &command.message,
-            detail,
-        ))
+        StreamError::Unsupported(NoChangeStreams::from_server(code, message, detail))
     }
 }
 
@@ -470,18 +464,15 @@ impl NoChangeStreams {
     /// Classifies the server's refusal by its code and message.
     pub fn from_server(code: i32, message: &str, answer: String) -> Self {
         let message = message.to_ascii_lowercase();
-        let refusal = if code == 40573 || message.contains("replica set") {
-            Refusal::Standalone
-        } else if code == 13 {
-            Refusal::NotPermitted
-        } else if code == 115
-            || code == 40324
-            || message.contains("not supported")
-            || message.contains("not implemented")
-        {
-            Refusal::NotImplemented
-        } else {
-            Refusal::Other
+        let refusal = match code {
+            40573 => Refusal::Standalone,
+            _ if message.contains("replica set") => Refusal::Standalone,
+            13 => Refusal::NotPermitted,
+            115 | 40324 => Refusal::NotImplemented,
+            _ if message.contains("not supported") || message.contains("not implemented") => {
+                Refusal::NotImplemented
+            }
+            _ => Refusal::Other,
         };
         NoChangeStreams { refusal, answer }
     }
