@@ -23,17 +23,13 @@ pub(crate) fn token(document: &Document) -> Option<Document> {
 
 /// The id-set comparisons owed: collection name and since when.
 fn owed(document: &Document) -> Vec<(String, DateTime)> {
-    document
-        .get_document(ORPHAN_CHECKS)
-        .map(|owed| {
-            owed.iter()
-                .filter_map(|(name, at)| match at {
-                    Bson::DateTime(at) => Some((name.clone(), *at)),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    let Ok(owed) = document.get_document(ORPHAN_CHECKS) else {
+        return Vec::new();
+    };
+    let owed = owed
+        .iter()
+        .filter_map(|(name, at)| Some((name.clone(), *at.as_datetime()?)));
+    owed.collect()
 }
 
 /// Saves where the next owner resumes the change stream (with each
