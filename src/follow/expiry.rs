@@ -72,11 +72,10 @@ impl ExpiryClock {
     /// (the follower's, or the one a reconciliation begins with).
     pub(crate) async fn plan(&mut self, db: &mongodb::Database) -> Result<(), ReconcileError> {
         let now = mongo::server_time(db).await?;
-        let mut next: Option<DateTime> = None;
+        let mut next = None;
         for collection in Collection::ALL {
-            if let Some(at) = mongo::next_expiry(db, collection, self.planned).await? {
-                next = Some(next.map_or(at, |n| n.min(at)));
-            }
+            let at = mongo::next_expiry(db, collection, self.planned).await?;
+            next = next.into_iter().chain(at).min();
         }
         self.planned = Some(now);
         self.set(next, now);

@@ -473,9 +473,8 @@ impl Follower<'_> {
             }
             Some(StreamItem::Failed(error)) => return Err(error.into()),
             None => {
-                return Err(ReconcileError::Other(
-                    "the change stream's reader stopped".into(),
-                ))
+                let stopped = "the change stream's reader stopped";
+                return Err(ReconcileError::Other(stopped.into()));
             }
         }
         Ok(None)
