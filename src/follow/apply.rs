@@ -40,13 +40,12 @@ use crate::reconcile::{self, ReconcileError, Run};
 pub(crate) enum Action {
     Send(Document),
     Skip,
+    /// Deleted from Meilisearch by its id, when known (not searchable and
+    /// without one, it cannot be in the index), and marked removed.
     Remove {
-        meili_id: String,
+        meili_id: Option<String>,
         mark_removed: bool,
     },
-    /// Not searchable and without a Meilisearch id, but with markers that
-    /// say it may be indexed.
-    MarkRemoved,
     /// Gone, and which Meilisearch document it was is unknown.
     Unresolved,
     Nothing,
@@ -66,21 +65,19 @@ pub(crate) fn decide(rules: &Rules, change: &Change, now: DateTime) -> Action {
         Some(_) if change.flag_only == Some(false) => Action::Nothing,
         Some(doc) => {
             let mark_removed = markers::wants_removed_marker(rules, collection, doc);
-            match mongo::meili_id(collection, doc).or_else(|| change.meili_id.clone()) {
-                Some(meili_id) => Action::Remove {
-                    meili_id,
-                    mark_removed,
-                },
-                None if mark_removed => Action::MarkRemoved,
-                None => Action::Nothing,
+            let meili_id = mongo::meili_id(collection, doc).or_else(|| change.meili_id.clone());
+            if meili_id.is_none() && !mark_removed {
+                return Action::Nothing;
+            }
+            Action::Remove {
+                meili_id,
+                mark_removed,
             }
         }
-        None => match &change.meili_id {
-            Some(meili_id) => Action::Remove {
-                meili_id: meili_id.clone(),
-                mark_removed: false,
-            },
-            None => Action::Unresolved,
+        None if change.meili_id.is_none() => Action::Unresolved,
+        None => Action::Remove {
+            meili_id: change.meili_id.clone(),
+            mark_removed: false,
         },
     }
 }
@@ -144,15 +141,13 @@ pub(crate) async fn prepare(
                     meili_id,
                     mark_removed,
                 } => {
-                    work.remove.push(meili_id);
-                    prepared.written.push(doc_times(change));
+                    if let Some(meili_id) = meili_id {
+                        work.remove.push(meili_id);
+                        prepared.written.push(change.times);
+                    }
                     if mark_removed {
                         work.mark.extend(change.full.as_ref().map(DocVersion::of));
                     }
-                    change.op.label()
-                }
-                Action::MarkRemoved => {
-                    work.mark.extend(change.full.as_ref().map(DocVersion::of));
                     change.op.label()
                 }
                 Action::Unresolved => {
@@ -285,14 +280,6 @@ impl Group {
     }
 }
 
-/// When `change` was written and received.
-fn doc_times(change: &Change) -> DocTimes {
-    DocTimes {
-        written: change.at,
-        received: change.received,
-    }
-}
-
 /// The documents of `send` that nobody has marked indexed since their
 /// change was read (but those edited around LibreChat's hooks, whose flag
 /// was already set): a document processed by flush time was indexed by
@@ -324,7 +311,7 @@ async fn leave_out_flagged(
         };
         *prepared.by_op.entry(label).or_default() += 1;
         if !indexed_meanwhile {
-            prepared.written.push(doc_times(change));
+            prepared.written.push(change.times);
             kept.push(doc);
         }
     }
@@ -334,6 +321,7 @@ async fn leave_out_flagged(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::follow::latency::DocTimes;
     use crate::follow::stream::Op;
     use mongodb::bson::doc;
 
@@ -347,8 +335,10 @@ mod tests {
             flag_only,
             around_hooks: false,
             token: doc! {},
-            at: None,
-            received: std::time::Instant::now(),
+            times: DocTimes {
+                written: None,
+                received: std::time::Instant::now(),
+            },
         }
     }
 
@@ -381,7 +371,7 @@ mod tests {
         assert_eq!(
             decide(&change(Some(temporary.clone()), None), now),
             Action::Remove {
-                meili_id: "m1".into(),
+                meili_id: Some("m1".into()),
                 mark_removed: true
             }
         );
@@ -394,7 +384,7 @@ mod tests {
         assert_eq!(
             decide(&change(Some(expired), None), now),
             Action::Remove {
-                meili_id: "m1".into(),
+                meili_id: Some("m1".into()),
                 mark_removed: false
             }
         );
@@ -403,14 +393,14 @@ mod tests {
         assert_eq!(
             decide(&change(Some(subagent), None), now),
             Action::Remove {
-                meili_id: "m1".into(),
+                meili_id: Some("m1".into()),
                 mark_removed: true
             }
         );
         assert_eq!(
             decide(&change(None, None), now),
             Action::Remove {
-                meili_id: "from-pre-image".into(),
+                meili_id: Some("from-pre-image".into()),
                 mark_removed: false
             }
         );
@@ -420,7 +410,13 @@ mod tests {
         // Never sendable (no id), so never in the index: only its markers.
         let mut no_id = change(Some(doc! { "_id": 1, "_meiliIndex": true }), None);
         no_id.meili_id = None;
-        assert_eq!(decide(&no_id, now), Action::MarkRemoved);
+        assert_eq!(
+            decide(&no_id, now),
+            Action::Remove {
+                meili_id: None,
+                mark_removed: true
+            }
+        );
         no_id.full = Some(doc! { "_id": 1 });
         assert_eq!(decide(&no_id, now), Action::Nothing);
         // A flag cleared on a searchable document: it is sent again.

@@ -45,9 +45,7 @@ impl MicroBatch {
     pub(crate) fn push(&mut self, change: Change) {
         self.token = Some(change.token.clone());
         self.caught_up = false;
-        if change.at > self.newest {
-            self.newest = change.at;
-        }
+        self.newest = self.newest.max(change.times.written);
         let key = (change.collection.name(), mongo::id_key(&change.id));
         if change.flag_only == Some(true) {
             // Nothing to do for it; but a document already waiting here is
@@ -113,6 +111,7 @@ impl MicroBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::follow::latency::DocTimes;
     use crate::follow::stream::Op;
     use crate::mongo::Collection;
     use mongodb::bson::{doc, Bson};
@@ -129,8 +128,10 @@ mod tests {
             flag_only: None,
             around_hooks: false,
             token: doc! { "_data": n.to_string() },
-            at: Some(DateTime::from_millis(n)),
-            received: std::time::Instant::now(),
+            times: DocTimes {
+                written: Some(DateTime::from_millis(n)),
+                received: std::time::Instant::now(),
+            },
         }
     }
 

@@ -72,11 +72,10 @@ impl ExpiryClock {
     /// (the follower's, or the one a reconciliation begins with).
     pub(crate) async fn plan(&mut self, db: &mongodb::Database) -> Result<(), ReconcileError> {
         let now = mongo::server_time(db).await?;
-        let mut next: Option<DateTime> = None;
+        let mut next = None;
         for collection in Collection::ALL {
-            if let Some(at) = mongo::next_expiry(db, collection, self.planned).await? {
-                next = Some(next.map_or(at, |n| n.min(at)));
-            }
+            let at = mongo::next_expiry(db, collection, self.planned).await?;
+            next = next.into_iter().chain(at).min();
         }
         self.planned = Some(now);
         self.set(next, now);
@@ -129,6 +128,7 @@ pub(crate) async fn sweep(target: &Run<'_>) -> Result<u64, ReconcileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::follow::latency::DocTimes;
     use crate::follow::stream::Op;
     use mongodb::bson::{doc, Bson};
 
@@ -146,8 +146,10 @@ mod tests {
             flag_only: None,
             around_hooks: false,
             token: doc! {},
-            at: None,
-            received: std::time::Instant::now(),
+            times: DocTimes {
+                written: None,
+                received: std::time::Instant::now(),
+            },
         }
     }
 

@@ -39,10 +39,7 @@ pub(crate) enum Mode {
 impl Mode {
     /// `follow` or `interval`, as `/status` shows it.
     pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Mode::Follow => "follow",
-            Mode::Interval => "interval",
-        }
+        ["follow", "interval"][self as usize]
     }
 }
 

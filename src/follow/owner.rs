@@ -121,11 +121,18 @@ impl LeasedJob for Owner {
     }
 }
 
-/// A write of ours to the lease that did not happen, as the engine's error.
-fn lease_write(error: LeaseWriteError) -> ReconcileError {
-    match error {
-        LeaseWriteError::Lost(lost) => ReconcileError::LeaseLost(lost),
-        unconfirmed => ReconcileError::Other(unconfirmed.to_string()),
+/// Keeps the lease after the work (with `summary`, a reconciliation just
+/// completed); a write that did not happen is the engine's error.
+async fn hold(
+    lease: &LeaseHandle,
+    guard: &Guard,
+    summary: Option<&RunSummary>,
+) -> Result<(), ReconcileError> {
+    let summary = summary.map(summary_json);
+    match lease.hold_after_completion(guard, summary.as_ref()).await {
+        Ok(()) => Ok(()),
+        Err(LeaseWriteError::Lost(lost)) => Err(ReconcileError::LeaseLost(lost)),
+        Err(unconfirmed) => Err(ReconcileError::Other(unconfirmed.to_string())),
     }
 }
 
@@ -176,10 +183,7 @@ impl Owner {
         if let Some(token) = saved {
             match stream::open(db, &token, &config).await {
                 Ok(reader) => {
-                    lease
-                        .hold_after_completion(guard, None)
-                        .await
-                        .map_err(lease_write)?;
+                    hold(lease, guard, None).await?;
                     info!("resuming the change stream from the saved token (the last reconciliation is recent): nothing to reconcile first");
                     return self.follow(t, lease, (reader, config), token).await;
                 }
@@ -195,10 +199,7 @@ impl Owner {
         };
         let began = Instant::now();
         let summary = self.reconcile(t).await?;
-        lease
-            .hold_after_completion(guard, Some(&summary_json(&summary)))
-            .await
-            .map_err(lease_write)?;
+        hold(lease, guard, Some(&summary)).await?;
         let mut tokens = Tokens::new(Some(start.clone()), None);
         tokens.save(guard, lease).await?;
         match stream::open(db, &start, &config).await {
@@ -472,9 +473,8 @@ impl Follower<'_> {
             }
             Some(StreamItem::Failed(error)) => return Err(error.into()),
             None => {
-                return Err(ReconcileError::Other(
-                    "the change stream's reader stopped".into(),
-                ))
+                let stopped = "the change stream's reader stopped";
+                return Err(ReconcileError::Other(stopped.into()));
             }
         }
         Ok(None)

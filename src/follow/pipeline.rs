@@ -279,12 +279,9 @@ async fn wait(
     while let Some(batch) = tasks.recv().await {
         let waits = stream::iter(batch).then(|task| meili.wait_for_task(task, &guard));
         let report = waits.try_collect().await;
+        let report = report.map(|outcomes| (outcomes, Instant::now()));
         let stop = report.is_err();
-        if ended
-            .send(report.map(|outcomes| (outcomes, Instant::now())))
-            .is_err()
-            || stop
-        {
+        if ended.send(report).is_err() || stop {
             return;
         }
     }

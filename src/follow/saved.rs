@@ -23,17 +23,13 @@ pub(crate) fn token(document: &Document) -> Option<Document> {
 
 /// The id-set comparisons owed: collection name and since when.
 fn owed(document: &Document) -> Vec<(String, DateTime)> {
-    document
-        .get_document(ORPHAN_CHECKS)
-        .map(|owed| {
-            owed.iter()
-                .filter_map(|(name, at)| match at {
-                    Bson::DateTime(at) => Some((name.clone(), *at)),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    let Ok(owed) = document.get_document(ORPHAN_CHECKS) else {
+        return Vec::new();
+    };
+    let owed = owed
+        .iter()
+        .filter_map(|(name, at)| Some((name.clone(), *at.as_datetime()?)));
+    owed.collect()
 }
 
 /// Saves where the next owner resumes the change stream (with each
@@ -106,25 +102,25 @@ pub fn describe(document: Option<&Document>) -> JobFields {
             _ => None,
         })
         .map(|at| rfc3339(&at));
-    let mut fields = JobFields::default();
-    fields
-        .json
-        .insert("followTokenSavedAt".into(), json!(saved_at));
-    fields
-        .lines
-        .extend(saved_at.map(|at| format!("resume token saved: {at}")));
+    let mut lines = Vec::new();
+    lines.extend(
+        saved_at
+            .as_ref()
+            .map(|at| format!("resume token saved: {at}")),
+    );
     let mut owed_json = Vec::new();
     for (collection, since) in document.map(owed).unwrap_or_default() {
         let since = rfc3339(&since);
-        fields.lines.push(format!(
+        lines.push(format!(
             "id-set comparison owed: {collection} (deletes without a pre-image since {since})"
         ));
         owed_json.push(json!({ "collection": collection, "since": since }));
     }
-    fields
-        .json
-        .insert("orphanChecksOwed".into(), Value::Array(owed_json));
-    fields
+    let json = json!({ "followTokenSavedAt": saved_at, "orphanChecksOwed": owed_json });
+    let Value::Object(json) = json else {
+        unreachable!("json! builds an object")
+    };
+    JobFields { json, lines }
 }
 
 #[cfg(test)]

@@ -68,9 +68,7 @@ struct Inner {
 
 /// Shared between the owner's loop and the HTTP handlers. Cheap to clone.
 #[derive(Clone, Debug)]
-pub(crate) struct FollowStatus {
-    inner: Arc<Mutex<Inner>>,
-}
+pub(crate) struct FollowStatus(Arc<Mutex<Inner>>);
 
 fn local_now_ms() -> i64 {
     DateTime::now().timestamp_millis()
@@ -78,17 +76,15 @@ fn local_now_ms() -> i64 {
 
 impl FollowStatus {
     pub(crate) fn new(state: FollowState) -> Self {
-        FollowStatus {
-            inner: Arc::new(Mutex::new(Inner {
-                state,
-                applied: metrics::FOLLOW_OPS.iter().map(|op| (*op, 0)).collect(),
-                ..Inner::default()
-            })),
-        }
+        FollowStatus(Arc::new(Mutex::new(Inner {
+            state,
+            applied: metrics::FOLLOW_OPS.iter().map(|op| (*op, 0)).collect(),
+            ..Inner::default()
+        })))
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        f(&mut self.inner.lock().expect("follow status poisoned"))
+        f(&mut self.0.lock().expect("follow status poisoned"))
     }
 
     pub(crate) fn state(&self) -> FollowState {

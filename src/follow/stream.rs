@@ -23,6 +23,7 @@ use mongodb::Database;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::latency::DocTimes;
 use crate::config::PreImages;
 use crate::lease::Guard;
 use crate::librechat::{markers, Rules};
@@ -72,25 +73,19 @@ pub(crate) fn classify(error: &mongodb::error::Error, resuming: bool) -> StreamE
     let ErrorKind::Command(command) = &*error.kind else {
         return transient();
     };
-    let detail = format!(
-        "{} (code {} {})",
-        command.message, command.code, command.code_name
-    );
-    if RESUME_POINT_LOST.contains(&command.code)
-        || (resuming && command.code == 9 && command.message.contains("resume token"))
+    let (code, message) = (command.code, &command.message);
+    let detail = format!("{message} (code {code} {})", command.code_name);
+    let transient_label = ["ResumableChangeStreamError", "RetryableReadError"]
+        .iter()
+        .any(|label| error.contains_label(label));
+    if RESUME_POINT_LOST.contains(&code)
+        || (resuming && code == 9 && message.contains("resume token"))
     {
         StreamError::ResumePointLost(detail)
-    } else if TRANSIENT.contains(&command.code)
-        || error.contains_label("ResumableChangeStreamError")
-        || error.contains_label("RetryableReadError")
-    {
+    } else if TRANSIENT.contains(&code) || transient_label {
         transient()
     } else {
-        StreamError::Unsupported(NoChangeStreams::from_server(
-            command.code,
-            &command.message,
-            detail,
-        ))
+        StreamError::Unsupported(NoChangeStreams::from_server(code, message, detail))
     }
 }
 
@@ -295,11 +290,10 @@ pub(crate) struct Change {
     pub(crate) around_hooks: bool,
     /// Where to resume after this change.
     pub(crate) token: Document,
-    /// When MongoDB applied it (`wallTime`, else `clusterTime`).
-    pub(crate) at: Option<DateTime>,
-    /// When the reader received it (the end of its delivery, for the
-    /// latency breakdown).
-    pub(crate) received: Instant,
+    /// When MongoDB applied it (`wallTime`, else `clusterTime`) and when
+    /// the reader received it (the end of its delivery, for the latency
+    /// breakdown).
+    pub(crate) times: DocTimes,
 }
 
 /// What the reader hands the owner, in stream order.
@@ -408,11 +402,8 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Option<StreamIt
         && update.is_some_and(|change| {
             edited_around_hooks(collection, &change.updated_fields, &change.removed_fields)
         });
-    let at = event.wall_time.or_else(|| {
-        event
-            .cluster_time
-            .map(|ts| DateTime::from_millis(i64::from(ts.time) * 1000))
-    });
+    let cluster_time = event.cluster_time;
+    let cluster_time = cluster_time.map(|ts| DateTime::from_millis(i64::from(ts.time) * 1000));
     Some(StreamItem::Change(Box::new(Change {
         collection,
         op,
@@ -422,8 +413,10 @@ fn convert(event: ChangeStreamEvent<Document>, rules: &Rules) -> Option<StreamIt
         flag_only,
         around_hooks,
         token,
-        at,
-        received: Instant::now(),
+        times: DocTimes {
+            written: event.wall_time.or(cluster_time),
+            received: Instant::now(),
+        },
     })))
 }
 
@@ -471,18 +464,15 @@ impl NoChangeStreams {
     /// Classifies the server's refusal by its code and message.
     pub fn from_server(code: i32, message: &str, answer: String) -> Self {
         let message = message.to_ascii_lowercase();
-        let refusal = if code == 40573 || message.contains("replica set") {
-            Refusal::Standalone
-        } else if code == 13 {
-            Refusal::NotPermitted
-        } else if code == 115
-            || code == 40324
-            || message.contains("not supported")
-            || message.contains("not implemented")
-        {
-            Refusal::NotImplemented
-        } else {
-            Refusal::Other
+        let refusal = match code {
+            40573 => Refusal::Standalone,
+            _ if message.contains("replica set") => Refusal::Standalone,
+            13 => Refusal::NotPermitted,
+            115 | 40324 => Refusal::NotImplemented,
+            _ if message.contains("not supported") || message.contains("not implemented") => {
+                Refusal::NotImplemented
+            }
+            _ => Refusal::Other,
         };
         NoChangeStreams { refusal, answer }
     }
