@@ -80,7 +80,6 @@ pub enum MeiliError {
 /// An index as Meilisearch describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexInfo {
-    uid: String,
     pub primary_key: Option<String>,
 }
 
@@ -216,10 +215,10 @@ impl Meili {
     /// The index, or `None` when it does not exist.
     pub async fn index(&self, uid: &str) -> Result<Option<IndexInfo>> {
         match self.get("get index", &format!("/indexes/{uid}")).await {
-            Ok(v) => Ok(Some(IndexInfo {
-                uid: v["uid"].as_str().unwrap_or(uid).to_string(),
-                primary_key: v["primaryKey"].as_str().map(str::to_string),
-            })),
+            Ok(v) => {
+                let primary_key = v["primaryKey"].as_str().map(str::to_string);
+                Ok(Some(IndexInfo { primary_key }))
+            }
             Err(MeiliError::Refused { code, .. }) if code == "index_not_found" => Ok(None),
             Err(e) => Err(e),
         }

@@ -101,22 +101,10 @@ const FOLLOW_BUCKETS: &[f64] = &[
 const IN_FLIGHT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-/// When the recorder was installed, and when a run last succeeded.
-static CLOCK: OnceLock<Mutex<SuccessClock>> = OnceLock::new();
-
-struct SuccessClock {
-    started: Instant,
-    last_success: Option<Instant>,
-}
-
-fn clock() -> &'static Mutex<SuccessClock> {
-    CLOCK.get_or_init(|| {
-        Mutex::new(SuccessClock {
-            started: Instant::now(),
-            last_success: None,
-        })
-    })
-}
+/// When the recorder was installed.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+/// When a run last succeeded.
+static LAST_SUCCESS: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// The label values known before the first run: the index uids (label
 /// `index`) and the collection names (label `collection`).
@@ -134,7 +122,7 @@ pub(crate) fn install(known: &KnownLabels) -> PrometheusHandle {
             let handle = builder()
                 .install_recorder()
                 .expect("install the Prometheus recorder");
-            clock();
+            STARTED.get_or_init(Instant::now);
             describe();
             handle
         })
@@ -276,10 +264,10 @@ fn listed(values: &[&str], label: &str, value: &str) {
 
 /// The text for `/metrics`, with the time-since-success gauge brought up to date.
 pub(crate) fn render(handle: &PrometheusHandle) -> String {
-    let since = {
-        let clock = clock().lock().expect("poisoned");
-        clock.last_success.unwrap_or(clock.started).elapsed()
-    };
+    let last_success = *LAST_SUCCESS.lock().expect("poisoned");
+    let since = last_success
+        .unwrap_or(*STARTED.get_or_init(Instant::now))
+        .elapsed();
     gauge!(SECONDS_SINCE_SUCCESS).set(since.as_secs_f64());
     handle.render()
 }
@@ -289,7 +277,7 @@ pub(crate) fn run_finished(outcome: &'static str, successful: bool) {
     listed(RUN_OUTCOMES, "outcome", outcome);
     counter!(RUNS, "outcome" => outcome).increment(1);
     if successful {
-        clock().lock().expect("poisoned").last_success = Some(Instant::now());
+        *LAST_SUCCESS.lock().expect("poisoned") = Some(Instant::now());
         gauge!(SECONDS_SINCE_SUCCESS).set(0.0);
     }
 }

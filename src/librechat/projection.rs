@@ -28,7 +28,7 @@ use super::{js, text, Collection};
 
 /// A path's schema type, as far as casting goes.
 #[derive(Clone, Copy)]
-enum PathType {
+pub(super) enum PathType {
     /// `String`.
     Text,
     /// `[String]`.
@@ -47,28 +47,12 @@ pub(crate) struct Path {
 }
 
 impl Path {
-    /// A `String` path.
-    pub(super) const fn text(name: &'static str) -> Path {
+    /// A path of `kind`, without a default.
+    pub(super) const fn new(kind: PathType, name: &'static str) -> Path {
         Path {
             name,
-            kind: PathType::Text,
+            kind,
             default: None,
-        }
-    }
-
-    /// A `[String]` path.
-    pub(super) const fn text_list(name: &'static str) -> Path {
-        Path {
-            kind: PathType::TextList,
-            ..Path::text(name)
-        }
-    }
-
-    /// A `[Mixed]` path of message parts (`content`).
-    pub(super) const fn parts(name: &'static str) -> Path {
-        Path {
-            kind: PathType::Parts,
-            ..Path::text(name)
         }
     }
 

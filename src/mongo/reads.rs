@@ -12,7 +12,7 @@ use mongodb::options::Hint;
 use mongodb::{Collection as MongoCollection, Database};
 
 use super::error::{command_code, failed, mongo_err, short, MongoError, NAMESPACE_NOT_FOUND};
-use super::read_back::IDS_PER_QUERY;
+use super::read_back::find_in_lists;
 use super::{
     after_id, handle, judging, meili_id, read_all, state_projection, sync_projection,
     unindexed_filter_in, Backlog, Collection, FLAG, READ_TIME_LIMIT,
@@ -354,24 +354,18 @@ pub(crate) async fn indexable_meili_ids_among(
 ) -> Result<HashSet<String>, MongoError> {
     let pk = collection.primary_key();
     let projection = judging(doc! { pk: 1 }, rules, collection);
-    let handle = handle(db, collection);
-    let mut claimed = HashSet::new();
-    for chunk in meili_ids.chunks(IDS_PER_QUERY) {
-        let values: Vec<Bson> = chunk
-            .iter()
-            .flat_map(|id| projection::stored_ids(collection, id))
-            .map(Bson::String)
-            .collect();
-        let find = handle.find(doc! { pk: { "$in": values } });
-        let found = read_all(find.projection(projection.clone()), "read by primary key").await?;
-        claimed.extend(
-            found
-                .iter()
-                .filter(|d| searchable::is_searchable(rules, collection, d, now))
-                .filter_map(|d| meili_id(collection, d)),
-        );
-    }
-    Ok(claimed)
+    let values: Vec<Bson> = meili_ids
+        .iter()
+        .flat_map(|id| projection::stored_ids(collection, id))
+        .map(Bson::String)
+        .collect();
+    let what = "read by primary key";
+    let found = find_in_lists(db, collection, pk, &values, doc! {}, projection, what).await?;
+    Ok(found
+        .iter()
+        .filter(|d| searchable::is_searchable(rules, collection, d, now))
+        .filter_map(|d| meili_id(collection, d))
+        .collect())
 }
 
 /// The next `limit` excluded documents pending cleanup after `after` (by
