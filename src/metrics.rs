@@ -17,6 +17,8 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::librechat::Collection;
+
 const RUNS: &str = "reconciler_runs_total";
 const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
 const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
@@ -106,17 +108,11 @@ static STARTED: OnceLock<Instant> = OnceLock::new();
 /// When a run last succeeded.
 static LAST_SUCCESS: Mutex<Option<Instant>> = Mutex::new(None);
 
-/// The label values known before the first run: the index uids (label
-/// `index`) and the collection names (label `collection`).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct KnownLabels {
-    pub(crate) indexes: Vec<String>,
-    pub(crate) collections: Vec<String>,
-}
-
 /// Installs the process-wide recorder (once), describes every family and
-/// registers its series at zero for `known`; returns the handle.
-pub(crate) fn install(known: &KnownLabels) -> PrometheusHandle {
+/// registers its series at zero for the index uids `indexes` (label
+/// `index`) and every chat collection (label `collection`); returns the
+/// handle.
+pub(crate) fn install(indexes: &[String]) -> PrometheusHandle {
     let handle = HANDLE
         .get_or_init(|| {
             let handle = builder()
@@ -127,7 +123,7 @@ pub(crate) fn install(known: &KnownLabels) -> PrometheusHandle {
             handle
         })
         .clone();
-    register_at_zero(known);
+    register_at_zero(indexes);
     handle
 }
 
@@ -221,17 +217,17 @@ fn describe() {
 
 /// Creates every series whose labels are known, without changing a value
 /// already recorded (so calling it again is harmless).
-fn register_at_zero(known: &KnownLabels) {
+fn register_at_zero(indexes: &[String]) {
     for outcome in RUN_OUTCOMES {
         counter!(RUNS, "outcome" => *outcome).increment(0);
     }
-    for index in &known.indexes {
+    for index in indexes {
         for name in [DOCUMENTS_INDEXED, DOCUMENTS_DELETED, DOCUMENTS_REJECTED] {
             counter!(name, "index" => index.clone()).increment(0);
         }
     }
-    for collection in &known.collections {
-        gauge!(UNINDEXED, "collection" => collection.clone()).increment(0.0);
+    for collection in Collection::ALL {
+        gauge!(UNINDEXED, "collection" => collection.name()).increment(0.0);
     }
     // A histogram appears (empty: count 0) once registered.
     let _ = histogram!(BATCH_SECONDS);
@@ -361,7 +357,7 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             describe();
-            register_at_zero(&KnownLabels::default());
+            register_at_zero(&[]);
             follow_stage("total", Duration::from_millis(15), 2);
             follow_batch_stage("token_save", Duration::from_secs(90));
             follow_in_flight(3);

@@ -61,11 +61,8 @@ fn line(f: &mut fmt::Formatter<'_>, name: &str, d: &Difference, meaning: &str) -
     if let Some(flagged) = d.flagged {
         write!(f, " ({flagged} flagged as indexed)")?;
     }
-    let more = if d.count > d.examples.len() as u64 {
-        ", …"
-    } else {
-        ""
-    };
+    let more = (d.count > d.examples.len() as u64).then_some(", …");
+    let more = more.unwrap_or_default();
     writeln!(f, " — {meaning}: {}{more}", d.examples.join(", "))
 }
 

@@ -70,10 +70,7 @@ pub async fn run(
         state: state.clone(),
         reconciler: reconciler.clone(),
         lease: lease.clone(),
-        metrics: crate::metrics::install(&crate::metrics::KnownLabels {
-            indexes: Collection::ALL.map(|c| settings.index_uid(c)).to_vec(),
-            collections: Collection::ALL.map(|c| c.name().to_string()).to_vec(),
-        }),
+        metrics: crate::metrics::install(&Collection::ALL.map(|c| settings.index_uid(c))),
     };
     let server = axum::serve(listener, http::router(ctx))
         .with_graceful_shutdown(shutdown.token().cancelled_owned())
