@@ -62,12 +62,11 @@ pub enum MeiliError {
         message: String,
     },
     /// An asynchronous task ended in failure.
-    #[error("Meilisearch task {uid} ({what}) failed: {code}: {message}")]
+    #[error("Meilisearch task {uid} ({what}) failed: {}: {}", .error.code, .error.message)]
     TaskFailed {
         uid: u64,
         what: String,
-        code: String,
-        message: String,
+        error: TaskError,
     },
     /// An answer we could not make sense of.
     #[error("unexpected answer from Meilisearch to {what}: {detail}")]
@@ -85,7 +84,7 @@ pub struct IndexInfo {
 
 /// The error of a failed task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct TaskError {
+pub struct TaskError {
     pub(crate) code: String,
     pub(crate) message: String,
 }
@@ -103,15 +102,11 @@ pub(crate) struct TaskOutcome {
 impl TaskOutcome {
     /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
     pub(crate) fn into_result(self, what: &str) -> Result<TaskOutcome> {
-        let Some(error) = &self.error else {
-            return Ok(self);
-        };
-        Err(MeiliError::TaskFailed {
-            uid: self.uid,
-            what: what.to_string(),
-            code: error.code.clone(),
-            message: error.message.clone(),
-        })
+        let (uid, what) = (self.uid, what.to_string());
+        match self.error.clone() {
+            Some(error) => Err(MeiliError::TaskFailed { uid, what, error }),
+            None => Ok(self),
+        }
     }
 }
 

@@ -58,14 +58,10 @@ pub async fn counts(
             "flagged": { "$sum": flagged },
         } },
     ];
-    let row = handle(db, collection)
-        .aggregate(pipeline)
-        .max_time(READ_TIME_LIMIT)
-        .await
-        .map_err(mongo_err("count"))?
-        .try_next()
-        .await
-        .map_err(mongo_err("count"))?;
+    let handle = handle(db, collection);
+    let aggregate = handle.aggregate(pipeline).max_time(READ_TIME_LIMIT);
+    let mut rows = aggregate.await.map_err(mongo_err("count"))?;
+    let row = rows.try_next().await.map_err(mongo_err("count"))?;
     // No row: nothing matched.
     let Some(row) = row else {
         return Ok(Counts::default());

@@ -180,10 +180,10 @@ async fn update_each(
         .map_err(|e| MongoError::new("build an update statement", e.to_string()))?;
     let mut total = Updated::default();
     let mut rest: &[RawDocumentBuf] = &statements;
-    let mut pending: std::collections::VecDeque<&[RawDocumentBuf]> =
-        std::collections::VecDeque::new();
+    // The halves of commands the server stopped, a stack: the first half on top.
+    let mut pending = Vec::new();
     loop {
-        let chunk = match pending.pop_front() {
+        let chunk = match pending.pop() {
             Some(chunk) => chunk,
             None if rest.is_empty() => return Ok(total),
             None => {
@@ -226,8 +226,7 @@ async fn update_each(
                     "the server stopped an update command for taking too long: sending it in halves");
                 COMMAND_SIZE.stopped(chunk.len());
                 let (first, second) = chunk.split_at(chunk.len() / 2);
-                pending.push_front(second);
-                pending.push_front(first);
+                pending.extend([second, first]);
             }
         }
     }
