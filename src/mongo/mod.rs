@@ -89,12 +89,11 @@ async fn read_all<T: DeserializeOwned + Send + Sync>(
     find: Find<'_, T>,
     what: &str,
 ) -> Result<Vec<T>, MongoError> {
-    find.max_time(READ_TIME_LIMIT)
+    let cursor = find
+        .max_time(READ_TIME_LIMIT)
         .await
-        .map_err(mongo_err(what))?
-        .try_collect()
-        .await
-        .map_err(mongo_err(what))
+        .map_err(mongo_err(what))?;
+    cursor.try_collect().await.map_err(mongo_err(what))
 }
 
 /// `filter` narrowed to the `_id`s after `after` (every `_id` without one).
@@ -108,10 +107,8 @@ fn after_id(mut filter: Document, after: Option<&Bson>) -> Document {
 /// The server's current time (`hello.localTime`: a BSON date on MongoDB,
 /// Int64 milliseconds on DocumentDB-based servers).
 pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
-    let hello = db
-        .run_command(doc! { "hello": 1 })
-        .await
-        .map_err(mongo_err("hello"))?;
+    let hello = db.run_command(doc! { "hello": 1 }).await;
+    let hello = hello.map_err(mongo_err("hello"))?;
     match hello.get("localTime") {
         Some(Bson::DateTime(t)) => Ok(*t),
         Some(Bson::Int64(ms)) => Ok(DateTime::from_millis(*ms)),

@@ -218,18 +218,15 @@ impl Scan {
 
 /// A document of a raw page, parsed: one at a time, while it is shaped.
 pub(crate) fn parse(raw: &RawDocumentBuf) -> Result<Document, MongoError> {
-    raw.to_document().map_err(|e| MongoError::Failed {
-        what: "read".into(),
-        detail: format!("a document MongoDB returned is not valid BSON: {e}"),
-    })
+    let invalid = |e| format!("a document MongoDB returned is not valid BSON: {e}");
+    raw.to_document()
+        .map_err(|e| MongoError::new("read", invalid(e)))
 }
 
 /// The `_id` of a raw document (where the next page starts).
 pub fn raw_id(raw: &RawDocumentBuf) -> Option<Bson> {
-    raw.get("_id")
-        .ok()
-        .flatten()
-        .and_then(|id| Bson::try_from(id).ok())
+    let id = raw.get("_id").ok().flatten()?;
+    Bson::try_from(id).ok()
 }
 
 /// The next `limit` documents of `filter` after `after` (by `_id`), kept

@@ -359,10 +359,9 @@ pub(crate) async fn reset_flags_batch(
             update_filter.insert("_id", range);
         }
         let cleared = flag_retry::with_retries("reset flags", guard, || async {
-            match handle
-                .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
-                .await
-            {
+            let update =
+                handle.update_many(update_filter.clone(), doc! { "$set": { FLAG: false } });
+            match update.await {
                 Ok(result) => Ok(Some(result.modified_count)),
                 Err(error) if batch > 1 && update_took_too_long(&error) => Ok(None),
                 Err(error) => Err(attempt_err("reset flags")(error)),
