@@ -454,14 +454,12 @@ impl Meili {
                 message: e.message.unwrap_or_default(),
             },
             SdkError::Meilisearch(e) => {
-                let code = serde_json::to_value(&e.error_code)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_else(|| "unknown".into());
+                let code = serde_json::to_value(&e.error_code).ok();
+                let code = code.as_ref().and_then(Value::as_str).unwrap_or("unknown");
                 match e.error_type {
                     ErrorType::InvalidRequest | ErrorType::Auth => MeiliError::Refused {
                         what: what.to_string(),
-                        code: known_code(&code, &e.error_message),
+                        code: known_code(code, &e.error_message),
                         message: e.error_message,
                     },
                     _ => self.unreachable(what, format!("{code}: {}", e.error_message)),

@@ -133,12 +133,9 @@ pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
 /// The Meilisearch primary-key value of a document, as sent: its cast
 /// primary key (a `conversationId` with `|` as `--`), when it has one.
 pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
-    let path = collection
-        .spec()
-        .paths
-        .iter()
-        .find(|path| path.name == collection.primary_key())
-        .expect("the primary key is a path of the collection");
+    let is_key = |path: &&Path| path.name == collection.primary_key();
+    let path = collection.spec().paths.iter().find(is_key);
+    let path = path.expect("the primary key is a path of the collection");
     match sent(doc, path)? {
         Bson::String(id) => Some(id),
         _ => None,

@@ -403,11 +403,8 @@ pub(crate) async fn expired_page(
     let mut filter = searchable::expired_filter(now);
     filter.extend(markers::may_be_indexed_filter());
     let projection = state_projection(rules, collection);
-    read_page(db, collection, filter, after, limit, projection, None)
-        .await?
-        .iter()
-        .map(parse)
-        .collect()
+    let page = read_page(db, collection, filter, after, limit, projection, None).await?;
+    page.iter().map(parse).collect()
 }
 
 /// The earliest expiry of a document that may be in Meilisearch by its

@@ -319,10 +319,8 @@ pub(crate) async fn clear_flags_of_unindexable(
     let filter = doc! { FLAG: true, "$nor": [ searchable::filter(rules, collection, now) ] };
     let handle = handle(db, collection);
     flag_retry::with_retries("clear flags", guard, || async {
-        let result = handle
-            .update_many(filter.clone(), markers::removed())
-            .await
-            .map_err(attempt_err("clear flags"))?;
+        let update = handle.update_many(filter.clone(), markers::removed());
+        let result = update.await.map_err(attempt_err("clear flags"))?;
         Ok(result.modified_count)
     })
     .await
