@@ -113,18 +113,15 @@ static LAST_SUCCESS: Mutex<Option<Instant>> = Mutex::new(None);
 /// `index`) and every chat collection (label `collection`); returns the
 /// handle.
 pub(crate) fn install(indexes: &[String]) -> PrometheusHandle {
-    let handle = HANDLE
-        .get_or_init(|| {
-            let handle = builder()
-                .install_recorder()
-                .expect("install the Prometheus recorder");
-            STARTED.get_or_init(Instant::now);
-            describe();
-            handle
-        })
-        .clone();
+    let handle = HANDLE.get_or_init(|| {
+        let handle = builder().install_recorder();
+        let handle = handle.expect("install the Prometheus recorder");
+        STARTED.get_or_init(Instant::now);
+        describe();
+        handle
+    });
     register_at_zero(indexes);
-    handle
+    handle.clone()
 }
 
 /// The exporter, with each histogram's buckets (without them it renders

@@ -59,10 +59,8 @@ pub async fn run(
             addr: settings.serve.listen.to_string(),
             reason: e.to_string(),
         })?;
-    let local = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let local = listener.local_addr().map(|a| a.to_string());
+    let local = local.unwrap_or_default();
     tracing::info!(listen = %local, "serving /healthz /readyz /status /metrics");
 
     let state = ReplicaState::new(replica);
