@@ -317,10 +317,9 @@ pub(crate) async fn collections_with_pre_images(
     db: &Database,
 ) -> Result<Vec<Collection>, MongoError> {
     let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
-    let reply = db
-        .run_command(doc! { "listCollections": 1, "filter": { "name": { "$in": names } } })
-        .await
-        .map_err(|e| failed("listCollections", &e))?;
+    let command = doc! { "listCollections": 1, "filter": { "name": { "$in": names } } };
+    let reply = db.run_command(command).await;
+    let reply = reply.map_err(|e| failed("listCollections", &e))?;
     let batch = reply
         .get_document("cursor")
         .and_then(|c| c.get_array("firstBatch"))

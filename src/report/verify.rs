@@ -12,15 +12,10 @@ impl fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for i in &self.indexes {
             let c = &i.comparison;
-            write!(
-                f,
-                "{} → index {}: {} in Meilisearch, {} indexable in MongoDB, {} exact",
-                i.collection.name(),
-                i.index_uid,
-                c.meili_documents,
-                c.mongo_indexable,
-                c.matching
-            )?;
+            let (name, uid) = (i.collection.name(), &i.index_uid);
+            let (meili, mongo, exact) = (c.meili_documents, c.mongo_indexable, c.matching);
+            let counts = format!("{meili} in Meilisearch, {mongo} indexable in MongoDB");
+            write!(f, "{name} → index {uid}: {counts}, {exact} exact")?;
             if c.partitions > 1 {
                 write!(
                     f,
