@@ -62,12 +62,11 @@ pub enum MeiliError {
         message: String,
     },
     /// An asynchronous task ended in failure.
-    #[error("Meilisearch task {uid} ({what}) failed: {code}: {message}")]
+    #[error("Meilisearch task {uid} ({what}) failed: {}: {}", .error.code, .error.message)]
     TaskFailed {
         uid: u64,
         what: String,
-        code: String,
-        message: String,
+        error: TaskError,
     },
     /// An answer we could not make sense of.
     #[error("unexpected answer from Meilisearch to {what}: {detail}")]
@@ -80,13 +79,12 @@ pub enum MeiliError {
 /// An index as Meilisearch describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexInfo {
-    uid: String,
     pub primary_key: Option<String>,
 }
 
 /// The error of a failed task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct TaskError {
+pub struct TaskError {
     pub(crate) code: String,
     pub(crate) message: String,
 }
@@ -104,15 +102,11 @@ pub(crate) struct TaskOutcome {
 impl TaskOutcome {
     /// Fails with [`MeiliError::TaskFailed`] unless the task succeeded.
     pub(crate) fn into_result(self, what: &str) -> Result<TaskOutcome> {
-        let Some(error) = &self.error else {
-            return Ok(self);
-        };
-        Err(MeiliError::TaskFailed {
-            uid: self.uid,
-            what: what.to_string(),
-            code: error.code.clone(),
-            message: error.message.clone(),
-        })
+        let (uid, what) = (self.uid, what.to_string());
+        match self.error.clone() {
+            Some(error) => Err(MeiliError::TaskFailed { uid, what, error }),
+            None => Ok(self),
+        }
     }
 }
 
@@ -216,10 +210,10 @@ impl Meili {
     /// The index, or `None` when it does not exist.
     pub async fn index(&self, uid: &str) -> Result<Option<IndexInfo>> {
         match self.get("get index", &format!("/indexes/{uid}")).await {
-            Ok(v) => Ok(Some(IndexInfo {
-                uid: v["uid"].as_str().unwrap_or(uid).to_string(),
-                primary_key: v["primaryKey"].as_str().map(str::to_string),
-            })),
+            Ok(v) => {
+                let primary_key = v["primaryKey"].as_str().map(str::to_string);
+                Ok(Some(IndexInfo { primary_key }))
+            }
             Err(MeiliError::Refused { code, .. }) if code == "index_not_found" => Ok(None),
             Err(e) => Err(e),
         }
@@ -460,14 +454,12 @@ impl Meili {
                 message: e.message.unwrap_or_default(),
             },
             SdkError::Meilisearch(e) => {
-                let code = serde_json::to_value(&e.error_code)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_else(|| "unknown".into());
+                let code = serde_json::to_value(&e.error_code).ok();
+                let code = code.as_ref().and_then(Value::as_str).unwrap_or("unknown");
                 match e.error_type {
                     ErrorType::InvalidRequest | ErrorType::Auth => MeiliError::Refused {
                         what: what.to_string(),
-                        code: known_code(&code, &e.error_message),
+                        code: known_code(code, &e.error_message),
                         message: e.error_message,
                     },
                     _ => self.unreachable(what, format!("{code}: {}", e.error_message)),

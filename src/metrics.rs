@@ -17,6 +17,8 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::librechat::Collection;
+
 const RUNS: &str = "reconciler_runs_total";
 const DOCUMENTS_INDEXED: &str = "reconciler_documents_indexed_total";
 const DOCUMENTS_DELETED: &str = "reconciler_documents_deleted_total";
@@ -42,8 +44,8 @@ pub(crate) const FOLLOW_OPS: &[&str] = &[
     "insert", "update", "replace", "delete", "skipped", "expired",
 ];
 
-/// Every value of the `phase` label of [`SYNC_PHASE_MILLISECONDS`]
-/// (`reconcile::phases::Phase::label`, in `Phase::ALL`'s order).
+/// Every value of the `phase` label of [`SYNC_PHASE_MILLISECONDS`], in the
+/// order `reconcile::phases::Phases` holds them.
 pub(crate) const SYNC_PHASES: &[&str] = &[
     "read",
     "build",
@@ -101,46 +103,25 @@ const FOLLOW_BUCKETS: &[f64] = &[
 const IN_FLIGHT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-/// When the recorder was installed, and when a run last succeeded.
-static CLOCK: OnceLock<Mutex<SuccessClock>> = OnceLock::new();
-
-struct SuccessClock {
-    started: Instant,
-    last_success: Option<Instant>,
-}
-
-fn clock() -> &'static Mutex<SuccessClock> {
-    CLOCK.get_or_init(|| {
-        Mutex::new(SuccessClock {
-            started: Instant::now(),
-            last_success: None,
-        })
-    })
-}
-
-/// The label values known before the first run: the index uids (label
-/// `index`) and the collection names (label `collection`).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct KnownLabels {
-    pub(crate) indexes: Vec<String>,
-    pub(crate) collections: Vec<String>,
-}
+/// When the recorder was installed.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+/// When a run last succeeded.
+static LAST_SUCCESS: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// Installs the process-wide recorder (once), describes every family and
-/// registers its series at zero for `known`; returns the handle.
-pub(crate) fn install(known: &KnownLabels) -> PrometheusHandle {
-    let handle = HANDLE
-        .get_or_init(|| {
-            let handle = builder()
-                .install_recorder()
-                .expect("install the Prometheus recorder");
-            clock();
-            describe();
-            handle
-        })
-        .clone();
-    register_at_zero(known);
-    handle
+/// registers its series at zero for the index uids `indexes` (label
+/// `index`) and every chat collection (label `collection`); returns the
+/// handle.
+pub(crate) fn install(indexes: &[String]) -> PrometheusHandle {
+    let handle = HANDLE.get_or_init(|| {
+        let handle = builder().install_recorder();
+        let handle = handle.expect("install the Prometheus recorder");
+        STARTED.get_or_init(Instant::now);
+        describe();
+        handle
+    });
+    register_at_zero(indexes);
+    handle.clone()
 }
 
 /// The exporter, with each histogram's buckets (without them it renders
@@ -233,17 +214,17 @@ fn describe() {
 
 /// Creates every series whose labels are known, without changing a value
 /// already recorded (so calling it again is harmless).
-fn register_at_zero(known: &KnownLabels) {
+fn register_at_zero(indexes: &[String]) {
     for outcome in RUN_OUTCOMES {
         counter!(RUNS, "outcome" => *outcome).increment(0);
     }
-    for index in &known.indexes {
+    for index in indexes {
         for name in [DOCUMENTS_INDEXED, DOCUMENTS_DELETED, DOCUMENTS_REJECTED] {
             counter!(name, "index" => index.clone()).increment(0);
         }
     }
-    for collection in &known.collections {
-        gauge!(UNINDEXED, "collection" => collection.clone()).increment(0.0);
+    for collection in Collection::ALL {
+        gauge!(UNINDEXED, "collection" => collection.name()).increment(0.0);
     }
     // A histogram appears (empty: count 0) once registered.
     let _ = histogram!(BATCH_SECONDS);
@@ -276,10 +257,10 @@ fn listed(values: &[&str], label: &str, value: &str) {
 
 /// The text for `/metrics`, with the time-since-success gauge brought up to date.
 pub(crate) fn render(handle: &PrometheusHandle) -> String {
-    let since = {
-        let clock = clock().lock().expect("poisoned");
-        clock.last_success.unwrap_or(clock.started).elapsed()
-    };
+    let last_success = *LAST_SUCCESS.lock().expect("poisoned");
+    let since = last_success
+        .unwrap_or(*STARTED.get_or_init(Instant::now))
+        .elapsed();
     gauge!(SECONDS_SINCE_SUCCESS).set(since.as_secs_f64());
     handle.render()
 }
@@ -289,7 +270,7 @@ pub(crate) fn run_finished(outcome: &'static str, successful: bool) {
     listed(RUN_OUTCOMES, "outcome", outcome);
     counter!(RUNS, "outcome" => outcome).increment(1);
     if successful {
-        clock().lock().expect("poisoned").last_success = Some(Instant::now());
+        *LAST_SUCCESS.lock().expect("poisoned") = Some(Instant::now());
         gauge!(SECONDS_SINCE_SUCCESS).set(0.0);
     }
 }
@@ -373,7 +354,7 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             describe();
-            register_at_zero(&KnownLabels::default());
+            register_at_zero(&[]);
             follow_stage("total", Duration::from_millis(15), 2);
             follow_batch_stage("token_save", Duration::from_secs(90));
             follow_in_flight(3);

@@ -23,6 +23,7 @@ use mongodb::bson::Bson;
 use serde::{Serialize, Serializer};
 
 use projection::Path;
+use projection::PathType::{Parts, Text, TextList};
 
 /// One of the chat collections and the Meilisearch index it feeds: a key
 /// into the table ([`Collection::spec`]). Adding one means a variant, its
@@ -63,12 +64,12 @@ const MESSAGES: Spec = Spec {
     index: "messages",
     primary_key: "messageId",
     paths: &[
-        Path::text("messageId"),
-        Path::text("conversationId"),
-        Path::text("user").or(|| Bson::Null),
-        Path::text("sender"),
-        Path::text("text"),
-        Path::parts("content"),
+        Path::new(Text, "messageId"),
+        Path::new(Text, "conversationId"),
+        Path::new(Text, "user").or(|| Bson::Null),
+        Path::new(Text, "sender"),
+        Path::new(Text, "text"),
+        Path::new(Parts, "content"),
     ],
     hides_unfinished: true,
     exclusion_path: |rules| rules.messages_exclusion_path.as_deref(),
@@ -80,10 +81,10 @@ const CONVERSATIONS: Spec = Spec {
     index: "convos",
     primary_key: "conversationId",
     paths: &[
-        Path::text("conversationId"),
-        Path::text("title").or(|| Bson::String("New Chat".into())),
-        Path::text("user"),
-        Path::text_list("tags").or(|| Bson::Array(Vec::new())),
+        Path::new(Text, "conversationId"),
+        Path::new(Text, "title").or(|| Bson::String("New Chat".into())),
+        Path::new(Text, "user"),
+        Path::new(TextList, "tags").or(|| Bson::Array(Vec::new())),
     ],
     hides_unfinished: false,
     exclusion_path: |rules| rules.conversations_exclusion_path.as_deref(),
@@ -183,15 +184,15 @@ impl Rules {
 /// empty, not starting with `$`, without `.` or NUL (how MongoDB field
 /// names may be written in a filter). The reason when not.
 pub(crate) fn check_exclusion_path(path: &str) -> Result<(), &'static str> {
-    if path.is_empty() {
-        Err("must not be empty")
-    } else if path.starts_with('$') {
-        Err("must not start with `$`")
-    } else if path.contains('.') {
-        Err("must be a top-level field name (no `.`)")
-    } else if path.contains('\0') {
-        Err("must not contain NUL")
-    } else {
-        Ok(())
-    }
+    let refusals = [
+        (str::is_empty as fn(&str) -> bool, "must not be empty"),
+        (|path| path.starts_with('$'), "must not start with `$`"),
+        (
+            |path| path.contains('.'),
+            "must be a top-level field name (no `.`)",
+        ),
+        (|path| path.contains('\0'), "must not contain NUL"),
+    ];
+    let refused = refusals.into_iter().find(|(refuses, _)| refuses(path));
+    refused.map_or(Ok(()), |(_, reason)| Err(reason))
 }

@@ -28,7 +28,7 @@ use super::{js, text, Collection};
 
 /// A path's schema type, as far as casting goes.
 #[derive(Clone, Copy)]
-enum PathType {
+pub(super) enum PathType {
     /// `String`.
     Text,
     /// `[String]`.
@@ -47,28 +47,12 @@ pub(crate) struct Path {
 }
 
 impl Path {
-    /// A `String` path.
-    pub(super) const fn text(name: &'static str) -> Path {
+    /// A path of `kind`, without a default.
+    pub(super) const fn new(kind: PathType, name: &'static str) -> Path {
         Path {
             name,
-            kind: PathType::Text,
+            kind,
             default: None,
-        }
-    }
-
-    /// A `[String]` path.
-    pub(super) const fn text_list(name: &'static str) -> Path {
-        Path {
-            kind: PathType::TextList,
-            ..Path::text(name)
-        }
-    }
-
-    /// A `[Mixed]` path of message parts (`content`).
-    pub(super) const fn parts(name: &'static str) -> Path {
-        Path {
-            kind: PathType::Parts,
-            ..Path::text(name)
         }
     }
 
@@ -149,12 +133,9 @@ pub fn to_meili(collection: Collection, doc: &Document) -> Map<String, Value> {
 /// The Meilisearch primary-key value of a document, as sent: its cast
 /// primary key (a `conversationId` with `|` as `--`), when it has one.
 pub fn meili_id(collection: Collection, doc: &Document) -> Option<String> {
-    let path = collection
-        .spec()
-        .paths
-        .iter()
-        .find(|path| path.name == collection.primary_key())
-        .expect("the primary key is a path of the collection");
+    let is_key = |path: &&Path| path.name == collection.primary_key();
+    let path = collection.spec().paths.iter().find(is_key);
+    let path = path.expect("the primary key is a path of the collection");
     match sent(doc, path)? {
         Bson::String(id) => Some(id),
         _ => None,

@@ -58,14 +58,10 @@ pub async fn counts(
             "flagged": { "$sum": flagged },
         } },
     ];
-    let row = handle(db, collection)
-        .aggregate(pipeline)
-        .max_time(READ_TIME_LIMIT)
-        .await
-        .map_err(mongo_err("count"))?
-        .try_next()
-        .await
-        .map_err(mongo_err("count"))?;
+    let handle = handle(db, collection);
+    let aggregate = handle.aggregate(pipeline).max_time(READ_TIME_LIMIT);
+    let mut rows = aggregate.await.map_err(mongo_err("count"))?;
+    let row = rows.try_next().await.map_err(mongo_err("count"))?;
     // No row: nothing matched.
     let Some(row) = row else {
         return Ok(Counts::default());
@@ -105,9 +101,8 @@ pub async fn count_unflagged(
     if let Some(hint) = backlog_hint(db, collection, backlog).await? {
         count = count.hint(hint);
     }
-    count
-        .await
-        .map_err(mongo_err("count the unflagged documents"))
+    let what = "count the unflagged documents";
+    count.await.map_err(mongo_err(what))
 }
 
 /// The collection's document count from its metadata (cheap; may be off
@@ -116,10 +111,8 @@ pub(crate) async fn estimated_count(
     db: &Database,
     collection: Collection,
 ) -> Result<u64, MongoError> {
-    handle(db, collection)
-        .estimated_document_count()
-        .await
-        .map_err(mongo_err("estimate the document count"))
+    let count = handle(db, collection).estimated_document_count().await;
+    count.map_err(mongo_err("estimate the document count"))
 }
 
 /// LibreChat's own view of one collection, as its `getSyncProgress()`

@@ -47,11 +47,9 @@ pub(crate) fn failed(what: &str, error: &mongodb::error::Error) -> MongoError {
 
 /// The error's message without the topology dump server-selection errors carry.
 pub(crate) fn short(e: &mongodb::error::Error) -> String {
-    let text = e.kind.to_string();
-    text.split(", Topology:")
-        .next()
-        .unwrap_or(&text)
-        .to_string()
+    let mut text = e.kind.to_string();
+    text.truncate(text.find(", Topology:").unwrap_or(text.len()));
+    text
 }
 
 /// The code of a command error (`None` for any other kind of error).

@@ -90,12 +90,11 @@ async fn read_all<T: DeserializeOwned + Send + Sync>(
     find: Find<'_, T>,
     what: &str,
 ) -> Result<Vec<T>, MongoError> {
-    find.max_time(READ_TIME_LIMIT)
+    let cursor = find
+        .max_time(READ_TIME_LIMIT)
         .await
-        .map_err(mongo_err(what))?
-        .try_collect()
-        .await
-        .map_err(mongo_err(what))
+        .map_err(mongo_err(what))?;
+    cursor.try_collect().await.map_err(mongo_err(what))
 }
 
 /// `filter` narrowed to the `_id`s after `after` (every `_id` without one).

@@ -30,27 +30,28 @@ pub(crate) async fn processed_among(
     ids: &[Bson],
 ) -> Result<Vec<Bson>, MongoError> {
     let (filter, projection) = (markers::processed_filter(rules), doc! { "_id": 1 });
-    let found = find_by_id_lists(db, collection, ids, filter, projection, "read flags").await?;
+    let found = find_in_lists(db, collection, "_id", ids, filter, projection, "read flags").await?;
     Ok(found
         .into_iter()
         .filter_map(|mut doc| doc.remove("_id"))
         .collect())
 }
 
-/// The documents of `ids` that also match `filter`, by `_id` lists of at
-/// most [`IDS_PER_QUERY`].
-async fn find_by_id_lists(
+/// The documents whose `field` is one of `values` that also match
+/// `filter`, by `$in` lists of at most [`IDS_PER_QUERY`].
+pub(super) async fn find_in_lists(
     db: &Database,
     collection: Collection,
-    ids: &[Bson],
+    field: &str,
+    values: &[Bson],
     filter: Document,
     projection: Document,
     what: &'static str,
 ) -> Result<Vec<Document>, MongoError> {
     let handle = handle(db, collection);
     let mut found = Vec::new();
-    for chunk in ids.chunks(IDS_PER_QUERY) {
-        let mut query = doc! { "_id": { "$in": chunk } };
+    for chunk in values.chunks(IDS_PER_QUERY) {
+        let mut query = doc! { field: { "$in": chunk } };
         query.extend(filter.clone());
         let find = handle.find(query).projection(projection.clone());
         found.extend(read_all(find, what).await?);
@@ -121,7 +122,7 @@ async fn read_kept(
         return Ok(Vec::new());
     };
     if how == ReadBack::Ids {
-        return find_by_id_lists(db, collection, ids, doc! {}, projection, "read back").await;
+        return find_in_lists(db, collection, "_id", ids, doc! {}, projection, "read back").await;
     }
     let wanted: HashSet<String> = ids.iter().map(id_key).collect();
     let handle = handle(db, collection);

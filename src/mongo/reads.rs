@@ -12,7 +12,7 @@ use mongodb::options::Hint;
 use mongodb::{Collection as MongoCollection, Database};
 
 use super::error::{command_code, failed, mongo_err, short, MongoError, NAMESPACE_NOT_FOUND};
-use super::read_back::IDS_PER_QUERY;
+use super::read_back::find_in_lists;
 use super::{
     after_id, handle, judging, meili_id, read_all, state_projection, sync_projection,
     unindexed_filter_in, Backlog, Collection, FLAG, READ_TIME_LIMIT,
@@ -218,18 +218,15 @@ impl Scan {
 
 /// A document of a raw page, parsed: one at a time, while it is shaped.
 pub(crate) fn parse(raw: &RawDocumentBuf) -> Result<Document, MongoError> {
-    raw.to_document().map_err(|e| MongoError::Failed {
-        what: "read".into(),
-        detail: format!("a document MongoDB returned is not valid BSON: {e}"),
-    })
+    let invalid = |e| format!("a document MongoDB returned is not valid BSON: {e}");
+    raw.to_document()
+        .map_err(|e| MongoError::new("read", invalid(e)))
 }
 
 /// The `_id` of a raw document (where the next page starts).
 pub fn raw_id(raw: &RawDocumentBuf) -> Option<Bson> {
-    raw.get("_id")
-        .ok()
-        .flatten()
-        .and_then(|id| Bson::try_from(id).ok())
+    let id = raw.get("_id").ok().flatten()?;
+    Bson::try_from(id).ok()
 }
 
 /// The next `limit` documents of `filter` after `after` (by `_id`), kept
@@ -320,10 +317,9 @@ pub(crate) async fn collections_with_pre_images(
     db: &Database,
 ) -> Result<Vec<Collection>, MongoError> {
     let names: Vec<&str> = Collection::ALL.iter().map(|c| c.name()).collect();
-    let reply = db
-        .run_command(doc! { "listCollections": 1, "filter": { "name": { "$in": names } } })
-        .await
-        .map_err(|e| failed("listCollections", &e))?;
+    let command = doc! { "listCollections": 1, "filter": { "name": { "$in": names } } };
+    let reply = db.run_command(command).await;
+    let reply = reply.map_err(|e| failed("listCollections", &e))?;
     let batch = reply
         .get_document("cursor")
         .and_then(|c| c.get_array("firstBatch"))
@@ -354,24 +350,18 @@ pub(crate) async fn indexable_meili_ids_among(
 ) -> Result<HashSet<String>, MongoError> {
     let pk = collection.primary_key();
     let projection = judging(doc! { pk: 1 }, rules, collection);
-    let handle = handle(db, collection);
-    let mut claimed = HashSet::new();
-    for chunk in meili_ids.chunks(IDS_PER_QUERY) {
-        let values: Vec<Bson> = chunk
-            .iter()
-            .flat_map(|id| projection::stored_ids(collection, id))
-            .map(Bson::String)
-            .collect();
-        let find = handle.find(doc! { pk: { "$in": values } });
-        let found = read_all(find.projection(projection.clone()), "read by primary key").await?;
-        claimed.extend(
-            found
-                .iter()
-                .filter(|d| searchable::is_searchable(rules, collection, d, now))
-                .filter_map(|d| meili_id(collection, d)),
-        );
-    }
-    Ok(claimed)
+    let values: Vec<Bson> = meili_ids
+        .iter()
+        .flat_map(|id| projection::stored_ids(collection, id))
+        .map(Bson::String)
+        .collect();
+    let what = "read by primary key";
+    let found = find_in_lists(db, collection, pk, &values, doc! {}, projection, what).await?;
+    Ok(found
+        .iter()
+        .filter(|d| searchable::is_searchable(rules, collection, d, now))
+        .filter_map(|d| meili_id(collection, d))
+        .collect())
 }
 
 /// The next `limit` excluded documents pending cleanup after `after` (by
@@ -412,11 +402,8 @@ pub(crate) async fn expired_page(
     let mut filter = searchable::expired_filter(now);
     filter.extend(markers::may_be_indexed_filter());
     let projection = state_projection(rules, collection);
-    read_page(db, collection, filter, after, limit, projection, None)
-        .await?
-        .iter()
-        .map(parse)
-        .collect()
+    let page = read_page(db, collection, filter, after, limit, projection, None).await?;
+    page.iter().map(parse).collect()
 }
 
 /// The earliest expiry of a document that may be in Meilisearch by its

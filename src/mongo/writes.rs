@@ -180,10 +180,10 @@ async fn update_each(
         .map_err(|e| MongoError::new("build an update statement", e.to_string()))?;
     let mut total = Updated::default();
     let mut rest: &[RawDocumentBuf] = &statements;
-    let mut pending: std::collections::VecDeque<&[RawDocumentBuf]> =
-        std::collections::VecDeque::new();
+    // The halves of commands the server stopped, a stack: the first half on top.
+    let mut pending = Vec::new();
     loop {
-        let chunk = match pending.pop_front() {
+        let chunk = match pending.pop() {
             Some(chunk) => chunk,
             None if rest.is_empty() => return Ok(total),
             None => {
@@ -226,8 +226,7 @@ async fn update_each(
                     "the server stopped an update command for taking too long: sending it in halves");
                 COMMAND_SIZE.stopped(chunk.len());
                 let (first, second) = chunk.split_at(chunk.len() / 2);
-                pending.push_front(second);
-                pending.push_front(first);
+                pending.extend([second, first]);
             }
         }
     }
@@ -320,10 +319,8 @@ pub(crate) async fn clear_flags_of_unindexable(
     let filter = doc! { FLAG: true, "$nor": [ searchable::filter(rules, collection, now) ] };
     let handle = handle(db, collection);
     flag_retry::with_retries("clear flags", guard, || async {
-        let result = handle
-            .update_many(filter.clone(), markers::removed())
-            .await
-            .map_err(attempt_err("clear flags"))?;
+        let update = handle.update_many(filter.clone(), markers::removed());
+        let result = update.await.map_err(attempt_err("clear flags"))?;
         Ok(result.modified_count)
     })
     .await
@@ -360,10 +357,9 @@ pub(crate) async fn reset_flags_batch(
             update_filter.insert("_id", range);
         }
         let cleared = flag_retry::with_retries("reset flags", guard, || async {
-            match handle
-                .update_many(update_filter.clone(), doc! { "$set": { FLAG: false } })
-                .await
-            {
+            let update =
+                handle.update_many(update_filter.clone(), doc! { "$set": { FLAG: false } });
+            match update.await {
                 Ok(result) => Ok(Some(result.modified_count)),
                 Err(error) if batch > 1 && update_took_too_long(&error) => Ok(None),
                 Err(error) => Err(attempt_err("reset flags")(error)),

@@ -31,10 +31,10 @@ impl fmt::Display for Plan {
 fn what_is(f: &mut fmt::Formatter<'_>, i: &IndexPlan) -> fmt::Result {
     let pk = i.primary_key.as_deref().unwrap_or("(none)");
     if i.exists {
+        let (n, expected) = (i.meili_documents, &i.expected_primary_key);
         writeln!(
             f,
-            "  index:     {} documents, primary key {pk} (expected {})",
-            i.meili_documents, i.expected_primary_key
+            "  index:     {n} documents, primary key {pk} (expected {expected})"
         )?;
     } else {
         writeln!(f, "  index:     missing")?;

@@ -83,8 +83,7 @@ fn rejected(rejected: &[Rejected]) -> String {
 }
 
 impl fmt::Display for Phases {
-    /// Each phase's seconds, in [`crate::reconcile::phases::Phase::ALL`]'s
-    /// order.
+    /// Each phase's seconds, in [`crate::metrics::SYNC_PHASES`]' order.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> = self
             .into_iter()

@@ -12,15 +12,10 @@ impl fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for i in &self.indexes {
             let c = &i.comparison;
-            write!(
-                f,
-                "{} → index {}: {} in Meilisearch, {} indexable in MongoDB, {} exact",
-                i.collection.name(),
-                i.index_uid,
-                c.meili_documents,
-                c.mongo_indexable,
-                c.matching
-            )?;
+            let (name, uid) = (i.collection.name(), &i.index_uid);
+            let (meili, mongo, exact) = (c.meili_documents, c.mongo_indexable, c.matching);
+            let counts = format!("{meili} in Meilisearch, {mongo} indexable in MongoDB");
+            write!(f, "{name} → index {uid}: {counts}, {exact} exact")?;
             if c.partitions > 1 {
                 write!(
                     f,
@@ -61,11 +56,8 @@ fn line(f: &mut fmt::Formatter<'_>, name: &str, d: &Difference, meaning: &str) -
     if let Some(flagged) = d.flagged {
         write!(f, " ({flagged} flagged as indexed)")?;
     }
-    let more = if d.count > d.examples.len() as u64 {
-        ", …"
-    } else {
-        ""
-    };
+    let more = (d.count > d.examples.len() as u64).then_some(", …");
+    let more = more.unwrap_or_default();
     writeln!(f, " — {meaning}: {}{more}", d.examples.join(", "))
 }
 

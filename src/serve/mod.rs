@@ -59,10 +59,8 @@ pub async fn run(
             addr: settings.serve.listen.to_string(),
             reason: e.to_string(),
         })?;
-    let local = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let local = listener.local_addr().map(|a| a.to_string());
+    let local = local.unwrap_or_default();
     tracing::info!(listen = %local, "serving /healthz /readyz /status /metrics");
 
     let state = ReplicaState::new(replica);
@@ -70,10 +68,7 @@ pub async fn run(
         state: state.clone(),
         reconciler: reconciler.clone(),
         lease: lease.clone(),
-        metrics: crate::metrics::install(&crate::metrics::KnownLabels {
-            indexes: Collection::ALL.map(|c| settings.index_uid(c)).to_vec(),
-            collections: Collection::ALL.map(|c| c.name().to_string()).to_vec(),
-        }),
+        metrics: crate::metrics::install(&Collection::ALL.map(|c| settings.index_uid(c))),
     };
     let server = axum::serve(listener, http::router(ctx))
         .with_graceful_shutdown(shutdown.token().cancelled_owned())
