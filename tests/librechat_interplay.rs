@@ -393,21 +393,22 @@ async fn a_live_librechat_lease_is_waited_for_and_status_names_it() {
     let timeline = JobTimeline::start(&db, JOBS, JOB).await;
 
     // A LibreChat replica whose clock runs 400 ms ahead (inside the 500 ms
-    // allowance) holds the lease for 2.5 s, refreshing it.
+    // allowance) holds the lease, refreshing it, until the test has read
+    // `status` twice (60 s at most: a hang detector).
     let lc = librechat(&db, 400).await;
     let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
     let holder = tokio::spawn(async move {
         lc.run(|| async move {
             let _ = held_tx.send(());
-            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(60), release_rx).await;
             true
         })
         .await
         .unwrap()
     });
     held_rx.await.unwrap();
-    let started = Instant::now();
-    let once = target.spawn("once-1", &["once", "--wait-timeout", "60s"]);
+    let mut once = target.spawn("once-1", &["once", "--wait-timeout", "60s"]);
 
     let status = target.run("status-1", &["status"]);
     let text = String::from_utf8_lossy(&status.stdout);
@@ -417,16 +418,18 @@ async fn a_live_librechat_lease_is_waited_for_and_status_names_it() {
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(json["holder"], "librechat", "{json}");
     assert_eq!(json["state"], "running", "{json}");
+    let waiting = once.child.try_wait().unwrap();
+    assert!(
+        waiting.is_none(),
+        "once waited for the live lease: {waiting:?}"
+    );
+    release_tx.send(()).unwrap();
 
     let (code, out, err) = finish(once, Duration::from_secs(60)).await;
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(
         out.contains("docs/s"),
         "once ran after LibreChat's run: {out}"
-    );
-    assert!(
-        started.elapsed() >= Duration::from_millis(1_500),
-        "once waited for the live lease"
     );
     assert_eq!(
         holder.await.unwrap(),
