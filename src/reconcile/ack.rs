@@ -192,11 +192,8 @@ async fn handle_changed(
     for run in same_type_runs(chunk) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let found = mongo::read_states(ctx.db, rules, ctx.collection, &ids, ctx.read_back).await?;
-        states.extend(
-            found
-                .into_iter()
-                .map(|s| (id_key(s.get("_id").unwrap_or(&Bson::Null)), s)),
-        );
+        let key = |s: &Document| id_key(s.get("_id").unwrap_or(&Bson::Null));
+        states.extend(found.into_iter().map(|s| (key(&s), s)));
     }
     let (mut to_delete, mut to_mark_removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
     let mut gone = 0;

@@ -50,10 +50,7 @@ pub enum RebuildReason {
 impl RebuildReason {
     /// Whether the index itself must be (re)created.
     pub(crate) fn recreates_index(&self) -> bool {
-        !matches!(
-            self,
-            RebuildReason::IndexLost { .. } | RebuildReason::Forced
-        )
+        !matches!(self, Self::IndexLost { .. } | Self::Forced)
     }
 }
 
@@ -110,10 +107,8 @@ pub async fn plan(
     meili: &Meili,
     opts: &SyncOptions,
 ) -> Result<Plan, ReconcileError> {
-    survey(mongo_db, meili, opts)
-        .await?
-        .counted(mongo_db, opts)
-        .await
+    let surveyed = survey(mongo_db, meili, opts).await?;
+    surveyed.counted(mongo_db, opts).await
 }
 
 /// What the plan reads before MongoDB's counts of the searchable documents

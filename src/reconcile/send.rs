@@ -73,15 +73,13 @@ pub(crate) async fn send_batches(
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Tally, ReconcileError> {
     let (ack_tx, ack_rx) = mpsc::channel::<Packed>(ACK_QUEUE_BATCHES);
-    let (mut settled, acked) = tokio::try_join!(
+    let (mut settled, mut acked) = tokio::try_join!(
         enqueue_and_settle(ctx, rx, acknowledge, ack_tx, demand),
         acknowledge_queue(ctx, ack_rx)
     )?;
     // What it indexed, not flags set on documents the index already held.
-    settled.add(Tally {
-        flags_set: 0,
-        ..acked
-    });
+    acked.flags_set = 0;
+    settled.add(acked);
     Ok(settled)
 }
 

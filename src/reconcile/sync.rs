@@ -356,26 +356,28 @@ impl Reader<'_, '_> {
             // right after the line that fills its count: not when the next
             // document arrives, so a reader the budget holds back waits
             // holding no batch beside the queued one.
-            let overflows = self.batch.is_full_for(line.len(), opts);
-            if overflows {
-                *building += built.elapsed();
-                if !self.cut().await {
-                    return Ok(false);
-                }
-                built = Instant::now();
+            if self.batch.is_full_for(line.len(), opts)
+                && !self.timed_cut(building, &mut built).await
+            {
+                return Ok(false);
             }
             self.batch
                 .push_document(self.ctx.collection, doc, branch, &line);
-            if self.batch.len() >= opts.batch_docs {
-                *building += built.elapsed();
-                if !self.cut().await {
-                    return Ok(false);
-                }
-                built = Instant::now();
+            if self.batch.len() >= opts.batch_docs && !self.timed_cut(building, &mut built).await {
+                return Ok(false);
             }
         }
         *building += built.elapsed();
         Ok(true)
+    }
+
+    /// [`Self::cut`], the time since `built` added to `building` and
+    /// `built` restarted after it (the wait is not building).
+    async fn timed_cut(&mut self, building: &mut Duration, built: &mut Instant) -> bool {
+        *building += built.elapsed();
+        let delivered = self.cut().await;
+        *built = Instant::now();
+        delivered
     }
 
     /// Whether the pass sends `doc`: the branch of LibreChat's retention
