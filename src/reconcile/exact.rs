@@ -1,6 +1,6 @@
 //! The exact comparison (docs/design.md, "Exact comparison and `verify`"):
 //! every Meilisearch document of an index against the projection of its
-//! MongoDB document, by a 64-bit digest of a canonical serialization on each
+//! MongoDB document, by a 64-bit digest of a canonical form on each
 //! side — what `verify` reports, what `verify --repair`, `once --deep`, a
 //! reindex's flag step and the recovery of an interrupted reindex repair.
 //!
@@ -472,50 +472,14 @@ fn meili_shape(collection: mongo::Collection, doc: &Value) -> Map<String, Value>
         .collect()
 }
 
-/// A 64-bit digest of a canonical serialization of a document: object keys
-/// in sorted order, every value tagged with its JSON type. Equal documents
-/// have equal digests whatever order their fields came in.
+/// A 64-bit digest of a document in canonical form: serde_json hashes an
+/// object's entries in sorted key order and every value tagged with its JSON
+/// type, so equal documents have equal digests whatever order their fields
+/// came in.
 pub(crate) fn digest(doc: &Map<String, Value>) -> u64 {
     let mut hasher = DefaultHasher::new();
-    feed_object(&mut hasher, doc);
+    doc.hash(&mut hasher);
     hasher.finish()
-}
-
-fn feed_object(hasher: &mut DefaultHasher, object: &Map<String, Value>) {
-    let mut keys: Vec<&String> = object.keys().collect();
-    keys.sort_unstable();
-    hasher.write_u8(b'{');
-    hasher.write_usize(keys.len());
-    for key in keys {
-        key.hash(hasher);
-        feed(hasher, &object[key]);
-    }
-}
-
-fn feed(hasher: &mut DefaultHasher, value: &Value) {
-    match value {
-        Value::Null => hasher.write_u8(b'n'),
-        Value::Bool(b) => {
-            hasher.write_u8(b'b');
-            b.hash(hasher);
-        }
-        Value::Number(n) => {
-            hasher.write_u8(b'0');
-            n.to_string().hash(hasher);
-        }
-        Value::String(s) => {
-            hasher.write_u8(b's');
-            s.hash(hasher);
-        }
-        Value::Array(items) => {
-            hasher.write_u8(b'[');
-            hasher.write_usize(items.len());
-            for item in items {
-                feed(hasher, item);
-            }
-        }
-        Value::Object(object) => feed_object(hasher, object),
-    }
 }
 
 #[cfg(test)]
