@@ -189,20 +189,18 @@ async fn compare_part(
     comparison: &mut Comparison,
     repair: Option<&HashSet<String>>,
 ) -> Result<Tally, ReconcileError> {
-    let Some(skip) = repair else {
-        return compare_mongo(ctx, now, part, meili, comparison, None).await;
-    };
+    // Not repairing, the sender's channel closes at once: it sends nothing.
     let (tx, rx) = mpsc::channel::<Batch>(1);
-    let repair = Repair {
+    let repair = repair.map(|skip| Repair {
         skip,
         tx,
         to_clear: Vec::new(),
         to_flag: Vec::new(),
         batch: Batch::new(),
         done: Tally::default(),
-    };
+    });
     let (mut done, settled) = tokio::try_join!(
-        compare_mongo(ctx, now, part, meili, comparison, Some(repair)),
+        compare_mongo(ctx, now, part, meili, comparison, repair),
         send_batches(ctx, true, rx, None)
     )?;
     done.add(settled);

@@ -171,13 +171,6 @@ impl IdPages {
         self.offset += page.len() as u64;
         Ok((!page.is_empty()).then_some(page))
     }
-
-    /// `n` documents listed so far were deleted: every one of them was
-    /// listed before the offset, so the ones after it moved up by as many
-    /// places.
-    fn deleted(&mut self, n: u64) {
-        self.offset = self.offset.saturating_sub(n);
-    }
 }
 
 /// Compares the id sets of the index and the collection and repairs both
@@ -300,7 +293,9 @@ async fn delete_orphans(ctx: &Ctx<'_>, ids: &MeiliIds) -> Result<u64, ReconcileE
         if candidates.len() >= PAGE {
             let gone = delete_confirmed(ctx, &mut candidates).await?;
             deleted += gone;
-            pages.deleted(gone);
+            // Every one deleted was listed before the offset: the ids after
+            // it moved up by as many places.
+            pages.offset = pages.offset.saturating_sub(gone);
         }
     }
     deleted += delete_confirmed(ctx, &mut candidates).await?;

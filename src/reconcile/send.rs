@@ -119,12 +119,10 @@ async fn enqueue_and_settle(
         if let Some(demand) = &demand {
             demand.send_if_modified(|d| std::mem::replace(&mut d.full, !room) == room);
         }
-        let idle = if room {
-            Phase::PipelineWaited
-        } else if !unhanded.is_empty() {
-            Phase::AckWaited
-        } else {
-            Phase::MeiliWait
+        let idle = match (room, unhanded.is_empty()) {
+            (true, _) => Phase::PipelineWaited,
+            (false, false) => Phase::AckWaited,
+            (false, true) => Phase::MeiliWait,
         };
         let waiting = Instant::now();
         tokio::select! {
