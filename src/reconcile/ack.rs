@@ -140,15 +140,13 @@ async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[BatchDoc]) -> Result<Tally, R
         mongo::set_flags_if_unchanged(db, rules, ctx.collection, &versions, now, guard).await?;
     tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
         ms = started.elapsed().as_millis() as u64, "acknowledged");
-    let changed = if updated.matched < chunk.len() as u64 {
+    let mut acked = if updated.matched < chunk.len() as u64 {
         handle_changed(ctx, chunk, now).await?
     } else {
         Tally::default()
     };
-    Ok(Tally {
-        flags_set: updated.matched,
-        ..changed
-    })
+    acked.flags_set = updated.matched;
+    Ok(acked)
 }
 
 /// How a sent document stands when read back.

@@ -195,11 +195,10 @@ pub(crate) async fn settle_enqueued(
     accepted: &mut Accepted,
 ) -> Result<SettledTasks, ReconcileError> {
     let mut outcome_of = |task: u64| {
-        outcomes.remove(&task).ok_or_else(|| {
-            ReconcileError::Other(format!(
-                "task {task} of a micro-batch was settled before it ended"
-            ))
-        })
+        let early = || format!("task {task} of a micro-batch was settled before it ended");
+        outcomes
+            .remove(&task)
+            .ok_or_else(|| ReconcileError::Other(early()))
     };
     let mut done = SettledTasks::default();
     for task in &enqueued.deletions {

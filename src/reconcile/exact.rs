@@ -281,9 +281,7 @@ impl Part {
     /// Whether the document with Meilisearch id `id` belongs to this
     /// partition; a MongoDB document without one is handled with the first.
     fn holds(self, id: Option<&str>) -> bool {
-        id.map_or(self.index == 0, |id| {
-            self.partitions.of(id_hash(id)) == self.index
-        })
+        id.map_or(0, |id| self.partitions.of(id_hash(id))) == self.index
     }
 }
 
@@ -314,13 +312,13 @@ async fn read_meili_digests(
 ) -> Result<Digests, ReconcileError> {
     let pk = ctx.collection.primary_key();
     let fields: Vec<&str> = ctx.collection.fields().collect();
+    let (meili, uid) = (ctx.meili, &ctx.uid);
     ctx.phase("compare: read meilisearch", total);
     let mut entries = Vec::with_capacity((total / part.partitions.0) as usize);
     let mut offset = 0;
     loop {
-        let page = ctx
-            .meili
-            .documents_with_fields(&ctx.uid, &fields, offset, MEILI_PAGE)
+        let page = meili
+            .documents_with_fields(uid, &fields, offset, MEILI_PAGE)
             .await?;
         if page.is_empty() {
             break;

@@ -88,11 +88,8 @@ impl Partitions {
         bytes_per_id: usize,
     ) -> Result<Partitions, ReconcileError> {
         let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
-        let partitions = Partitions::for_ids(
-            in_meili.max(in_mongo),
-            ctx.opts.compare_memory,
-            bytes_per_id,
-        );
+        let expected = in_meili.max(in_mongo);
+        let partitions = Partitions::for_ids(expected, ctx.opts.compare_memory, bytes_per_id);
         if partitions.0 > 1 {
             tracing::info!(index = %ctx.uid, partitions = partitions.0,
                 "comparing in hash partitions to stay within sync.compare_memory");

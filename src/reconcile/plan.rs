@@ -211,11 +211,10 @@ impl Survey {
                 && !(i.drift_suspected || i.exact_comparison_pending || i.leftover_build_index)
         });
         let now = self.now;
+        let millis = || now.timestamp_millis().to_string();
         Ok(Plan {
             meili_health: self.meili_health,
-            server_time: now
-                .try_to_rfc3339_string()
-                .unwrap_or_else(|_| now.timestamp_millis().to_string()),
+            server_time: now.try_to_rfc3339_string().unwrap_or_else(|_| millis()),
             indexes,
             nothing_to_do,
         })
