@@ -125,10 +125,8 @@ impl<V: Copy + Ord> Seen<V> {
     /// The position and value of the entry with id hash `hash`.
     pub(crate) fn find(&self, hash: u64) -> Option<(usize, V)> {
         let i = self.entries.partition_point(|(h, _)| *h < hash);
-        self.entries
-            .get(i)
-            .filter(|(h, _)| *h == hash)
-            .map(|(_, v)| (i, *v))
+        let found = self.entries.get(i).filter(|(h, _)| *h == hash);
+        found.map(|(_, v)| (i, *v))
     }
 
     pub(crate) fn mark_seen(&mut self, i: usize) {

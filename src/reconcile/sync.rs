@@ -133,14 +133,12 @@ pub(crate) async fn send_changed_again(
         let now = mongo::server_time(ctx.db).await?;
         let by_ids = mongo::ReadBack::Ids;
         let read = mongo::read_documents(ctx.db, rules, ctx.collection, &changed, by_ids).await?;
-        let docs: Vec<Document> = read
-            .into_iter()
-            .filter(|d| {
-                let id = d.get("_id").unwrap_or(&Bson::Null);
-                mongo::is_unindexed(rules, ctx.collection, d, now)
-                    && !rejected_ids.contains(&id_key(id))
-            })
-            .collect();
+        let wanted = |d: &Document| {
+            let id = d.get("_id").unwrap_or(&Bson::Null);
+            mongo::is_unindexed(rules, ctx.collection, d, now)
+                && !rejected_ids.contains(&id_key(id))
+        };
+        let docs: Vec<Document> = read.into_iter().filter(wanted).collect();
         tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
             "sending again the documents that changed while in flight");
         let settled = apply::index_documents(&scattered, docs, now).await?;
