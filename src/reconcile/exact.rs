@@ -172,8 +172,7 @@ pub(crate) async fn compare(
     tracing::info!(index = %ctx.uid, meili_documents = comparison.meili_documents,
         mongo_indexable = comparison.mongo_indexable, matching = comparison.matching,
         missing = comparison.missing.count, unexpected = comparison.unexpected.count,
-        stale = comparison.stale.count,
-        "exact comparison");
+        stale = comparison.stale.count, "exact comparison");
     Ok((comparison, repairs))
 }
 
@@ -199,10 +198,8 @@ async fn compare_part(
         batch: Batch::new(),
         done: Tally::default(),
     });
-    let (mut done, settled) = tokio::try_join!(
-        compare_mongo(ctx, now, part, meili, comparison, repair),
-        send_batches(ctx, true, rx, None)
-    )?;
+    let comparing = compare_mongo(ctx, now, part, meili, comparison, repair);
+    let (mut done, settled) = tokio::try_join!(comparing, send_batches(ctx, true, rx, None))?;
     done.add(settled);
     Ok(done)
 }

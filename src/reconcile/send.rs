@@ -73,10 +73,8 @@ pub(crate) async fn send_batches(
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Tally, ReconcileError> {
     let (ack_tx, ack_rx) = mpsc::channel::<Packed>(ACK_QUEUE_BATCHES);
-    let (mut settled, mut acked) = tokio::try_join!(
-        enqueue_and_settle(ctx, rx, acknowledge, ack_tx, demand),
-        acknowledge_queue(ctx, ack_rx)
-    )?;
+    let sending = enqueue_and_settle(ctx, rx, acknowledge, ack_tx, demand);
+    let (mut settled, mut acked) = tokio::try_join!(sending, acknowledge_queue(ctx, ack_rx))?;
     // What it indexed, not flags set on documents the index already held.
     acked.flags_set = 0;
     settled.add(acked);

@@ -209,10 +209,8 @@ pub(crate) async fn run_pass(
         batch: Batch::new(),
     };
     let acknowledge = read != Read::Everything;
-    let ((), settled) = tokio::try_join!(
-        reader.run(),
-        send_batches(ctx, acknowledge, rx, Some(demand_tx))
-    )?;
+    let sending = send_batches(ctx, acknowledge, rx, Some(demand_tx));
+    let ((), settled) = tokio::try_join!(reader.run(), sending)?;
     Ok(settled)
 }
 
