@@ -120,11 +120,9 @@ fn statements_per_command(docs: usize, writers: usize) -> usize {
     if docs < ONE_COMMAND_BELOW {
         return docs.max(1);
     }
-    let commands = docs
-        .div_ceil(mongo::STATEMENTS_PER_COMMAND)
+    let commands = docs.div_ceil(mongo::STATEMENTS_PER_COMMAND).max(1);
+    docs.div_ceil(commands.next_multiple_of(writers.max(1)))
         .max(1)
-        .next_multiple_of(writers.max(1));
-    docs.div_ceil(commands).max(1)
 }
 
 /// Below this many documents an acknowledgement is one command.
