@@ -195,7 +195,7 @@ async fn compare_part(
         tx,
         to_clear: Vec::new(),
         to_flag: Vec::new(),
-        batch: Batch::new(),
+        batch: Batch::default(),
         done: Tally::default(),
     });
     let comparing = compare_mongo(ctx, now, part, meili, comparison, repair);
@@ -362,7 +362,7 @@ impl Repair<'_> {
         if self.batch.is_empty() {
             return Ok(true);
         }
-        let batch = std::mem::replace(&mut self.batch, Batch::new());
+        let batch = std::mem::take(&mut self.batch);
         Ok(self.tx.send(batch).await.is_ok())
     }
 

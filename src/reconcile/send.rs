@@ -204,7 +204,7 @@ async fn acknowledge_queue(
 /// nothing, so nothing of it is searchable.
 async fn reread(ctx: &Ctx<'_>, refused: &[BatchDoc]) -> Result<Batch, ReconcileError> {
     let now = mongo::server_time(ctx.db).await?;
-    let mut batch = Batch::new();
+    let mut batch = Batch::default();
     for run in ack::same_type_runs(refused) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let rules = &ctx.opts.rules;

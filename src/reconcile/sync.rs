@@ -206,7 +206,7 @@ pub(crate) async fn run_pass(
             .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size)),
         page_size,
         after: None,
-        batch: Batch::new(),
+        batch: Batch::default(),
     };
     let acknowledge = read != Read::Everything;
     let sending = send_batches(ctx, acknowledge, rx, Some(demand_tx));
@@ -405,7 +405,7 @@ impl Reader<'_, '_> {
     /// the page fills a second batch, which waits for it, counted as the
     /// reader waiting on the pipeline. `false`: the sender stopped.
     async fn cut(&mut self) -> bool {
-        let mut full = std::mem::replace(&mut self.batch, Batch::new());
+        let mut full = std::mem::take(&mut self.batch);
         full.shrink_to_fit();
         self.handed += 1;
         tracing::debug!(index = %self.ctx.uid, docs = full.len(), handed = self.handed, "batch handed to the sender");
