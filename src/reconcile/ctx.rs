@@ -160,8 +160,7 @@ impl<'a> Ctx<'a> {
         if self.progress.due_for_log(Duration::from_secs(5)) {
             let s = self.progress.snapshot();
             tracing::info!(phase = %s.phase, done = s.done, total = s.total,
-                docs_per_sec = s.docs_per_sec.round() as u64, eta_secs = s.eta_secs,
-                "progress");
+                docs_per_sec = s.docs_per_sec.round() as u64, eta_secs = s.eta_secs, "progress");
         }
     }
 

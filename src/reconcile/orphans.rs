@@ -196,8 +196,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<(Tally, u64), ReconcileError
 
     if outcome.deleted + outcome.flags_cleared > 0 {
         tracing::info!(index = %ctx.uid, deleted = outcome.deleted,
-            flags_cleared = outcome.flags_cleared,
-            "drift repaired");
+            flags_cleared = outcome.flags_cleared, "drift repaired");
     }
     Ok((outcome, partitions.0))
 }

@@ -340,8 +340,7 @@ async fn index_backlog(
         }
     } else if counts.unindexed > 0 && counts.unindexed < ctx.opts.threshold && !exempt {
         tracing::info!(index = %ctx.uid, unindexed = counts.unindexed,
-            threshold = ctx.opts.threshold,
-            "below the sync threshold: skipped");
+            threshold = ctx.opts.threshold, "below the sync threshold: skipped");
         summary.skipped_by_threshold = Some(counts.unindexed);
     } else if counts.unindexed > 0 {
         index_unindexed(ctx, counts.unindexed, mongo::Backlog::of(counts), summary).await?;
