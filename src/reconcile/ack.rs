@@ -120,11 +120,9 @@ fn statements_per_command(docs: usize, writers: usize) -> usize {
     if docs < ONE_COMMAND_BELOW {
         return docs.max(1);
     }
-    let commands = docs
-        .div_ceil(mongo::STATEMENTS_PER_COMMAND)
+    let commands = docs.div_ceil(mongo::STATEMENTS_PER_COMMAND).max(1);
+    docs.div_ceil(commands.next_multiple_of(writers.max(1)))
         .max(1)
-        .next_multiple_of(writers.max(1));
-    docs.div_ceil(commands).max(1)
 }
 
 /// Below this many documents an acknowledgement is one command.
@@ -140,15 +138,13 @@ async fn acknowledge_chunk(ctx: &Ctx<'_>, chunk: &[BatchDoc]) -> Result<Tally, R
         mongo::set_flags_if_unchanged(db, rules, ctx.collection, &versions, now, guard).await?;
     tracing::debug!(index = %ctx.uid, docs = chunk.len(), matched = updated.matched,
         ms = started.elapsed().as_millis() as u64, "acknowledged");
-    let changed = if updated.matched < chunk.len() as u64 {
+    let mut acked = if updated.matched < chunk.len() as u64 {
         handle_changed(ctx, chunk, now).await?
     } else {
         Tally::default()
     };
-    Ok(Tally {
-        flags_set: updated.matched,
-        ..changed
-    })
+    acked.flags_set = updated.matched;
+    Ok(acked)
 }
 
 /// How a sent document stands when read back.
@@ -192,11 +188,8 @@ async fn handle_changed(
     for run in same_type_runs(chunk) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let found = mongo::read_states(ctx.db, rules, ctx.collection, &ids, ctx.read_back).await?;
-        states.extend(
-            found
-                .into_iter()
-                .map(|s| (id_key(s.get("_id").unwrap_or(&Bson::Null)), s)),
-        );
+        let key = |s: &Document| id_key(s.get("_id").unwrap_or(&Bson::Null));
+        states.extend(found.into_iter().map(|s| (key(&s), s)));
     }
     let (mut to_delete, mut to_mark_removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
     let mut gone = 0;

@@ -72,7 +72,7 @@ fn batches_of(
     let rules = &ctx.opts.rules;
     let mut batches = Vec::new();
     for run in acknowledgement_runs(docs) {
-        let mut batch = Batch::new();
+        let mut batch = Batch::default();
         for doc in &run {
             let Some(branch) = searchable::searchable_branch(rules, ctx.collection, doc, now)
             else {
@@ -80,7 +80,7 @@ fn batches_of(
             };
             let line = ndjson_line(ctx.collection, doc)?;
             if batch.is_full_for(line.len(), ctx.opts) {
-                batches.push(std::mem::replace(&mut batch, Batch::new()));
+                batches.push(std::mem::take(&mut batch));
             }
             batch.push_document(ctx.collection, doc, branch, &line);
         }
@@ -195,11 +195,10 @@ pub(crate) async fn settle_enqueued(
     accepted: &mut Accepted,
 ) -> Result<SettledTasks, ReconcileError> {
     let mut outcome_of = |task: u64| {
-        outcomes.remove(&task).ok_or_else(|| {
-            ReconcileError::Other(format!(
-                "task {task} of a micro-batch was settled before it ended"
-            ))
-        })
+        let early = || format!("task {task} of a micro-batch was settled before it ended");
+        outcomes
+            .remove(&task)
+            .ok_or_else(|| ReconcileError::Other(early()))
     };
     let mut done = SettledTasks::default();
     for task in &enqueued.deletions {

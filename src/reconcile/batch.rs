@@ -138,23 +138,15 @@ fn canonical_uuid(text: &str) -> Option<Uuid> {
 
 /// Documents sent in one Meilisearch task, as NDJSON, in ascending `_id`
 /// order (they are read that way).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Batch {
     pub(crate) docs: Vec<BatchDoc>,
-    /// Start of each document's line in `payload`, plus the end.
+    /// End of each document's line in `payload`.
     offsets: Vec<usize>,
     payload: Vec<u8>,
 }
 
 impl Batch {
-    pub(crate) fn new() -> Batch {
-        Batch {
-            docs: Vec::new(),
-            offsets: vec![0],
-            payload: Vec::new(),
-        }
-    }
-
     /// Adds a MongoDB document (read with its version fields, searchable in
     /// retention branch `branch`) as the line Meilisearch gets.
     pub(crate) fn push_document(
@@ -187,7 +179,9 @@ impl Batch {
 
     /// The NDJSON of documents `range`, copied (bisecting a refused batch).
     pub(crate) fn payload_of(&self, range: Range<usize>) -> Bytes {
-        Bytes::copy_from_slice(&self.payload[self.offsets[range.start]..self.offsets[range.end]])
+        // Where the lines of the first `n` documents end.
+        let end = |n: usize| n.checked_sub(1).map_or(0, |last| self.offsets[last]);
+        Bytes::copy_from_slice(&self.payload[end(range.start)..end(range.end)])
     }
 
     /// Splits the batch, without copying, into its NDJSON, to be enqueued
@@ -227,7 +221,7 @@ mod tests {
 
     #[test]
     fn payload_slices_are_whole_lines_and_batches_remember_versions() {
-        let mut b = Batch::new();
+        let mut b = Batch::default();
         for i in 0..3 {
             let d =
                 doc! { "_id": i, "messageId": format!("m{i}"), "user": "u", "updatedAt": i * 10 };
@@ -323,7 +317,7 @@ mod tests {
             batch_bytes: 30,
             ..Default::default()
         };
-        let mut b = Batch::new();
+        let mut b = Batch::default();
         assert!(!b.is_full_for(1000, &opts), "an empty batch takes any line");
         b.push_document(
             mongo::Collection::Messages,

@@ -103,13 +103,10 @@ impl<'a> Ctx<'a> {
     /// Waits until acknowledgements may be written ([`Ctx::ack_gate`]).
     /// `false`: the gate was dropped closed, nothing may be acknowledged.
     pub(crate) async fn ack_gate_open(&self) -> bool {
-        let Some(gate) = &self.ack_gate else {
+        // Asked before every batch: open, it costs a look, not a clone.
+        let Some(gate) = self.ack_gate.as_ref().filter(|gate| !*gate.borrow()) else {
             return true;
         };
-        // Asked before every batch: open, it costs a look, not a clone.
-        if *gate.borrow() {
-            return true;
-        }
         let mut gate = gate.clone();
         tracing::debug!(index = %self.uid, "acknowledgement waits for the plan's counts");
         let waiting = std::time::Instant::now();
@@ -163,8 +160,7 @@ impl<'a> Ctx<'a> {
         if self.progress.due_for_log(Duration::from_secs(5)) {
             let s = self.progress.snapshot();
             tracing::info!(phase = %s.phase, done = s.done, total = s.total,
-                docs_per_sec = s.docs_per_sec.round() as u64, eta_secs = s.eta_secs,
-                "progress");
+                docs_per_sec = s.docs_per_sec.round() as u64, eta_secs = s.eta_secs, "progress");
         }
     }
 

@@ -1,6 +1,6 @@
 //! The exact comparison (docs/design.md, "Exact comparison and `verify`"):
 //! every Meilisearch document of an index against the projection of its
-//! MongoDB document, by a 64-bit digest of a canonical serialization on each
+//! MongoDB document, by a 64-bit digest of a canonical form on each
 //! side — what `verify` reports, what `verify --repair`, `once --deep`, a
 //! reindex's flag step and the recovery of an interrupted reindex repair.
 //!
@@ -172,8 +172,7 @@ pub(crate) async fn compare(
     tracing::info!(index = %ctx.uid, meili_documents = comparison.meili_documents,
         mongo_indexable = comparison.mongo_indexable, matching = comparison.matching,
         missing = comparison.missing.count, unexpected = comparison.unexpected.count,
-        stale = comparison.stale.count,
-        "exact comparison");
+        stale = comparison.stale.count, "exact comparison");
     Ok((comparison, repairs))
 }
 
@@ -189,22 +188,18 @@ async fn compare_part(
     comparison: &mut Comparison,
     repair: Option<&HashSet<String>>,
 ) -> Result<Tally, ReconcileError> {
-    let Some(skip) = repair else {
-        return compare_mongo(ctx, now, part, meili, comparison, None).await;
-    };
+    // Not repairing, the sender's channel closes at once: it sends nothing.
     let (tx, rx) = mpsc::channel::<Batch>(1);
-    let repair = Repair {
+    let repair = repair.map(|skip| Repair {
         skip,
         tx,
         to_clear: Vec::new(),
         to_flag: Vec::new(),
-        batch: Batch::new(),
+        batch: Batch::default(),
         done: Tally::default(),
-    };
-    let (mut done, settled) = tokio::try_join!(
-        compare_mongo(ctx, now, part, meili, comparison, Some(repair)),
-        send_batches(ctx, true, rx, None)
-    )?;
+    });
+    let comparing = compare_mongo(ctx, now, part, meili, comparison, repair);
+    let (mut done, settled) = tokio::try_join!(comparing, send_batches(ctx, true, rx, None))?;
     done.add(settled);
     Ok(done)
 }
@@ -283,9 +278,7 @@ impl Part {
     /// Whether the document with Meilisearch id `id` belongs to this
     /// partition; a MongoDB document without one is handled with the first.
     fn holds(self, id: Option<&str>) -> bool {
-        id.map_or(self.index == 0, |id| {
-            self.partitions.of(id_hash(id)) == self.index
-        })
+        id.map_or(0, |id| self.partitions.of(id_hash(id))) == self.index
     }
 }
 
@@ -316,13 +309,13 @@ async fn read_meili_digests(
 ) -> Result<Digests, ReconcileError> {
     let pk = ctx.collection.primary_key();
     let fields: Vec<&str> = ctx.collection.fields().collect();
+    let (meili, uid) = (ctx.meili, &ctx.uid);
     ctx.phase("compare: read meilisearch", total);
     let mut entries = Vec::with_capacity((total / part.partitions.0) as usize);
     let mut offset = 0;
     loop {
-        let page = ctx
-            .meili
-            .documents_with_fields(&ctx.uid, &fields, offset, MEILI_PAGE)
+        let page = meili
+            .documents_with_fields(uid, &fields, offset, MEILI_PAGE)
             .await?;
         if page.is_empty() {
             break;
@@ -369,7 +362,7 @@ impl Repair<'_> {
         if self.batch.is_empty() {
             return Ok(true);
         }
-        let batch = std::mem::replace(&mut self.batch, Batch::new());
+        let batch = std::mem::take(&mut self.batch);
         Ok(self.tx.send(batch).await.is_ok())
     }
 
@@ -472,50 +465,14 @@ fn meili_shape(collection: mongo::Collection, doc: &Value) -> Map<String, Value>
         .collect()
 }
 
-/// A 64-bit digest of a canonical serialization of a document: object keys
-/// in sorted order, every value tagged with its JSON type. Equal documents
-/// have equal digests whatever order their fields came in.
+/// A 64-bit digest of a document in canonical form: serde_json hashes an
+/// object's entries in sorted key order and every value tagged with its JSON
+/// type, so equal documents have equal digests whatever order their fields
+/// came in.
 pub(crate) fn digest(doc: &Map<String, Value>) -> u64 {
     let mut hasher = DefaultHasher::new();
-    feed_object(&mut hasher, doc);
+    doc.hash(&mut hasher);
     hasher.finish()
-}
-
-fn feed_object(hasher: &mut DefaultHasher, object: &Map<String, Value>) {
-    let mut keys: Vec<&String> = object.keys().collect();
-    keys.sort_unstable();
-    hasher.write_u8(b'{');
-    hasher.write_usize(keys.len());
-    for key in keys {
-        key.hash(hasher);
-        feed(hasher, &object[key]);
-    }
-}
-
-fn feed(hasher: &mut DefaultHasher, value: &Value) {
-    match value {
-        Value::Null => hasher.write_u8(b'n'),
-        Value::Bool(b) => {
-            hasher.write_u8(b'b');
-            b.hash(hasher);
-        }
-        Value::Number(n) => {
-            hasher.write_u8(b'0');
-            n.to_string().hash(hasher);
-        }
-        Value::String(s) => {
-            hasher.write_u8(b's');
-            s.hash(hasher);
-        }
-        Value::Array(items) => {
-            hasher.write_u8(b'[');
-            hasher.write_usize(items.len());
-            for item in items {
-                feed(hasher, item);
-            }
-        }
-        Value::Object(object) => feed_object(hasher, object),
-    }
 }
 
 #[cfg(test)]

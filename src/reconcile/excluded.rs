@@ -12,7 +12,7 @@
 //! deletion and the markers leaves the documents pending, and the next run
 //! deletes them again (harmless) and marks them.
 
-use mongodb::bson::Bson;
+use mongodb::bson::{Bson, Document};
 
 use super::ack::Tally;
 use super::ctx::Ctx;
@@ -34,17 +34,15 @@ pub(crate) async fn clean_up(ctx: &Ctx<'_>) -> Result<Tally, ReconcileError> {
     }
     ctx.phase("clean up excluded", 0);
     let mut after: Option<Bson> = None;
+    let (db, collection) = (ctx.db, ctx.collection);
+    let meili_id = |d: &Document| mongo::meili_id(collection, d);
     loop {
-        let page = mongo::pending_cleanup_page(ctx.db, rules, ctx.collection, after.as_ref(), PAGE)
-            .await?;
+        let page = mongo::pending_cleanup_page(db, rules, collection, after.as_ref(), PAGE).await?;
         let Some(last) = page.last().and_then(|d| d.get("_id").cloned()) else {
             break;
         };
         let ids: Vec<Bson> = page.iter().filter_map(|d| d.get("_id").cloned()).collect();
-        let meili_ids: Vec<String> = page
-            .iter()
-            .filter_map(|d| mongo::meili_id(ctx.collection, d))
-            .collect();
+        let meili_ids: Vec<String> = page.iter().filter_map(meili_id).collect();
         cleaned.deleted += ctx.delete_documents(&meili_ids).await?;
         cleaned.flags_cleared +=
             mongo::mark_excluded_removed(ctx.db, rules, ctx.collection, &ids, ctx.guard).await?;

@@ -24,7 +24,7 @@
 //! and not yet deleted, so a sweep with nothing to do costs one indexed
 //! query.
 
-use mongodb::bson::Bson;
+use mongodb::bson::{Bson, Document};
 
 use super::ctx::Ctx;
 use super::error::ReconcileError;
@@ -44,22 +44,18 @@ pub(crate) async fn sweep(ctx: &Ctx<'_>) -> Result<u64, ReconcileError> {
     let now = mongo::server_time(ctx.db).await?;
     let mut removed = 0;
     let mut after: Option<Bson> = None;
+    let (db, collection) = (ctx.db, ctx.collection);
+    let meili_id = |d: &&Document| mongo::meili_id(collection, d);
     loop {
-        let page =
-            mongo::expired_page(ctx.db, rules, ctx.collection, now, after.as_ref(), PAGE).await?;
+        let page = mongo::expired_page(db, rules, collection, now, after.as_ref(), PAGE).await?;
         let Some(last) = page.last().and_then(|d| d.get("_id").cloned()) else {
             break;
         };
         // Judged again by the rule itself (an `expiredAt` array may hold
         // a later date too).
-        let expired: Vec<_> = page
-            .iter()
-            .filter(|d| !searchable::is_searchable(rules, ctx.collection, d, now))
-            .collect();
-        let meili_ids: Vec<String> = expired
-            .iter()
-            .filter_map(|d| mongo::meili_id(ctx.collection, d))
-            .collect();
+        let searchable = |d: &&Document| searchable::is_searchable(rules, collection, d, now);
+        let expired: Vec<&Document> = page.iter().filter(|d| !searchable(d)).collect();
+        let meili_ids: Vec<String> = expired.iter().filter_map(meili_id).collect();
         removed += ctx.delete_documents(&meili_ids).await?;
         let versions: Vec<DocVersion> = expired.iter().map(|d| DocVersion::of(d)).collect();
         mongo::mark_removed(ctx.db, ctx.collection, &versions, ctx.guard).await?;

@@ -103,7 +103,6 @@ async fn send_small_backlog(ctx: &Ctx<'_>, now: DateTime) -> Result<Option<Tally
     // Cut and sent as the reader cuts a page it read (the raw page freed
     // as it is cut), through the same sender.
     let read = sync::Read::Filtered(mongo::Backlog::Unflagged);
-    Ok(Some(
-        sync::run_pass(ctx, read, &HashSet::new(), Some((now, page))).await?,
-    ))
+    let settled = sync::run_pass(ctx, read, &HashSet::new(), Some((now, page))).await?;
+    Ok(Some(settled))
 }

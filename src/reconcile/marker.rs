@@ -13,7 +13,6 @@
 use std::collections::HashSet;
 
 use mongodb::bson::{doc, Document};
-use mongodb::options::UpdateOptions;
 use mongodb::Database;
 
 use super::options::SyncOptions;
@@ -23,10 +22,8 @@ use crate::mongo::{self, MongoError};
 const PENDING: &str = "exactComparisonPending";
 
 fn location(db: &Database, opts: &SyncOptions) -> (mongodb::Collection<Document>, String) {
-    (
-        db.collection::<Document>(&opts.state_collection),
-        format!("{}:indexes", opts.state_job),
-    )
+    let id = format!("{}:indexes", opts.state_job);
+    (db.collection::<Document>(&opts.state_collection), id)
 }
 
 /// The index uids marked as needing an exact comparison.
@@ -56,14 +53,10 @@ pub(crate) async fn mark(
     let (collection, id) = location(db, opts);
     let now = mongo::server_time(db).await?;
     guard.check()?;
-    collection
-        .update_one(
-            doc! { "_id": &id },
-            doc! { "$set": { format!("{PENDING}.{uid}"): { "markedAt": now } } },
-        )
-        .with_options(UpdateOptions::builder().upsert(true).build())
-        .await
-        .map_err(|e| mongo::failed("mark the index for an exact comparison", &e))?;
+    let set = doc! { "$set": { format!("{PENDING}.{uid}"): { "markedAt": now } } };
+    let marking = collection.update_one(doc! { "_id": &id }, set).upsert(true);
+    let what = "mark the index for an exact comparison";
+    marking.await.map_err(|e| mongo::failed(what, &e))?;
     Ok(())
 }
 
@@ -76,11 +69,9 @@ pub(crate) async fn clear(
 ) -> Result<(), MongoError> {
     let (collection, id) = location(db, opts);
     guard.check()?;
-    collection
-        .update_one(
-            doc! { "_id": &id },
-            doc! { "$unset": { format!("{PENDING}.{uid}"): "" } },
-        )
+    let unset = doc! { "$unset": { format!("{PENDING}.{uid}"): "" } };
+    let clearing = collection.update_one(doc! { "_id": &id }, unset);
+    clearing
         .await
         .map_err(|e| mongo::failed("clear the reindex marker", &e))?;
     Ok(())

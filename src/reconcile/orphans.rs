@@ -88,11 +88,8 @@ impl Partitions {
         bytes_per_id: usize,
     ) -> Result<Partitions, ReconcileError> {
         let in_mongo = mongo::estimated_count(ctx.db, ctx.collection).await?;
-        let partitions = Partitions::for_ids(
-            in_meili.max(in_mongo),
-            ctx.opts.compare_memory,
-            bytes_per_id,
-        );
+        let expected = in_meili.max(in_mongo);
+        let partitions = Partitions::for_ids(expected, ctx.opts.compare_memory, bytes_per_id);
         if partitions.0 > 1 {
             tracing::info!(index = %ctx.uid, partitions = partitions.0,
                 "comparing in hash partitions to stay within sync.compare_memory");
@@ -128,10 +125,8 @@ impl<V: Copy + Ord> Seen<V> {
     /// The position and value of the entry with id hash `hash`.
     pub(crate) fn find(&self, hash: u64) -> Option<(usize, V)> {
         let i = self.entries.partition_point(|(h, _)| *h < hash);
-        self.entries
-            .get(i)
-            .filter(|(h, _)| *h == hash)
-            .map(|(_, v)| (i, *v))
+        let found = self.entries.get(i).filter(|(h, _)| *h == hash);
+        found.map(|(_, v)| (i, *v))
     }
 
     pub(crate) fn mark_seen(&mut self, i: usize) {
@@ -171,13 +166,6 @@ impl IdPages {
         self.offset += page.len() as u64;
         Ok((!page.is_empty()).then_some(page))
     }
-
-    /// `n` documents listed so far were deleted: every one of them was
-    /// listed before the offset, so the ones after it moved up by as many
-    /// places.
-    fn deleted(&mut self, n: u64) {
-        self.offset = self.offset.saturating_sub(n);
-    }
 }
 
 /// Compares the id sets of the index and the collection and repairs both
@@ -208,8 +196,7 @@ pub(crate) async fn repair(ctx: &Ctx<'_>) -> Result<(Tally, u64), ReconcileError
 
     if outcome.deleted + outcome.flags_cleared > 0 {
         tracing::info!(index = %ctx.uid, deleted = outcome.deleted,
-            flags_cleared = outcome.flags_cleared,
-            "drift repaired");
+            flags_cleared = outcome.flags_cleared, "drift repaired");
     }
     Ok((outcome, partitions.0))
 }
@@ -300,7 +287,9 @@ async fn delete_orphans(ctx: &Ctx<'_>, ids: &MeiliIds) -> Result<u64, ReconcileE
         if candidates.len() >= PAGE {
             let gone = delete_confirmed(ctx, &mut candidates).await?;
             deleted += gone;
-            pages.deleted(gone);
+            // Every one deleted was listed before the offset: the ids after
+            // it moved up by as many places.
+            pages.offset = pages.offset.saturating_sub(gone);
         }
     }
     deleted += delete_confirmed(ctx, &mut candidates).await?;

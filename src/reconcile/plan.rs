@@ -50,10 +50,7 @@ pub enum RebuildReason {
 impl RebuildReason {
     /// Whether the index itself must be (re)created.
     pub(crate) fn recreates_index(&self) -> bool {
-        !matches!(
-            self,
-            RebuildReason::IndexLost { .. } | RebuildReason::Forced
-        )
+        !matches!(self, Self::IndexLost { .. } | Self::Forced)
     }
 }
 
@@ -110,10 +107,8 @@ pub async fn plan(
     meili: &Meili,
     opts: &SyncOptions,
 ) -> Result<Plan, ReconcileError> {
-    survey(mongo_db, meili, opts)
-        .await?
-        .counted(mongo_db, opts)
-        .await
+    let surveyed = survey(mongo_db, meili, opts).await?;
+    surveyed.counted(mongo_db, opts).await
 }
 
 /// What the plan reads before MongoDB's counts of the searchable documents
@@ -216,11 +211,10 @@ impl Survey {
                 && !(i.drift_suspected || i.exact_comparison_pending || i.leftover_build_index)
         });
         let now = self.now;
+        let millis = || now.timestamp_millis().to_string();
         Ok(Plan {
             meili_health: self.meili_health,
-            server_time: now
-                .try_to_rfc3339_string()
-                .unwrap_or_else(|_| now.timestamp_millis().to_string()),
+            server_time: now.try_to_rfc3339_string().unwrap_or_else(|_| millis()),
             indexes,
             nothing_to_do,
         })

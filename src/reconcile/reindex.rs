@@ -168,8 +168,7 @@ async fn build_and_swap(ctx: &Ctx<'_>) -> Result<CollectionSummary, ReconcileErr
     ctx.drop_index(&target).await?;
     pause_after("drop").await;
     tracing::info!(index = %live, indexed = summary.indexed, deleted = summary.deleted,
-        flags_set = summary.flags_set, rejected = summary.rejected.len(),
-        "reindex finished");
+        flags_set = summary.flags_set, rejected = summary.rejected.len(), "reindex finished");
     Ok(summary)
 }
 

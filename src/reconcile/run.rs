@@ -69,21 +69,17 @@ pub async fn reconcile(
     // Then the collections side by side: while one waits for Meilisearch
     // or MongoDB the other progresses (each reports through its own lane).
     let lanes: Vec<Lane> = indexes.iter().map(|_| progress.lane()).collect();
-    let work =
-        indexes
-            .iter()
-            .zip(summaries.iter_mut())
-            .zip(&lanes)
-            .map(|((index, summary), lane)| {
-                let ctx = run.ctx(index.collection, lane);
-                async move {
-                    let (index, before) = match head_start {
-                        true => count_with_head_start(&ctx, index, now).await?,
-                        false => (index.clone(), BeforeCounts::default()),
-                    };
-                    reconcile_collection(&ctx, &index, plan_counts_current, summary, before).await
-                }
-            });
+    let work = indexes.iter().zip(summaries.iter_mut()).zip(&lanes);
+    let work = work.map(|((index, summary), lane)| {
+        let ctx = run.ctx(index.collection, lane);
+        async move {
+            let (index, before) = match head_start {
+                true => count_with_head_start(&ctx, index, now).await?,
+                false => (index.clone(), BeforeCounts::default()),
+            };
+            reconcile_collection(&ctx, &index, plan_counts_current, summary, before).await
+        }
+    });
     futures::future::try_join_all(work).await?;
     drop(lanes);
 
@@ -344,8 +340,7 @@ async fn index_backlog(
         }
     } else if counts.unindexed > 0 && counts.unindexed < ctx.opts.threshold && !exempt {
         tracing::info!(index = %ctx.uid, unindexed = counts.unindexed,
-            threshold = ctx.opts.threshold,
-            "below the sync threshold: skipped");
+            threshold = ctx.opts.threshold, "below the sync threshold: skipped");
         summary.skipped_by_threshold = Some(counts.unindexed);
     } else if counts.unindexed > 0 {
         index_unindexed(ctx, counts.unindexed, mongo::Backlog::of(counts), summary).await?;

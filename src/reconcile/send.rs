@@ -73,15 +73,11 @@ pub(crate) async fn send_batches(
     demand: Option<watch::Sender<Demand>>,
 ) -> Result<Tally, ReconcileError> {
     let (ack_tx, ack_rx) = mpsc::channel::<Packed>(ACK_QUEUE_BATCHES);
-    let (mut settled, acked) = tokio::try_join!(
-        enqueue_and_settle(ctx, rx, acknowledge, ack_tx, demand),
-        acknowledge_queue(ctx, ack_rx)
-    )?;
+    let sending = enqueue_and_settle(ctx, rx, acknowledge, ack_tx, demand);
+    let (mut settled, mut acked) = tokio::try_join!(sending, acknowledge_queue(ctx, ack_rx))?;
     // What it indexed, not flags set on documents the index already held.
-    settled.add(Tally {
-        flags_set: 0,
-        ..acked
-    });
+    acked.flags_set = 0;
+    settled.add(acked);
     Ok(settled)
 }
 
@@ -121,12 +117,10 @@ async fn enqueue_and_settle(
         if let Some(demand) = &demand {
             demand.send_if_modified(|d| std::mem::replace(&mut d.full, !room) == room);
         }
-        let idle = if room {
-            Phase::PipelineWaited
-        } else if !unhanded.is_empty() {
-            Phase::AckWaited
-        } else {
-            Phase::MeiliWait
+        let idle = match (room, unhanded.is_empty()) {
+            (true, _) => Phase::PipelineWaited,
+            (false, false) => Phase::AckWaited,
+            (false, true) => Phase::MeiliWait,
         };
         let waiting = Instant::now();
         tokio::select! {
@@ -210,7 +204,7 @@ async fn acknowledge_queue(
 /// nothing, so nothing of it is searchable.
 async fn reread(ctx: &Ctx<'_>, refused: &[BatchDoc]) -> Result<Batch, ReconcileError> {
     let now = mongo::server_time(ctx.db).await?;
-    let mut batch = Batch::new();
+    let mut batch = Batch::default();
     for run in ack::same_type_runs(refused) {
         let ids: Vec<Bson> = run.iter().map(|d| d.mongo_id()).collect();
         let rules = &ctx.opts.rules;

@@ -133,14 +133,12 @@ pub(crate) async fn send_changed_again(
         let now = mongo::server_time(ctx.db).await?;
         let by_ids = mongo::ReadBack::Ids;
         let read = mongo::read_documents(ctx.db, rules, ctx.collection, &changed, by_ids).await?;
-        let docs: Vec<Document> = read
-            .into_iter()
-            .filter(|d| {
-                let id = d.get("_id").unwrap_or(&Bson::Null);
-                mongo::is_unindexed(rules, ctx.collection, d, now)
-                    && !rejected_ids.contains(&id_key(id))
-            })
-            .collect();
+        let wanted = |d: &Document| {
+            let id = d.get("_id").unwrap_or(&Bson::Null);
+            mongo::is_unindexed(rules, ctx.collection, d, now)
+                && !rejected_ids.contains(&id_key(id))
+        };
+        let docs: Vec<Document> = read.into_iter().filter(wanted).collect();
         tracing::debug!(index = %ctx.uid, pass, changed = changed.len(), sending = docs.len(),
             "sending again the documents that changed while in flight");
         let settled = apply::index_documents(&scattered, docs, now).await?;
@@ -208,13 +206,11 @@ pub(crate) async fn run_pass(
             .then(|| mongo::Scan::new(ctx.db, &ctx.opts.rules, ctx.collection, page_size)),
         page_size,
         after: None,
-        batch: Batch::new(),
+        batch: Batch::default(),
     };
     let acknowledge = read != Read::Everything;
-    let ((), settled) = tokio::try_join!(
-        reader.run(),
-        send_batches(ctx, acknowledge, rx, Some(demand_tx))
-    )?;
+    let sending = send_batches(ctx, acknowledge, rx, Some(demand_tx));
+    let ((), settled) = tokio::try_join!(reader.run(), sending)?;
     Ok(settled)
 }
 
@@ -356,26 +352,28 @@ impl Reader<'_, '_> {
             // right after the line that fills its count: not when the next
             // document arrives, so a reader the budget holds back waits
             // holding no batch beside the queued one.
-            let overflows = self.batch.is_full_for(line.len(), opts);
-            if overflows {
-                *building += built.elapsed();
-                if !self.cut().await {
-                    return Ok(false);
-                }
-                built = Instant::now();
+            if self.batch.is_full_for(line.len(), opts)
+                && !self.timed_cut(building, &mut built).await
+            {
+                return Ok(false);
             }
             self.batch
                 .push_document(self.ctx.collection, doc, branch, &line);
-            if self.batch.len() >= opts.batch_docs {
-                *building += built.elapsed();
-                if !self.cut().await {
-                    return Ok(false);
-                }
-                built = Instant::now();
+            if self.batch.len() >= opts.batch_docs && !self.timed_cut(building, &mut built).await {
+                return Ok(false);
             }
         }
         *building += built.elapsed();
         Ok(true)
+    }
+
+    /// [`Self::cut`], the time since `built` added to `building` and
+    /// `built` restarted after it (the wait is not building).
+    async fn timed_cut(&mut self, building: &mut Duration, built: &mut Instant) -> bool {
+        *building += built.elapsed();
+        let delivered = self.cut().await;
+        *built = Instant::now();
+        delivered
     }
 
     /// Whether the pass sends `doc`: the branch of LibreChat's retention
@@ -407,7 +405,7 @@ impl Reader<'_, '_> {
     /// the page fills a second batch, which waits for it, counted as the
     /// reader waiting on the pipeline. `false`: the sender stopped.
     async fn cut(&mut self) -> bool {
-        let mut full = std::mem::replace(&mut self.batch, Batch::new());
+        let mut full = std::mem::take(&mut self.batch);
         full.shrink_to_fit();
         self.handed += 1;
         tracing::debug!(index = %self.ctx.uid, docs = full.len(), handed = self.handed, "batch handed to the sender");
