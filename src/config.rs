@@ -512,7 +512,7 @@ impl Settings {
             ));
         }
         (self.lease.check_timings())
-            .map_err(|e| ConfigError::invalid(e.key(), shown(raw, e.key()), e.allowed()))?;
+            .map_err(|e| ConfigError::invalid(e.key, shown(raw, e.key), e.allowed))?;
         if self.sync.max_bytes_in_flight < self.sync.batch_bytes {
             let batch_bytes = shown(raw, "sync.batch_bytes");
             let allowed = format!("a size ≥ sync.batch_bytes ({batch_bytes}) such as \"256MiB\"");

@@ -367,23 +367,14 @@ impl JobStore {
         summary: &serde_json::Value,
         progress: &ProgressSnapshot,
     ) -> Answer {
-        let visible_until = clock::later(now, self.opts.reuse_completion_for);
-        let expires_at = clock::later(visible_until, self.opts.librechat_clock_skew);
-        let update = doc! {
-            "$set": {
-                "status": "completed",
-                "following": false,
-                "completedAt": now,
-                "summary": summary_bson(summary),
-                "progress": progress_bson(progress),
-                "attempt": 0_i32,
-                "expiresAt": expires_at,
-                "writtenExpiresAt": expires_at,
-                "updatedAt": now,
-            },
-            "$unset": { "error": "", "retryAt": "" },
+        let set = doc! {
+            "completedAt": now,
+            "summary": summary_bson(summary),
+            "progress": progress_bson(progress),
+            "attempt": 0_i32,
         };
-        self.fenced_update(fence, now, update, Some(JobStatus::Completed))
+        let visible_until = clock::later(now, self.opts.reuse_completion_for);
+        self.end(fence, now, JobStatus::Completed, set, Some(visible_until))
             .await
     }
 
@@ -398,19 +389,13 @@ impl JobStore {
         attempt: u32,
         retry_at: DateTime,
     ) -> Answer {
-        let expires_at = clock::later(retry_at, self.opts.librechat_clock_skew);
-        let update = doc! { "$set": {
-            "status": "failed",
-            "following": false,
+        let set = doc! {
             "failedAt": now,
             "error": error,
             "attempt": i64::from(attempt),
             "retryAt": retry_at,
-            "expiresAt": expires_at,
-            "writtenExpiresAt": expires_at,
-            "updatedAt": now,
-        } };
-        self.fenced_update(fence, now, update, Some(JobStatus::Failed))
+        };
+        self.end(fence, now, JobStatus::Failed, set, Some(retry_at))
             .await
     }
 
@@ -426,16 +411,37 @@ impl JobStore {
         progress: &ProgressSnapshot,
         to: Option<&str>,
     ) -> Answer {
-        let update = doc! { "$set": {
-            "status": "released",
-            "following": false,
+        let set = doc! {
             "releasedFor": to.map_or(Bson::Null, |to| Bson::String(to.to_string())),
             "releasedAt": now,
-            "updatedAt": now,
             "progress": progress_bson(progress),
-        } };
-        self.fenced_update(fence, now, update, Some(JobStatus::Released))
-            .await
+        };
+        self.end(fence, now, JobStatus::Released, set, None).await
+    }
+
+    /// The write that ends the run in `to` with `set`'s fields beside it: no
+    /// longer following, and `expiresAt` kept until `until` (plus the skew)
+    /// from LibreChat's claim filter when given. A completion clears the
+    /// last failure's `error` and `retryAt`.
+    async fn end(
+        &self,
+        fence: &Fence,
+        now: DateTime,
+        to: JobStatus,
+        mut set: Document,
+        until: Option<DateTime>,
+    ) -> Answer {
+        let status = bson::to_bson(&to).expect("a run's end serializes");
+        set.extend(doc! { "status": status, "following": false, "updatedAt": now });
+        if let Some(until) = until {
+            let expires_at = clock::later(until, self.opts.librechat_clock_skew);
+            set.extend(doc! { "expiresAt": expires_at, "writtenExpiresAt": expires_at });
+        }
+        let mut update = doc! { "$set": set };
+        if to == JobStatus::Completed {
+            update.insert("$unset", doc! { "error": "", "retryAt": "" });
+        }
+        self.fenced_update(fence, now, update, Some(to)).await
     }
 
     /// Whether the document shows `status` under `fence` (owner and epoch),
