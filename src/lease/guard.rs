@@ -147,15 +147,11 @@ pub(crate) fn unless_lost<T>(
 /// The owner's view of its own lease.
 #[derive(Clone, Debug)]
 pub struct LeaseHandle {
-    store: JobStore,
-    fence: Fence,
+    pub(super) store: JobStore,
+    pub(super) fence: Fence,
 }
 
 impl LeaseHandle {
-    pub(crate) fn new(store: JobStore, fence: Fence) -> Self {
-        LeaseHandle { store, fence }
-    }
-
     /// The run's work is done (`summary`; `None` when a fresh completion by
     /// someone else was relied on) and this owner keeps the lease (the
     /// document's `following`), until it hands it over, is stopped, or fails.

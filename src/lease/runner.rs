@@ -77,7 +77,11 @@ pub async fn run_single_flight<J: LeasedJob>(
     // The owner's run: the job under renewals, then the write that records
     // how it ended.
     let deadline = claimed.deadline;
-    let lease = LeaseHandle::new(store.clone(), claimed.fence.clone());
+    let fence = claimed.fence.clone();
+    let lease = LeaseHandle {
+        store: store.clone(),
+        fence,
+    };
     let owner = Owner {
         guard: Guard::new(Some(deadline), Some(lease)),
         store,
@@ -216,8 +220,10 @@ impl Owner {
         match self.fenced_write(JobStatus::Completed, until, write).await {
             Ok(true) => {
                 info!(owner = %fence.owner, epoch = fence.epoch, summary = %stored, "job completed");
-                let epoch = fence.epoch;
-                Ok(Outcome::Ran { epoch, summary })
+                Ok(Outcome::Ran {
+                    epoch: fence.epoch,
+                    summary,
+                })
             }
             Ok(false) => lost(fence, LeaseLost::TakenOver),
             Err(err) => unconfirmed(fence, "completion", err),
@@ -309,8 +315,10 @@ fn deadline_of(guard: &Guard) -> Instant {
 
 fn lost<T, E>(fence: &Fence, reason: LeaseLost) -> Ended<T, E> {
     error!(owner = %fence.owner, epoch = fence.epoch, %reason, "lease lost");
-    let epoch = fence.epoch;
-    Err(LeaseError::LeaseLost { epoch, reason })
+    Err(LeaseError::LeaseLost {
+        epoch: fence.epoch,
+        reason,
+    })
 }
 
 fn unconfirmed<T, E>(fence: &Fence, what: &str, err: String) -> Ended<T, E> {
