@@ -216,13 +216,9 @@ fn parse_mongo_uri(uri: &str) -> Result<MongoUri, String> {
         ))?;
         Ok(parsed)
     });
-    match parsed {
-        Ok(parsed) => Ok(MongoUri {
-            uri: uri.to_string(),
-            database: parsed.default_database,
-        }),
-        Err(error) => Err(refuse(driver_reason(uri, &error))),
-    }
+    let parsed = parsed.map_err(|error| refuse(driver_reason(uri, &error)))?;
+    let (uri, database) = (uri.to_string(), parsed.default_database);
+    Ok(MongoUri { uri, database })
 }
 
 /// The driver's reason for refusing `uri`, when it can be shown without a
@@ -231,10 +227,8 @@ fn parse_mongo_uri(uri: &str) -> Result<MongoUri, String> {
 /// which the driver then echoes): no detail then.
 fn driver_reason(uri: &str, error: &mongodb::error::Error) -> Option<String> {
     let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
-    if rest
-        .split_once('?')
-        .is_some_and(|(_, opts)| opts.contains('@'))
-    {
+    let (_, options) = rest.split_once('?').unwrap_or_default();
+    if options.contains('@') {
         return None;
     }
     let message = match error.kind.as_ref() {

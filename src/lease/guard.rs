@@ -84,10 +84,8 @@ impl Guard {
         if self.token.is_cancelled() {
             return Err(LeaseLost::ShuttingDown);
         }
-        if self
-            .deadline()
-            .is_some_and(|deadline| Instant::now() >= deadline)
-        {
+        let passed = self.deadline().is_some_and(|at| Instant::now() >= at);
+        if passed {
             self.cancel(LeaseLost::SelfFenced);
             return Err(LeaseLost::SelfFenced);
         }

@@ -567,10 +567,8 @@ impl JobStore {
         if self.jobs.update_one(filter, update).await?.matched_count == 1 {
             return Ok(true);
         }
-        match to {
-            Some(to) => self.shows(fence, &to).await,
-            None => Ok(false),
-        }
+        let Some(to) = to else { return Ok(false) };
+        self.shows(fence, &to).await
     }
 
     /// The lease document as long as `fence` holds it at `now`.
