@@ -54,7 +54,7 @@ use tracing::{debug, info, warn};
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
-use super::store::{error_code, Fence, Holder, JobRecord, JobStatus, JobStore};
+use super::store::{error_code, Fence, Holder, JobRecord, JobStatus, JobStore, RunEnd};
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -501,7 +501,9 @@ async fn release_if_ours(store: &JobStore, opts: &LeaseOptions) {
         }
         let fence = our_fence(opts, record.epoch.unwrap_or_default());
         let progress = crate::progress::Progress::new().snapshot();
-        store.release(&fence, now, &progress, None).await
+        store
+            .end(&fence, now, RunEnd::Released(&progress, None))
+            .await
     };
     let (job, owner) = (&opts.job, &opts.owner);
     match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {

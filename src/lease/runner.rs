@@ -18,7 +18,7 @@ use super::job::{JobEnd, LeasedJob};
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
 use super::renewer::Renewer;
-use super::store::{Fence, JobStatus, JobStore};
+use super::store::{Fence, JobStatus, JobStore, RunEnd};
 use crate::progress::Progress;
 
 /// How the owner's run ends: the runner's answer.
@@ -187,7 +187,7 @@ impl Owner {
         let (store, fence) = (&self.store, &self.fence);
         let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(&self.guard));
         let snapshot = self.progress.snapshot();
-        let write = |now| store.release(fence, now, &snapshot, to);
+        let write = |now| store.end(fence, now, RunEnd::Released(&snapshot, to));
         match self.fenced_write(JobStatus::Released, until, write).await {
             Ok(true) => match to {
                 Some(to) => {
@@ -215,7 +215,7 @@ impl Owner {
         let stored = serde_json::to_value(&summary).unwrap_or_else(|e| {
             serde_json::Value::String(format!("the summary did not serialize: {e}"))
         });
-        let write = |now| store.complete(fence, now, &stored, &snapshot);
+        let write = |now| store.end(fence, now, RunEnd::Completed(&stored, &snapshot));
         let until = deadline_of(&self.guard);
         match self.fenced_write(JobStatus::Completed, until, write).await {
             Ok(true) => {
@@ -239,7 +239,7 @@ impl Owner {
         let mut retry_at = DateTime::MIN;
         let write = |now| {
             retry_at = clock::later(now, backoff);
-            store.fail(fence, now, &message, attempt, retry_at)
+            store.end(fence, now, RunEnd::Failed(&message, attempt, retry_at))
         };
         let until = deadline_of(&self.guard);
         match self.fenced_write(JobStatus::Failed, until, write).await {

@@ -227,6 +227,25 @@ impl JobRecord {
     }
 }
 
+/// How an owner's run ends ([`JobStore::end`]).
+#[derive(Clone, Copy, Debug)]
+pub enum RunEnd<'a> {
+    /// A successful run's summary and progress. `expiresAt` moves to `now +
+    /// reuse_completion_for + skew`: LibreChat's waiters read "completed and
+    /// unexpired" as done, and its claim filter cannot take the document
+    /// before then.
+    Completed(&'a serde_json::Value, &'a ProgressSnapshot),
+    /// A failed run: `error`, the new consecutive `attempt` count and
+    /// `retryAt`, when a retry may start; LibreChat's claim filter cannot
+    /// take the document before then either.
+    Failed(&'a str, u32, DateTime),
+    /// The lease given up (shutdown, or a handover to the replica that asked
+    /// for it) so one of our followers can claim at once; with the progress.
+    /// `expiresAt` is left as the last renewal wrote it: LibreChat's replicas
+    /// wait it out, as they would for a lease that ran on.
+    Released(&'a ProgressSnapshot, Option<&'a str>),
+}
+
 /// What an owner presents with each fenced write: who it is and which claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
@@ -355,86 +374,43 @@ impl JobStore {
         self.fenced_update(fence, now, update, None).await
     }
 
-    /// Records a successful run. `Ok(false)`: the lease is lost.
-    ///
-    /// `expiresAt` moves to `now + reuse_completion_for + skew`: LibreChat's
-    /// waiters read "completed and unexpired" as done, and its claim filter
-    /// cannot take the document before then.
-    pub async fn complete(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        summary: &serde_json::Value,
-        progress: &ProgressSnapshot,
-    ) -> Answer {
-        let set = doc! {
-            "completedAt": now,
-            "summary": summary_bson(summary),
-            "progress": progress_bson(progress),
-            "attempt": 0_i32,
+    /// Ends the run as `end` says, no longer following. `Ok(false)`: the
+    /// lease is lost.
+    pub async fn end(&self, fence: &Fence, now: DateTime, end: RunEnd<'_>) -> Answer {
+        let skew = self.opts.librechat_clock_skew;
+        let (to, mut set, expires_at) = match end {
+            RunEnd::Completed(summary, progress) => {
+                let set = doc! {
+                    "completedAt": now,
+                    "summary": summary_bson(summary),
+                    "progress": progress_bson(progress),
+                    "attempt": 0_i32,
+                };
+                let visible_until = clock::later(now, self.opts.reuse_completion_for);
+                (
+                    JobStatus::Completed,
+                    set,
+                    Some(clock::later(visible_until, skew)),
+                )
+            }
+            RunEnd::Failed(error, attempt, retry_at) => {
+                let set = doc! {
+                    "failedAt": now,
+                    "error": error,
+                    "attempt": i64::from(attempt),
+                    "retryAt": retry_at,
+                };
+                (JobStatus::Failed, set, Some(clock::later(retry_at, skew)))
+            }
+            RunEnd::Released(progress, to) => {
+                let to = to.map_or(Bson::Null, |to| Bson::String(to.to_string()));
+                let set = doc! { "releasedFor": to, "releasedAt": now, "progress": progress_bson(progress) };
+                (JobStatus::Released, set, None)
+            }
         };
-        let visible_until = clock::later(now, self.opts.reuse_completion_for);
-        self.end(fence, now, JobStatus::Completed, set, Some(visible_until))
-            .await
-    }
-
-    /// Records a failed run: `error`, the new consecutive `attempt` count and
-    /// when a retry may start; LibreChat's claim filter cannot take the
-    /// document before `retryAt` either. `Ok(false)`: the lease is lost.
-    pub async fn fail(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        error: &str,
-        attempt: u32,
-        retry_at: DateTime,
-    ) -> Answer {
-        let set = doc! {
-            "failedAt": now,
-            "error": error,
-            "attempt": i64::from(attempt),
-            "retryAt": retry_at,
-        };
-        self.end(fence, now, JobStatus::Failed, set, Some(retry_at))
-            .await
-    }
-
-    /// Gives the lease up (shutdown, or a handover to `to`, the replica that
-    /// asked for it) so one of our followers can claim at once. `expiresAt`
-    /// is left as the last renewal wrote it: LibreChat's replicas wait it
-    /// out, as they would for a lease that ran on. `Ok(false)`: the lease was
-    /// already lost.
-    pub async fn release(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        progress: &ProgressSnapshot,
-        to: Option<&str>,
-    ) -> Answer {
-        let set = doc! {
-            "releasedFor": to.map_or(Bson::Null, |to| Bson::String(to.to_string())),
-            "releasedAt": now,
-            "progress": progress_bson(progress),
-        };
-        self.end(fence, now, JobStatus::Released, set, None).await
-    }
-
-    /// The write that ends the run in `to` with `set`'s fields beside it: no
-    /// longer following, and `expiresAt` kept until `until` (plus the skew)
-    /// from LibreChat's claim filter when given. A completion clears the
-    /// last failure's `error` and `retryAt`.
-    async fn end(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        to: JobStatus,
-        mut set: Document,
-        until: Option<DateTime>,
-    ) -> Answer {
         let status = bson::to_bson(&to).expect("a run's end serializes");
         set.extend(doc! { "status": status, "following": false, "updatedAt": now });
-        if let Some(until) = until {
-            let expires_at = clock::later(until, self.opts.librechat_clock_skew);
+        if let Some(expires_at) = expires_at {
             set.extend(doc! { "expiresAt": expires_at, "writtenExpiresAt": expires_at });
         }
         let mut update = doc! { "$set": set };
