@@ -17,7 +17,6 @@ use super::guard::{Guard, LeaseHandle, LeaseLost};
 use super::job::{JobEnd, LeasedJob};
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
-use super::renewer::Renewer;
 use super::store::{Fence, JobStatus, JobStore, RunEnd};
 use crate::progress::Progress;
 
@@ -89,9 +88,11 @@ pub async fn run_single_flight<J: LeasedJob>(
         fence: claimed.fence,
         progress,
     };
-    let renewer = Renewer::start(owner.clone(), deadline);
+    let renewals = owner.start_renewals(deadline);
     let ran = owner.run_job(job, &shutdown).await;
-    renewer.stop().await;
+    // Stopped and waited for, so no renewal runs beside the final write.
+    renewals.abort();
+    let _ = renewals.await;
     owner.record_end(ran, claimed.record.attempt).await
 }
 
