@@ -648,13 +648,11 @@ fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError>
         } else {
             value.clone()
         };
-        layer = layer
-            .set_override(*key, value)
-            .expect("static keys are valid paths");
+        let layered = layer.set_override(*key, value);
+        layer = layered.expect("static keys are valid paths");
     }
-    Ok(layer
-        .build()
-        .expect("string overrides of static keys build"))
+    let built = layer.build();
+    Ok(built.expect("string overrides of static keys build"))
 }
 
 /// A value as TOML would write it: `{ a = 1 }`, `["a", "b"]`, `"text"`.

@@ -197,11 +197,9 @@ fn parse_mongo_uri(uri: &str) -> Result<MongoUri, String> {
         None => format!("expected {allowed}"),
     };
     let valid_scheme = uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://");
-    let hosts = uri
-        .split_once("://")
-        .map(|(_, rest)| rest.split(['/', '?']).next().unwrap_or(""))
-        .map(|authority| authority.rsplit('@').next().unwrap_or(""))
-        .unwrap_or("");
+    let (_, rest) = uri.split_once("://").unwrap_or_default();
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let hosts = authority.rsplit('@').next().unwrap_or("");
     if !valid_scheme || hosts.is_empty() || uri.contains(char::is_whitespace) {
         return Err(refuse(None));
     }
