@@ -350,7 +350,6 @@ impl<'w> Wait<'w> {
                 Ok(Some(polled))
             }
             Err(error) => {
-                refused(self.opts, "read", &error)?;
                 self.unreachable("read", &error)?;
                 self.pause_after_error().await;
                 Ok(None)
@@ -382,10 +381,7 @@ impl<'w> Wait<'w> {
             Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
                 "asked the owner following change streams to hand the lease over"),
             Ok(false) => {}
-            Err(error) => {
-                refused(opts, "ask for", &error)?;
-                self.unreachable("ask for", &error)?;
-            }
+            Err(error) => self.unreachable("ask for", &error)?,
         }
         Ok(())
     }
@@ -427,8 +423,10 @@ impl<'w> Wait<'w> {
         }
     }
 
-    /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
+    /// Tracks consecutive MongoDB errors; gives up on a refusal ([`refused`])
+    /// or past `unreachable_timeout`.
     fn unreachable<E>(&mut self, verb: &str, error: &MongoError) -> Result<(), LeaseError<E>> {
+        refused(self.opts, verb, error)?;
         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= self.opts.unreachable_timeout {
             return Err(LeaseError::MongoUnavailable(error.to_string()));

@@ -180,10 +180,8 @@ impl LeaseOptions {
         }
         if self.renew_every >= self.holds_for() {
             // The first renewal would come after the owner's own deadline.
-            let allowed = format!(
-                "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
-                shown(self.holds_for())
-            );
+            let holds_for = shown(self.holds_for());
+            let allowed = format!("a duration shorter than lease.ttl - lease.safety_margin ({holds_for}), so a renewal can fail and be retried before the owner must stop");
             return broken("lease.renew_every", allowed);
         }
         if self.failure_backoff_max < self.failure_backoff {
