@@ -225,7 +225,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
     };
     let lease_opts = job::lease_options(&settings);
     if let Command::Status { json } = command {
-        return status(&db, &lease_opts, &settings, json).await;
+        return status(&db, &settings, json).await;
     }
     let meili = servers::meili_client(&settings.meili);
     if let Err(error) = servers::check_meili(&meili, &settings.meili, patience).await {
@@ -301,20 +301,15 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
 
 /// The lease options of a command under the lease (`once`, `reindex`,
 /// `verify --repair`): a replica following change streams is asked to hand
-/// the lease over, another owner is waited for up to `wait_timeout`. With
-/// `force` no completion satisfies it; with `own_run` (`reindex`, `verify
-/// --repair`) only a run of its own does.
-fn under_lease(
-    mut lease_opts: LeaseOptions,
-    wait_timeout: Duration,
-    force: bool,
-    own_run: bool,
-) -> LeaseOptions {
-    lease_opts.force = force;
-    lease_opts.own_run_only = own_run;
-    lease_opts.request_handover = true;
-    lease_opts.wait_timeout = Some(wait_timeout);
-    lease_opts
+/// the lease over, another owner is waited for up to `wait`. With `force`
+/// no completion satisfies it; with `own` (`reindex`, `verify --repair`)
+/// only a run of its own does.
+fn under_lease(mut opts: LeaseOptions, wait: Duration, force: bool, own: bool) -> LeaseOptions {
+    opts.force = force;
+    opts.own_run_only = own;
+    opts.request_handover = true;
+    opts.wait_timeout = Some(wait);
+    opts
 }
 
 /// A command under the lease: `work` runs as the owner ([`job::run_leased`])
@@ -401,14 +396,9 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
 
 /// `status`: the lease, the mode `run` takes with these settings on this
 /// server (and why), and the chat collections.
-async fn status(
-    db: &mongodb::Database,
-    lease_opts: &LeaseOptions,
-    settings: &Settings,
-    json: bool,
-) -> Exit {
+async fn status(db: &mongodb::Database, settings: &Settings, json: bool) -> Exit {
     let read = async {
-        let status = lease::read_status_with(db, lease_opts, follow::saved::describe)
+        let status = lease::read_status_with(db, &settings.lease, follow::saved::describe)
             .await
             .map_err(|e| e.to_string())?;
         let mode = ModeView::of_server(db, settings.serve.follow, settings.sync.plan_only).await;
