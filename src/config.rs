@@ -455,9 +455,8 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
         .prefix_separator("__")
         .separator("__")
         .source(Some(env_map));
-    let own_keys: Vec<String> = config::Source::collect(&own_env)
-        .map(|m| m.into_keys().collect())
-        .unwrap_or_default();
+    let own_env_map = config::Source::collect(&own_env).unwrap_or_default();
+    let own_keys: Vec<String> = own_env_map.into_keys().collect();
     builder = builder.add_source(own_env);
     let merged = builder.build().map_err(file_error)?;
     let settings: Settings =

@@ -119,9 +119,8 @@ pub async fn connect_mongo(
     let mut options = parsed.map_err(unreachable)?;
     // The connection string's `appName` wins (operators tell replicas apart
     // by it in MongoDB's logs and `currentOp`).
-    options
-        .app_name
-        .get_or_insert_with(|| "meili-reconciler".into());
+    let app_name = &mut options.app_name;
+    app_name.get_or_insert_with(|| "meili-reconciler".into());
     options.connect_timeout = Some(timeout);
     options.server_selection_timeout = Some(timeout);
     let slot = last_failure.clone();

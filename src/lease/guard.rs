@@ -158,10 +158,8 @@ impl LeaseHandle {
         guard: &Guard,
         summary: Option<&serde_json::Value>,
     ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
-            self.store.hold_after_completion(&self.fence, now, summary)
-        })
-        .await
+        let write = |now| self.store.hold_after_completion(&self.fence, now, summary);
+        self.fenced(guard, write).await
     }
 
     /// Another completion while this owner keeps the lease.
@@ -170,10 +168,8 @@ impl LeaseHandle {
         guard: &Guard,
         summary: &serde_json::Value,
     ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
-            self.store.record_completion(&self.fence, now, summary)
-        })
-        .await
+        let write = |now| self.store.record_completion(&self.fence, now, summary);
+        self.fenced(guard, write).await
     }
 
     /// Writes the job's own fields of the document (`update`, given the
@@ -199,11 +195,11 @@ impl LeaseHandle {
         condition: Document,
         update: impl FnOnce(mongodb::bson::DateTime) -> Document,
     ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
+        let write = |now| {
             self.store
                 .update_job_fields(&self.fence, now, condition, update(now))
-        })
-        .await
+        };
+        self.fenced(guard, write).await
     }
 
     /// The document as it is now (one read with the lease's read concern):
