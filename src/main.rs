@@ -402,10 +402,9 @@ async fn status(db: &mongodb::Database, settings: &Settings, json: bool) -> Exit
             .await
             .map_err(|e| e.to_string())?;
         let mode = ModeView::of_server(db, settings.serve.follow, settings.sync.plan_only).await;
-        let collections =
-            views::collections(db, &settings.sync.rules(), settings.follow.pre_images)
-                .await
-                .map_err(|e| format!("counting the chat collections: {e}"))?;
+        let (rules, pre_images) = (settings.sync.rules(), settings.follow.pre_images);
+        let collections = views::collections(db, &rules, pre_images).await;
+        let collections = collections.map_err(|e| format!("counting the chat collections: {e}"))?;
         Ok::<_, String>((status, mode, collections))
     };
     match read.await {

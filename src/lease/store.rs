@@ -265,16 +265,23 @@ impl JobStore {
     /// The document `_id: opts.job` in `db.(opts.collection)`, read and
     /// written with the lease's concerns; claims and renewals hold the lease
     /// for `opts.ttl`.
+    ///
+    /// Every lease write is `majority` with journaling, or `w: n`, with a
+    /// `wtimeout` of half the renewal period (at most 10 s), so an
+    /// unconfirmed write is reported (and resolved by a read) well before
+    /// the owner's safety deadline.
     pub fn new(db: &Database, opts: &LeaseOptions) -> Self {
-        let concerns = CollectionOptions::builder()
-            .write_concern(write_concern(opts))
-            .read_concern(match opts.write_concern {
-                LeaseWriteConcern::Majority => ReadConcern::majority(),
-                // A majority read would not see our own w:1 writes promptly
-                // (and stalls with a data node down in a PSA set).
-                LeaseWriteConcern::Nodes(_) => ReadConcern::local(),
-            })
-            .build();
+        let (w, read_concern) = match opts.write_concern {
+            LeaseWriteConcern::Majority => (Acknowledgment::Majority, ReadConcern::majority()),
+            // A majority read would not see our own w:1 writes promptly
+            // (and stalls with a data node down in a PSA set).
+            LeaseWriteConcern::Nodes(n) => (Acknowledgment::Nodes(n), ReadConcern::local()),
+        };
+        let w_timeout = (opts.renew_every / 2).min(Duration::from_secs(10));
+        let write_concern = WriteConcern::builder().w(w).journal(true);
+        let write_concern = write_concern.w_timeout(w_timeout).build();
+        let concerns = CollectionOptions::builder().write_concern(write_concern);
+        let concerns = concerns.read_concern(read_concern).build();
         JobStore {
             db: db.clone(),
             jobs: db.collection_with_options(&opts.collection, concerns),
@@ -564,22 +571,6 @@ fn assert_job_field(path: &str) {
     let top = path.split('.').next().unwrap_or(path);
     let leased = LEASE_FIELDS.split_whitespace().any(|field| field == top);
     assert!(!leased, "{path} is a lease field, not the job's");
-}
-
-/// The write concern of every lease write: `majority` with journaling, or
-/// `w: n`, and a `wtimeout` of half the renewal period (at most 10 s), so an
-/// unconfirmed write is reported (and resolved by a read) well before the
-/// owner's safety deadline.
-fn write_concern(opts: &LeaseOptions) -> WriteConcern {
-    let w = match opts.write_concern {
-        LeaseWriteConcern::Majority => Acknowledgment::Majority,
-        LeaseWriteConcern::Nodes(n) => Acknowledgment::Nodes(n),
-    };
-    WriteConcern::builder()
-        .w(w)
-        .journal(true)
-        .w_timeout((opts.renew_every / 2).min(Duration::from_secs(10)))
-        .build()
 }
 
 fn summary_bson(summary: &serde_json::Value) -> Bson {
