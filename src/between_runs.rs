@@ -28,10 +28,9 @@ pub async fn update_backlog(reconciler: &Reconciler) {
     let Ok(now) = mongo::server_time(&reconciler.db).await else {
         return;
     };
+    let (db, rules) = (&reconciler.db, &reconciler.sync.rules);
     for collection in Collection::ALL {
-        if let Ok(unindexed) =
-            mongo::count_unflagged(&reconciler.db, &reconciler.sync.rules, collection, now).await
-        {
+        if let Ok(unindexed) = mongo::count_unflagged(db, rules, collection, now).await {
             crate::metrics::unindexed_backlog(collection.name(), unindexed);
         }
     }

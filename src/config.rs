@@ -455,9 +455,8 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigError> {
         .prefix_separator("__")
         .separator("__")
         .source(Some(env_map));
-    let own_keys: Vec<String> = config::Source::collect(&own_env)
-        .map(|m| m.into_keys().collect())
-        .unwrap_or_default();
+    let own_env_map = config::Source::collect(&own_env).unwrap_or_default();
+    let own_keys: Vec<String> = own_env_map.into_keys().collect();
     builder = builder.add_source(own_env);
     let merged = builder.build().map_err(file_error)?;
     let settings: Settings =
@@ -512,7 +511,7 @@ impl Settings {
             ));
         }
         (self.lease.check_timings())
-            .map_err(|e| ConfigError::invalid(e.key(), shown(raw, e.key()), e.allowed()))?;
+            .map_err(|e| ConfigError::invalid(e.key, shown(raw, e.key), e.allowed))?;
         if self.sync.max_bytes_in_flight < self.sync.batch_bytes {
             let batch_bytes = shown(raw, "sync.batch_bytes");
             let allowed = format!("a size ≥ sync.batch_bytes ({batch_bytes}) such as \"256MiB\"");
@@ -648,13 +647,11 @@ fn librechat_layer(env: &HashMap<String, String>) -> Result<Config, ConfigError>
         } else {
             value.clone()
         };
-        layer = layer
-            .set_override(*key, value)
-            .expect("static keys are valid paths");
+        let layered = layer.set_override(*key, value);
+        layer = layered.expect("static keys are valid paths");
     }
-    Ok(layer
-        .build()
-        .expect("string overrides of static keys build"))
+    let built = layer.build();
+    Ok(built.expect("string overrides of static keys build"))
 }
 
 /// A value as TOML would write it: `{ a = 1 }`, `["a", "b"]`, `"text"`.

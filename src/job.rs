@@ -283,21 +283,6 @@ pub async fn reconcile_once(
     run_leased(&r.db, lease, progress, shutdown, work).await
 }
 
-/// A forced full reindex under the lease (`reindex`).
-pub async fn reindex(
-    reconciler: &Reconciler,
-    options: &reconcile::ReindexOptions,
-    lease: &LeaseOptions,
-    progress: Progress,
-    shutdown: CancellationToken,
-) -> RunOutcome {
-    let r = reconciler;
-    let work = |guard: Guard, progress: Progress| async move {
-        reconcile::reindex(&r.db, &r.meili, &r.sync, options, &guard, &progress).await
-    };
-    run_leased(&r.db, lease, progress, shutdown, work).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

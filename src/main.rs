@@ -13,11 +13,11 @@ use clap::{Parser, Subcommand};
 use meili_reconciler::config::{self, LogFormat, Settings, Sources};
 use meili_reconciler::follow::{self, ModeView};
 use meili_reconciler::job::{self, Exit, Reconciler, RunOutcome};
-use meili_reconciler::lease;
+use meili_reconciler::lease::{self, LeaseOptions};
 use meili_reconciler::memory;
 use meili_reconciler::mongo::Collection;
 use meili_reconciler::progress::Progress;
-use meili_reconciler::reconcile::{self, ReindexOptions};
+use meili_reconciler::reconcile::{self, ReindexOptions, RunSummary};
 use meili_reconciler::serve;
 use meili_reconciler::servers::{self, Unreachable};
 use meili_reconciler::shutdown::Shutdown;
@@ -225,7 +225,7 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
     };
     let lease_opts = job::lease_options(&settings);
     if let Command::Status { json } = command {
-        return status(&db, &lease_opts, &settings, json).await;
+        return status(&db, &settings, json).await;
     }
     let meili = servers::meili_client(&settings.meili);
     if let Err(error) = servers::check_meili(&meili, &settings.meili, patience).await {
@@ -251,9 +251,10 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             reconciler.sync.deep = deep;
             // A deep comparison is asked for by name: a fresh completion
             // (which compared no contents) does not satisfy it.
+            let r = &reconciler;
             let lease_opts = under_lease(lease_opts, wait_timeout, force || deep, false);
-            leased(false, |progress, stop| {
-                job::reconcile_once(&reconciler, &lease_opts, progress, stop)
+            leased(r, lease_opts, false, |guard, progress| async move {
+                reconcile::reconcile(&r.db, &r.meili, &r.sync, &guard, &progress).await
             })
             .await
         }
@@ -262,21 +263,30 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
             in_place,
             wait_timeout,
         } => {
-            let options = ReindexOptions { only, in_place };
+            let options = &ReindexOptions { only, in_place };
+            let r = &reconciler;
             let lease_opts = under_lease(lease_opts, wait_timeout, true, true);
-            leased(false, |progress, stop| {
-                job::reindex(&reconciler, &options, &lease_opts, progress, stop)
+            leased(r, lease_opts, false, |guard, progress| async move {
+                reconcile::reindex(&r.db, &r.meili, &r.sync, options, &guard, &progress).await
             })
             .await
         }
         Command::Verify {
-            index: only,
+            index,
             repair,
             json,
             wait_timeout,
         } => match repair {
-            false => verify(&reconciler, only, json).await,
-            true => verify_repair(reconciler, lease_opts, wait_timeout, only, json).await,
+            false => verify(&reconciler, index, json).await,
+            true => {
+                let r = &reconciler;
+                let lease_opts = under_lease(lease_opts, wait_timeout, true, true);
+                leased(r, lease_opts, json, |guard, progress| async move {
+                    reconcile::verify::repair(&r.db, &r.meili, &r.sync, index, &guard, &progress)
+                        .await
+                })
+                .await
+            }
         },
         Command::Run => {
             let shutdown = Shutdown::on_signals();
@@ -291,51 +301,29 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
 
 /// The lease options of a command under the lease (`once`, `reindex`,
 /// `verify --repair`): a replica following change streams is asked to hand
-/// the lease over, another owner is waited for up to `wait_timeout`. With
-/// `force` no completion satisfies it; with `own_run` (`reindex`, `verify
-/// --repair`) only a run of its own does.
-fn under_lease(
-    mut lease_opts: lease::LeaseOptions,
-    wait_timeout: Duration,
-    force: bool,
-    own_run: bool,
-) -> lease::LeaseOptions {
-    lease_opts.force = force;
-    lease_opts.own_run_only = own_run;
-    lease_opts.request_handover = true;
-    lease_opts.wait_timeout = Some(wait_timeout);
-    lease_opts
+/// the lease over, another owner is waited for up to `wait`. With `force`
+/// no completion satisfies it; with `own` (`reindex`, `verify --repair`)
+/// only a run of its own does.
+fn under_lease(mut opts: LeaseOptions, wait: Duration, force: bool, own: bool) -> LeaseOptions {
+    opts.force = force;
+    opts.own_run_only = own;
+    opts.request_handover = true;
+    opts.wait_timeout = Some(wait);
+    opts
 }
 
-/// `verify --repair`: the repairing exact comparison under the lease.
-async fn verify_repair(
-    reconciler: Reconciler,
-    lease_opts: lease::LeaseOptions,
-    wait_timeout: Duration,
-    only: Option<Collection>,
-    json: bool,
-) -> Exit {
-    let lease_opts = under_lease(lease_opts, wait_timeout, true, true);
-    let repair = |guard: lease::Guard, progress: Progress| {
-        let Reconciler { db, meili, sync } = reconciler.clone();
-        async move { reconcile::verify::repair(&db, &meili, &sync, only, &guard, &progress).await }
-    };
-    let db = &reconciler.db;
-    leased(json, |progress, stop| {
-        job::run_leased(db, &lease_opts, progress, stop, repair)
-    })
-    .await
-}
-
-/// A command under the lease: `work` runs with a progress reporter until
-/// done or a signal, then its outcome is printed ([`finish`]).
-async fn leased<F, Fut>(json: bool, work: F) -> Exit
+/// A command under the lease: `work` runs as the owner ([`job::run_leased`])
+/// with a progress reporter until done or a signal, then its outcome is
+/// printed ([`finish`]).
+async fn leased<W, Fut>(r: &Reconciler, opts: LeaseOptions, json: bool, work: W) -> Exit
 where
-    F: FnOnce(Progress, CancellationToken) -> Fut,
-    Fut: std::future::Future<Output = RunOutcome>,
+    W: FnMut(lease::Guard, Progress) -> Fut + Send,
+    Fut: std::future::Future<Output = Result<RunSummary, reconcile::ReconcileError>> + Send,
 {
     let shutdown = Shutdown::on_signals();
-    let outcome = with_progress(|progress| work(progress, shutdown.token())).await;
+    let outcome =
+        with_progress(|progress| job::run_leased(&r.db, &opts, progress, shutdown.token(), work))
+            .await;
     finish(outcome, json)
 }
 
@@ -408,21 +396,15 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
 
 /// `status`: the lease, the mode `run` takes with these settings on this
 /// server (and why), and the chat collections.
-async fn status(
-    db: &mongodb::Database,
-    lease_opts: &lease::LeaseOptions,
-    settings: &Settings,
-    json: bool,
-) -> Exit {
+async fn status(db: &mongodb::Database, settings: &Settings, json: bool) -> Exit {
     let read = async {
-        let status = lease::read_status_with(db, lease_opts, follow::saved::describe)
+        let status = lease::read_status_with(db, &settings.lease, follow::saved::describe)
             .await
             .map_err(|e| e.to_string())?;
         let mode = ModeView::of_server(db, settings.serve.follow, settings.sync.plan_only).await;
-        let collections =
-            views::collections(db, &settings.sync.rules(), settings.follow.pre_images)
-                .await
-                .map_err(|e| format!("counting the chat collections: {e}"))?;
+        let (rules, pre_images) = (settings.sync.rules(), settings.follow.pre_images);
+        let collections = views::collections(db, &rules, pre_images).await;
+        let collections = collections.map_err(|e| format!("counting the chat collections: {e}"))?;
         Ok::<_, String>((status, mode, collections))
     };
     match read.await {

@@ -46,11 +46,7 @@ pub struct Unreachable {
 /// (`interactive`: its `mongo.connect_timeout`, see [`connect_mongo`]), else
 /// [`retry::server_startup`], for a server that is still starting beside us.
 fn backoff(interactive: Option<Duration>) -> ExponentialBuilder {
-    let retries = if interactive.is_some() {
-        0
-    } else {
-        retry::SERVER_STARTUP_ATTEMPTS - 1
-    };
+    let retries = interactive.map_or(retry::SERVER_STARTUP_ATTEMPTS - 1, |_| 0);
     retry::server_startup().with_max_times(retries)
 }
 
@@ -119,14 +115,12 @@ pub async fn connect_mongo(
         }
     };
     // Validated by config; only a `mongodb+srv://` lookup can fail here.
-    let mut options = ClientOptions::parse(settings.uri.expose())
-        .await
-        .map_err(unreachable)?;
+    let parsed = ClientOptions::parse(settings.uri.expose()).await;
+    let mut options = parsed.map_err(unreachable)?;
     // The connection string's `appName` wins (operators tell replicas apart
     // by it in MongoDB's logs and `currentOp`).
-    options
-        .app_name
-        .get_or_insert_with(|| "meili-reconciler".into());
+    let app_name = &mut options.app_name;
+    app_name.get_or_insert_with(|| "meili-reconciler".into());
     options.connect_timeout = Some(timeout);
     options.server_selection_timeout = Some(timeout);
     let slot = last_failure.clone();

@@ -12,6 +12,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
@@ -96,10 +97,7 @@ where
 /// Draws `progress` as a live bar on stderr until `stop` fires, when stderr
 /// is a terminal. (The engine itself logs progress every few seconds, so
 /// non-terminal output — containers, CI — gets log lines, not bar frames.)
-pub fn spawn_progress_reporter(
-    progress: Progress,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+pub fn spawn_progress_reporter(progress: Progress, stop: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
         if !std::io::stderr().is_terminal() {
             return;

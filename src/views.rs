@@ -43,10 +43,9 @@ pub(crate) enum DeleteRegime {
 
 impl DeleteRegime {
     pub(crate) fn of(has_pre_images: bool) -> Self {
-        if has_pre_images {
-            DeleteRegime::PreImages
-        } else {
-            DeleteRegime::IdComparison
+        match has_pre_images {
+            true => DeleteRegime::PreImages,
+            false => DeleteRegime::IdComparison,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meili_reconciler::flag_retry;
-use meili_reconciler::lease::store::{Fence, JobStatus, JobStore};
+use meili_reconciler::lease::store::{Fence, JobStatus, JobStore, RunEnd};
 use meili_reconciler::lease::{
     clock, read_status, run_single_flight, Guard, LeaseError, LeaseLost, LeaseOptions, LeaseState,
     Outcome,
@@ -331,17 +331,21 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         "renew must match nothing"
     );
     assert!(
-        !a.complete(&stale, now, &json!({}), &progress)
+        !a.end(&stale, now, RunEnd::Completed(&json!({}), &progress))
             .await
             .unwrap(),
         "complete must match nothing"
     );
     assert!(
-        !a.fail(&stale, now, "boom", 1, now).await.unwrap(),
+        !a.end(&stale, now, RunEnd::Failed("boom", 1, now))
+            .await
+            .unwrap(),
         "fail must match nothing"
     );
     assert!(
-        !a.release(&stale, now, &progress, None).await.unwrap(),
+        !a.end(&stale, now, RunEnd::Released(&progress, None))
+            .await
+            .unwrap(),
         "release must match nothing"
     );
     // Even with b's epoch, a is not the owner.
@@ -349,7 +353,10 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         owner: "a".into(),
         epoch: 2,
     };
-    assert!(!a.release(&wrong_owner, now, &progress, None).await.unwrap());
+    assert!(!a
+        .end(&wrong_owner, now, RunEnd::Released(&progress, None))
+        .await
+        .unwrap());
     assert_eq!(
         read_job(&db, &opts).await.unwrap(),
         before,
@@ -362,7 +369,11 @@ async fn a_stale_owner_cannot_renew_complete_fail_or_release() {
         epoch: 2,
     };
     assert!(b
-        .complete(&fence, now, &json!({ "ok": 1 }), &progress)
+        .end(
+            &fence,
+            now,
+            RunEnd::Completed(&json!({ "ok": 1 }), &progress)
+        )
         .await
         .unwrap());
 }

@@ -197,11 +197,9 @@ fn parse_mongo_uri(uri: &str) -> Result<MongoUri, String> {
         None => format!("expected {allowed}"),
     };
     let valid_scheme = uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://");
-    let hosts = uri
-        .split_once("://")
-        .map(|(_, rest)| rest.split(['/', '?']).next().unwrap_or(""))
-        .map(|authority| authority.rsplit('@').next().unwrap_or(""))
-        .unwrap_or("");
+    let (_, rest) = uri.split_once("://").unwrap_or_default();
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let hosts = authority.rsplit('@').next().unwrap_or("");
     if !valid_scheme || hosts.is_empty() || uri.contains(char::is_whitespace) {
         return Err(refuse(None));
     }
@@ -216,13 +214,9 @@ fn parse_mongo_uri(uri: &str) -> Result<MongoUri, String> {
         ))?;
         Ok(parsed)
     });
-    match parsed {
-        Ok(parsed) => Ok(MongoUri {
-            uri: uri.to_string(),
-            database: parsed.default_database,
-        }),
-        Err(error) => Err(refuse(driver_reason(uri, &error))),
-    }
+    let parsed = parsed.map_err(|error| refuse(driver_reason(uri, &error)))?;
+    let (uri, database) = (uri.to_string(), parsed.default_database);
+    Ok(MongoUri { uri, database })
 }
 
 /// The driver's reason for refusing `uri`, when it can be shown without a
@@ -231,10 +225,8 @@ fn parse_mongo_uri(uri: &str) -> Result<MongoUri, String> {
 /// which the driver then echoes): no detail then.
 fn driver_reason(uri: &str, error: &mongodb::error::Error) -> Option<String> {
     let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
-    if rest
-        .split_once('?')
-        .is_some_and(|(_, opts)| opts.contains('@'))
-    {
+    let (_, options) = rest.split_once('?').unwrap_or_default();
+    if options.contains('@') {
         return None;
     }
     let message = match error.kind.as_ref() {

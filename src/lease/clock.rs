@@ -59,8 +59,8 @@ pub fn earlier(at: DateTime, by: Duration) -> DateTime {
 
 /// The signed distance `to - from` in milliseconds.
 pub fn millis_between(from: DateTime, to: DateTime) -> i64 {
-    to.timestamp_millis()
-        .saturating_sub(from.timestamp_millis())
+    let to = to.timestamp_millis();
+    to.saturating_sub(from.timestamp_millis())
 }
 
 /// A MongoDB time as an operator reads it: `2026-12-01T12:54:35.764Z`.

@@ -54,7 +54,7 @@ use tracing::{debug, info, warn};
 use super::clock;
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
-use super::store::{error_code, Fence, Holder, JobRecord, JobStatus, JobStore};
+use super::store::{error_code, Fence, Holder, JobRecord, JobStatus, JobStore, RunEnd};
 
 /// How often a waiting follower logs the owner's progress at info level.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -350,7 +350,6 @@ impl<'w> Wait<'w> {
                 Ok(Some(polled))
             }
             Err(error) => {
-                refused(self.opts, "read", &error)?;
                 self.unreachable("read", &error)?;
                 self.pause_after_error().await;
                 Ok(None)
@@ -382,10 +381,7 @@ impl<'w> Wait<'w> {
             Ok(true) => debug!(job = %opts.job, owner = %opts.owner,
                 "asked the owner following change streams to hand the lease over"),
             Ok(false) => {}
-            Err(error) => {
-                refused(opts, "ask for", &error)?;
-                self.unreachable("ask for", &error)?;
-            }
+            Err(error) => self.unreachable("ask for", &error)?,
         }
         Ok(())
     }
@@ -427,8 +423,10 @@ impl<'w> Wait<'w> {
         }
     }
 
-    /// Tracks consecutive MongoDB errors; gives up past `unreachable_timeout`.
+    /// Tracks consecutive MongoDB errors; gives up on a refusal ([`refused`])
+    /// or past `unreachable_timeout`.
     fn unreachable<E>(&mut self, verb: &str, error: &MongoError) -> Result<(), LeaseError<E>> {
+        refused(self.opts, verb, error)?;
         let since = *self.unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= self.opts.unreachable_timeout {
             return Err(LeaseError::MongoUnavailable(error.to_string()));
@@ -501,7 +499,9 @@ async fn release_if_ours(store: &JobStore, opts: &LeaseOptions) {
         }
         let fence = our_fence(opts, record.epoch.unwrap_or_default());
         let progress = crate::progress::Progress::new().snapshot();
-        store.release(&fence, now, &progress, None).await
+        store
+            .end(&fence, now, RunEnd::Released(&progress, None))
+            .await
     };
     let (job, owner) = (&opts.job, &opts.owner);
     match tokio::time::timeout(opts.poll_every.max(Duration::from_secs(2)), attempt).await {

@@ -84,10 +84,8 @@ impl Guard {
         if self.token.is_cancelled() {
             return Err(LeaseLost::ShuttingDown);
         }
-        if self
-            .deadline()
-            .is_some_and(|deadline| Instant::now() >= deadline)
-        {
+        let passed = self.deadline().is_some_and(|at| Instant::now() >= at);
+        if passed {
             self.cancel(LeaseLost::SelfFenced);
             return Err(LeaseLost::SelfFenced);
         }
@@ -147,15 +145,11 @@ pub(crate) fn unless_lost<T>(
 /// The owner's view of its own lease.
 #[derive(Clone, Debug)]
 pub struct LeaseHandle {
-    store: JobStore,
-    fence: Fence,
+    pub(super) store: JobStore,
+    pub(super) fence: Fence,
 }
 
 impl LeaseHandle {
-    pub(crate) fn new(store: JobStore, fence: Fence) -> Self {
-        LeaseHandle { store, fence }
-    }
-
     /// The run's work is done (`summary`; `None` when a fresh completion by
     /// someone else was relied on) and this owner keeps the lease (the
     /// document's `following`), until it hands it over, is stopped, or fails.
@@ -164,10 +158,8 @@ impl LeaseHandle {
         guard: &Guard,
         summary: Option<&serde_json::Value>,
     ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
-            self.store.hold_after_completion(&self.fence, now, summary)
-        })
-        .await
+        let write = |now| self.store.hold_after_completion(&self.fence, now, summary);
+        self.fenced(guard, write).await
     }
 
     /// Another completion while this owner keeps the lease.
@@ -176,10 +168,8 @@ impl LeaseHandle {
         guard: &Guard,
         summary: &serde_json::Value,
     ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
-            self.store.record_completion(&self.fence, now, summary)
-        })
-        .await
+        let write = |now| self.store.record_completion(&self.fence, now, summary);
+        self.fenced(guard, write).await
     }
 
     /// Writes the job's own fields of the document (`update`, given the
@@ -205,11 +195,11 @@ impl LeaseHandle {
         condition: Document,
         update: impl FnOnce(mongodb::bson::DateTime) -> Document,
     ) -> Result<(), LeaseWriteError> {
-        self.fenced(guard, |now| {
+        let write = |now| {
             self.store
                 .update_job_fields(&self.fence, now, condition, update(now))
-        })
-        .await
+        };
+        self.fenced(guard, write).await
     }
 
     /// The document as it is now (one read with the lease's read concern):

@@ -147,20 +147,10 @@ impl<'de> Deserialize<'de> for LeaseWriteConcern {
 /// be kept ([`LeaseOptions::check_timings`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TimingError {
-    key: &'static str,
-    allowed: String,
-}
-
-impl TimingError {
     /// The setting to change.
-    pub(crate) fn key(&self) -> &'static str {
-        self.key
-    }
-
+    pub(crate) key: &'static str,
     /// What the setting may be.
-    pub(crate) fn allowed(&self) -> String {
-        self.allowed.clone()
-    }
+    pub(crate) allowed: String,
 }
 
 impl LeaseOptions {
@@ -190,10 +180,8 @@ impl LeaseOptions {
         }
         if self.renew_every >= self.holds_for() {
             // The first renewal would come after the owner's own deadline.
-            let allowed = format!(
-                "a duration shorter than lease.ttl - lease.safety_margin ({}), so a renewal can fail and be retried before the owner must stop",
-                shown(self.holds_for())
-            );
+            let holds_for = shown(self.holds_for());
+            let allowed = format!("a duration shorter than lease.ttl - lease.safety_margin ({holds_for}), so a renewal can fail and be retried before the owner must stop");
             return broken("lease.renew_every", allowed);
         }
         if self.failure_backoff_max < self.failure_backoff {
@@ -211,7 +199,7 @@ impl LeaseOptions {
         assert!(!self.job.is_empty(), "lease job name is empty");
         assert!(!self.owner.is_empty(), "lease owner id is empty");
         if let Err(error) = self.check_timings() {
-            panic!("{} must be {}", error.key(), error.allowed());
+            panic!("{} must be {}", error.key, error.allowed);
         }
         for (name, period) in [
             ("renew_every", self.renew_every),
@@ -290,21 +278,17 @@ mod tests {
         };
         assert_eq!(timings(180, 60, 15).check_timings(), Ok(()));
         let margin = timings(180, 60, 180).check_timings().unwrap_err();
-        assert_eq!(margin.key(), "lease.safety_margin");
-        assert_eq!(margin.allowed(), "a duration shorter than lease.ttl (3m)");
+        assert_eq!(margin.key, "lease.safety_margin");
+        assert_eq!(margin.allowed, "a duration shorter than lease.ttl (3m)");
         let renewal = timings(180, 165, 15).check_timings().unwrap_err();
-        assert_eq!(renewal.key(), "lease.renew_every");
-        assert!(
-            renewal.allowed().contains("(2m 45s)"),
-            "{}",
-            renewal.allowed()
-        );
+        assert_eq!(renewal.key, "lease.renew_every");
+        assert!(renewal.allowed.contains("(2m 45s)"), "{}", renewal.allowed);
         let backoff = LeaseOptions {
             failure_backoff_max: s(10),
             ..timings(180, 60, 15)
         };
         let capped = backoff.check_timings().unwrap_err();
-        assert_eq!(capped.key(), "lease.failure_backoff_max");
-        assert!(capped.allowed().contains("(30s)"), "{}", capped.allowed());
+        assert_eq!(capped.key, "lease.failure_backoff_max");
+        assert!(capped.allowed.contains("(30s)"), "{}", capped.allowed);
     }
 }

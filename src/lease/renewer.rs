@@ -27,30 +27,17 @@ use tracing::{debug, error, warn};
 use super::guard::LeaseLost;
 use super::runner::Owner;
 
-/// A running renewal timer; stop it with [`Renewer::stop`]. Dropping it
-/// (the job panicked, or the caller dropped `run_single_flight`) also stops
-/// it, so a lease is never renewed for work that no longer runs. Stopping
-/// drops the task at its next await: an attempt in flight is abandoned.
-pub(crate) struct Renewer(AbortOnDropHandle<()>);
-
-impl Renewer {
-    /// Starts renewing `owner`'s lease, safely ours until the local instant
-    /// `deadline` (the first renewal is due `renew_every` after the send
-    /// time that deadline implies).
-    pub(crate) fn start(owner: Owner, deadline: Instant) -> Self {
-        let task = tokio::spawn(owner.keep_renewed(deadline));
-        Renewer(AbortOnDropHandle::new(task))
-    }
-
-    /// Stops the timer and waits for it, so no renewal runs concurrently with
-    /// the owner's final write.
-    pub(crate) async fn stop(self) {
-        self.0.abort();
-        let _ = self.0.await;
-    }
-}
-
 impl Owner {
+    /// Starts renewing the lease, safely ours until the local instant
+    /// `deadline` (the first renewal is due `renew_every` after the send
+    /// time that deadline implies). Dropping the handle (the job panicked,
+    /// or the caller dropped `run_single_flight`) stops the timer, so a
+    /// lease is never renewed for work that no longer runs; stopping drops
+    /// the task at its next await: an attempt in flight is abandoned.
+    pub(super) fn start_renewals(&self, deadline: Instant) -> AbortOnDropHandle<()> {
+        AbortOnDropHandle::new(tokio::spawn(self.clone().keep_renewed(deadline)))
+    }
+
     /// The renewal timer's task.
     async fn keep_renewed(self, mut deadline: Instant) {
         let (owner, epoch) = (&self.fence.owner, self.fence.epoch);

@@ -17,8 +17,7 @@ use super::guard::{Guard, LeaseHandle, LeaseLost};
 use super::job::{JobEnd, LeasedJob};
 use super::options::LeaseOptions;
 use super::outcome::{LeaseError, Outcome};
-use super::renewer::Renewer;
-use super::store::{Fence, JobStatus, JobStore};
+use super::store::{Fence, JobStatus, JobStore, RunEnd};
 use crate::progress::Progress;
 
 /// How the owner's run ends: the runner's answer.
@@ -77,7 +76,11 @@ pub async fn run_single_flight<J: LeasedJob>(
     // The owner's run: the job under renewals, then the write that records
     // how it ended.
     let deadline = claimed.deadline;
-    let lease = LeaseHandle::new(store.clone(), claimed.fence.clone());
+    let fence = claimed.fence.clone();
+    let lease = LeaseHandle {
+        store: store.clone(),
+        fence,
+    };
     let owner = Owner {
         guard: Guard::new(Some(deadline), Some(lease)),
         store,
@@ -85,9 +88,11 @@ pub async fn run_single_flight<J: LeasedJob>(
         fence: claimed.fence,
         progress,
     };
-    let renewer = Renewer::start(owner.clone(), deadline);
+    let renewals = owner.start_renewals(deadline);
     let ran = owner.run_job(job, &shutdown).await;
-    renewer.stop().await;
+    // Stopped and waited for, so no renewal runs beside the final write.
+    renewals.abort();
+    let _ = renewals.await;
     owner.record_end(ran, claimed.record.attempt).await
 }
 
@@ -183,7 +188,7 @@ impl Owner {
         let (store, fence) = (&self.store, &self.fence);
         let until = (Instant::now() + RELEASE_PATIENCE).min(deadline_of(&self.guard));
         let snapshot = self.progress.snapshot();
-        let write = |now| store.release(fence, now, &snapshot, to);
+        let write = |now| store.end(fence, now, RunEnd::Released(&snapshot, to));
         match self.fenced_write(JobStatus::Released, until, write).await {
             Ok(true) => match to {
                 Some(to) => {
@@ -211,13 +216,15 @@ impl Owner {
         let stored = serde_json::to_value(&summary).unwrap_or_else(|e| {
             serde_json::Value::String(format!("the summary did not serialize: {e}"))
         });
-        let write = |now| store.complete(fence, now, &stored, &snapshot);
+        let write = |now| store.end(fence, now, RunEnd::Completed(&stored, &snapshot));
         let until = deadline_of(&self.guard);
         match self.fenced_write(JobStatus::Completed, until, write).await {
             Ok(true) => {
                 info!(owner = %fence.owner, epoch = fence.epoch, summary = %stored, "job completed");
-                let epoch = fence.epoch;
-                Ok(Outcome::Ran { epoch, summary })
+                Ok(Outcome::Ran {
+                    epoch: fence.epoch,
+                    summary,
+                })
             }
             Ok(false) => lost(fence, LeaseLost::TakenOver),
             Err(err) => unconfirmed(fence, "completion", err),
@@ -233,7 +240,7 @@ impl Owner {
         let mut retry_at = DateTime::MIN;
         let write = |now| {
             retry_at = clock::later(now, backoff);
-            store.fail(fence, now, &message, attempt, retry_at)
+            store.end(fence, now, RunEnd::Failed(&message, attempt, retry_at))
         };
         let until = deadline_of(&self.guard);
         match self.fenced_write(JobStatus::Failed, until, write).await {
@@ -309,8 +316,10 @@ fn deadline_of(guard: &Guard) -> Instant {
 
 fn lost<T, E>(fence: &Fence, reason: LeaseLost) -> Ended<T, E> {
     error!(owner = %fence.owner, epoch = fence.epoch, %reason, "lease lost");
-    let epoch = fence.epoch;
-    Err(LeaseError::LeaseLost { epoch, reason })
+    Err(LeaseError::LeaseLost {
+        epoch: fence.epoch,
+        reason,
+    })
 }
 
 fn unconfirmed<T, E>(fence: &Fence, what: &str, err: String) -> Ended<T, E> {

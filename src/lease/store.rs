@@ -227,6 +227,25 @@ impl JobRecord {
     }
 }
 
+/// How an owner's run ends ([`JobStore::end`]).
+#[derive(Clone, Copy, Debug)]
+pub enum RunEnd<'a> {
+    /// A successful run's summary and progress. `expiresAt` moves to `now +
+    /// reuse_completion_for + skew`: LibreChat's waiters read "completed and
+    /// unexpired" as done, and its claim filter cannot take the document
+    /// before then.
+    Completed(&'a serde_json::Value, &'a ProgressSnapshot),
+    /// A failed run: `error`, the new consecutive `attempt` count and
+    /// `retryAt`, when a retry may start; LibreChat's claim filter cannot
+    /// take the document before then either.
+    Failed(&'a str, u32, DateTime),
+    /// The lease given up (shutdown, or a handover to the replica that asked
+    /// for it) so one of our followers can claim at once; with the progress.
+    /// `expiresAt` is left as the last renewal wrote it: LibreChat's replicas
+    /// wait it out, as they would for a lease that ran on.
+    Released(&'a ProgressSnapshot, Option<&'a str>),
+}
+
 /// What an owner presents with each fenced write: who it is and which claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
@@ -246,16 +265,23 @@ impl JobStore {
     /// The document `_id: opts.job` in `db.(opts.collection)`, read and
     /// written with the lease's concerns; claims and renewals hold the lease
     /// for `opts.ttl`.
+    ///
+    /// Every lease write is `majority` with journaling, or `w: n`, with a
+    /// `wtimeout` of half the renewal period (at most 10 s), so an
+    /// unconfirmed write is reported (and resolved by a read) well before
+    /// the owner's safety deadline.
     pub fn new(db: &Database, opts: &LeaseOptions) -> Self {
-        let concerns = CollectionOptions::builder()
-            .write_concern(write_concern(opts))
-            .read_concern(match opts.write_concern {
-                LeaseWriteConcern::Majority => ReadConcern::majority(),
-                // A majority read would not see our own w:1 writes promptly
-                // (and stalls with a data node down in a PSA set).
-                LeaseWriteConcern::Nodes(_) => ReadConcern::local(),
-            })
-            .build();
+        let (w, read_concern) = match opts.write_concern {
+            LeaseWriteConcern::Majority => (Acknowledgment::Majority, ReadConcern::majority()),
+            // A majority read would not see our own w:1 writes promptly
+            // (and stalls with a data node down in a PSA set).
+            LeaseWriteConcern::Nodes(n) => (Acknowledgment::Nodes(n), ReadConcern::local()),
+        };
+        let w_timeout = (opts.renew_every / 2).min(Duration::from_secs(10));
+        let write_concern = WriteConcern::builder().w(w).journal(true);
+        let write_concern = write_concern.w_timeout(w_timeout).build();
+        let concerns = CollectionOptions::builder().write_concern(write_concern);
+        let concerns = concerns.read_concern(read_concern).build();
         JobStore {
             db: db.clone(),
             jobs: db.collection_with_options(&opts.collection, concerns),
@@ -355,87 +381,50 @@ impl JobStore {
         self.fenced_update(fence, now, update, None).await
     }
 
-    /// Records a successful run. `Ok(false)`: the lease is lost.
-    ///
-    /// `expiresAt` moves to `now + reuse_completion_for + skew`: LibreChat's
-    /// waiters read "completed and unexpired" as done, and its claim filter
-    /// cannot take the document before then.
-    pub async fn complete(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        summary: &serde_json::Value,
-        progress: &ProgressSnapshot,
-    ) -> Answer {
-        let visible_until = clock::later(now, self.opts.reuse_completion_for);
-        let expires_at = clock::later(visible_until, self.opts.librechat_clock_skew);
-        let update = doc! {
-            "$set": {
-                "status": "completed",
-                "following": false,
-                "completedAt": now,
-                "summary": summary_bson(summary),
-                "progress": progress_bson(progress),
-                "attempt": 0_i32,
-                "expiresAt": expires_at,
-                "writtenExpiresAt": expires_at,
-                "updatedAt": now,
-            },
-            "$unset": { "error": "", "retryAt": "" },
+    /// Ends the run as `end` says, no longer following. `Ok(false)`: the
+    /// lease is lost.
+    pub async fn end(&self, fence: &Fence, now: DateTime, end: RunEnd<'_>) -> Answer {
+        let skew = self.opts.librechat_clock_skew;
+        let (to, mut set, expires_at) = match end {
+            RunEnd::Completed(summary, progress) => {
+                let set = doc! {
+                    "completedAt": now,
+                    "summary": summary_bson(summary),
+                    "progress": progress_bson(progress),
+                    "attempt": 0_i32,
+                };
+                let visible_until = clock::later(now, self.opts.reuse_completion_for);
+                (
+                    JobStatus::Completed,
+                    set,
+                    Some(clock::later(visible_until, skew)),
+                )
+            }
+            RunEnd::Failed(error, attempt, retry_at) => {
+                let set = doc! {
+                    "failedAt": now,
+                    "error": error,
+                    "attempt": i64::from(attempt),
+                    "retryAt": retry_at,
+                };
+                (JobStatus::Failed, set, Some(clock::later(retry_at, skew)))
+            }
+            RunEnd::Released(progress, to) => {
+                let to = to.map_or(Bson::Null, |to| Bson::String(to.to_string()));
+                let set = doc! { "releasedFor": to, "releasedAt": now, "progress": progress_bson(progress) };
+                (JobStatus::Released, set, None)
+            }
         };
-        self.fenced_update(fence, now, update, Some(JobStatus::Completed))
-            .await
-    }
-
-    /// Records a failed run: `error`, the new consecutive `attempt` count and
-    /// when a retry may start; LibreChat's claim filter cannot take the
-    /// document before `retryAt` either. `Ok(false)`: the lease is lost.
-    pub async fn fail(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        error: &str,
-        attempt: u32,
-        retry_at: DateTime,
-    ) -> Answer {
-        let expires_at = clock::later(retry_at, self.opts.librechat_clock_skew);
-        let update = doc! { "$set": {
-            "status": "failed",
-            "following": false,
-            "failedAt": now,
-            "error": error,
-            "attempt": i64::from(attempt),
-            "retryAt": retry_at,
-            "expiresAt": expires_at,
-            "writtenExpiresAt": expires_at,
-            "updatedAt": now,
-        } };
-        self.fenced_update(fence, now, update, Some(JobStatus::Failed))
-            .await
-    }
-
-    /// Gives the lease up (shutdown, or a handover to `to`, the replica that
-    /// asked for it) so one of our followers can claim at once. `expiresAt`
-    /// is left as the last renewal wrote it: LibreChat's replicas wait it
-    /// out, as they would for a lease that ran on. `Ok(false)`: the lease was
-    /// already lost.
-    pub async fn release(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        progress: &ProgressSnapshot,
-        to: Option<&str>,
-    ) -> Answer {
-        let update = doc! { "$set": {
-            "status": "released",
-            "following": false,
-            "releasedFor": to.map_or(Bson::Null, |to| Bson::String(to.to_string())),
-            "releasedAt": now,
-            "updatedAt": now,
-            "progress": progress_bson(progress),
-        } };
-        self.fenced_update(fence, now, update, Some(JobStatus::Released))
-            .await
+        let status = bson::to_bson(&to).expect("a run's end serializes");
+        set.extend(doc! { "status": status, "following": false, "updatedAt": now });
+        if let Some(expires_at) = expires_at {
+            set.extend(doc! { "expiresAt": expires_at, "writtenExpiresAt": expires_at });
+        }
+        let mut update = doc! { "$set": set };
+        if to == JobStatus::Completed {
+            update.insert("$unset", doc! { "error": "", "retryAt": "" });
+        }
+        self.fenced_update(fence, now, update, Some(to)).await
     }
 
     /// Whether the document shows `status` under `fence` (owner and epoch),
@@ -561,10 +550,8 @@ impl JobStore {
         if self.jobs.update_one(filter, update).await?.matched_count == 1 {
             return Ok(true);
         }
-        match to {
-            Some(to) => self.shows(fence, &to).await,
-            None => Ok(false),
-        }
+        let Some(to) = to else { return Ok(false) };
+        self.shows(fence, &to).await
     }
 
     /// The lease document as long as `fence` holds it at `now`.
@@ -584,22 +571,6 @@ fn assert_job_field(path: &str) {
     let top = path.split('.').next().unwrap_or(path);
     let leased = LEASE_FIELDS.split_whitespace().any(|field| field == top);
     assert!(!leased, "{path} is a lease field, not the job's");
-}
-
-/// The write concern of every lease write: `majority` with journaling, or
-/// `w: n`, and a `wtimeout` of half the renewal period (at most 10 s), so an
-/// unconfirmed write is reported (and resolved by a read) well before the
-/// owner's safety deadline.
-fn write_concern(opts: &LeaseOptions) -> WriteConcern {
-    let w = match opts.write_concern {
-        LeaseWriteConcern::Majority => Acknowledgment::Majority,
-        LeaseWriteConcern::Nodes(n) => Acknowledgment::Nodes(n),
-    };
-    WriteConcern::builder()
-        .w(w)
-        .journal(true)
-        .w_timeout((opts.renew_every / 2).min(Duration::from_secs(10)))
-        .build()
 }
 
 fn summary_bson(summary: &serde_json::Value) -> Bson {
