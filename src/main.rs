@@ -288,14 +288,17 @@ async fn dispatch(command: Command, settings: Settings, replica: String) -> Exit
                 .await
             }
         },
-        Command::Run => {
-            let shutdown = Shutdown::on_signals();
-            match serve::run(&settings, reconciler, lease_opts, replica, shutdown).await {
-                Ok(()) => Exit::Done,
-                Err(error) => fail(error, Exit::BadConfig),
-            }
-        }
+        Command::Run => run(&settings, reconciler, lease_opts, replica).await,
         Command::Status { .. } => unreachable!("handled above"),
+    }
+}
+
+/// `run`: serves until a signal (exit 0), or fails to start (exit 2).
+async fn run(settings: &Settings, r: Reconciler, lease: LeaseOptions, replica: String) -> Exit {
+    let shutdown = Shutdown::on_signals();
+    match serve::run(settings, r, lease, replica, shutdown).await {
+        Ok(()) => Exit::Done,
+        Err(error) => fail(error, Exit::BadConfig),
     }
 }
 
