@@ -477,11 +477,6 @@ pub(crate) fn built_in() -> Settings {
 }
 
 impl Settings {
-    /// Uid of the index `collection` feeds, with the configured prefix.
-    pub fn index_uid(&self, collection: librechat::Collection) -> String {
-        collection.index_uid(&self.meili.index_prefix)
-    }
-
     /// The rules that tie settings together, checked once each has been
     /// read, and the values taken from other settings.
     fn complete(mut self, raw: &Config) -> Result<Self, ConfigError> {

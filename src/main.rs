@@ -401,7 +401,7 @@ async fn verify(reconciler: &Reconciler, only: Option<Collection>, json: bool) -
 /// server (and why), and the chat collections.
 async fn status(db: &mongodb::Database, settings: &Settings, json: bool) -> Exit {
     let read = async {
-        let status = lease::read_status_with(db, &settings.lease, follow::saved::describe)
+        let status = lease::read_status(db, &settings.lease, follow::saved::describe)
             .await
             .map_err(|e| e.to_string())?;
         let mode = ModeView::of_server(db, settings.serve.follow, settings.sync.plan_only).await;

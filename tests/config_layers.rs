@@ -101,12 +101,13 @@ fn built_in_defaults_match_the_design() {
     assert_eq!(s.meili.index_prefix, "");
     assert_eq!(s.meili.filterable_attributes, vec!["user".to_string()]);
     assert_eq!(s.mongo.database, "LibreChat");
+    let uid = |c: meili_reconciler::mongo::Collection| c.index_uid(&s.meili.index_prefix);
     assert_eq!(
-        s.index_uid(meili_reconciler::mongo::Collection::Messages),
+        uid(meili_reconciler::mongo::Collection::Messages),
         "messages"
     );
     assert_eq!(
-        s.index_uid(meili_reconciler::mongo::Collection::Conversations),
+        uid(meili_reconciler::mongo::Collection::Conversations),
         "convos"
     );
 }

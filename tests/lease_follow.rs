@@ -46,7 +46,7 @@ async fn follow_owner(
             }
             n += 1;
             lease
-                .write_job_fields(&guard, |now| {
+                .write_job_fields(&guard, doc! {}, |now| {
                     doc! { "$set": { "followToken": { "_data": n }, "followTokenSavedAt": now } }
                 })
                 .await?;

@@ -777,14 +777,18 @@ async fn an_unreachable_mongodb_is_reported_as_such() {
 async fn status_shows_the_owner_expiry_progress_and_summary() {
     let db = database("lease_status").await;
     let opts = fast_options("status", "owner");
-    let before = read_status(&db, &opts).await.unwrap();
+    let before = read_status(&db, &opts, |_| Default::default())
+        .await
+        .unwrap();
     assert_eq!(before.state, LeaseState::NeverRun);
 
     let (owner, _guard, shutdown) =
         start_endless_owner(&db, opts.clone(), Effects::default()).await;
     // Wait for a renewal to carry the progress.
     let status = loop {
-        let status = read_status(&db, &opts).await.unwrap();
+        let status = read_status(&db, &opts, |_| Default::default())
+            .await
+            .unwrap();
         if status
             .progress
             .as_ref()
@@ -814,7 +818,10 @@ async fn status_shows_the_owner_expiry_progress_and_summary() {
     shutdown.cancel();
     owner.await.unwrap().unwrap_err();
     // Released on shutdown: where it stopped, not a live progress.
-    let text = read_status(&db, &opts).await.unwrap().to_string();
+    let text = read_status(&db, &opts, |_| Default::default())
+        .await
+        .unwrap()
+        .to_string();
     assert!(
         text.contains("stopped at: endless") && !text.contains("progress:"),
         "{text}"
@@ -824,7 +831,9 @@ async fn status_shows_the_owner_expiry_progress_and_summary() {
     run_recording(&db, &next, Duration::ZERO, Default::default())
         .await
         .unwrap();
-    let status = read_status(&db, &opts).await.unwrap();
+    let status = read_status(&db, &opts, |_| Default::default())
+        .await
+        .unwrap();
     assert_eq!(status.state, LeaseState::Completed);
     assert_eq!(status.summary, Some(json!({ "by": "next" })));
     let text = status.to_string();

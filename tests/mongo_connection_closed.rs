@@ -1,7 +1,7 @@
 //! A connection MongoDB closes under the server clock's `hello`: the
 //! command is sent again on a new connection, as the driver does for reads
 //! (but not for `run_command`), so one dropped connection does not fail a
-//! run (`mongo::server_time`).
+//! run (`lease::clock::server_now`, behind `mongo::server_time`).
 
 use crate::support;
 

@@ -16,7 +16,7 @@
 //! safe point (micro-batch applied, token saved) it ends with
 //! [`JobEnd::HandOver`].
 //! Every `serve.interval` (±10%) it stops applying (the stream waits on the
-//! server), reconciles, records the run (`lease.record_completion`) and goes on.
+//! server), reconciles, records the run (`lease.hold_after_completion`) and goes on.
 //! Deletes whose Meilisearch id is unknown (no pre-image) are left to the
 //! id-set comparison, at once for the first and then at most once per
 //! `follow.orphan_check_every`. That a comparison is owed is recorded in the
@@ -502,7 +502,9 @@ impl Follower<'_> {
         self.owner.status().set_state(FollowState::Reconciling);
         info!("periodic reconciliation: changes wait on the server meanwhile");
         let summary = summary_json(&self.owner.reconcile(self.engine).await?);
-        let recorded = self.lease.record_completion(self.engine.guard, &summary);
+        let recorded = self
+            .lease
+            .hold_after_completion(self.engine.guard, Some(&summary));
         if let Err(error) = unless_lost(recorded.await)? {
             warn!(%error, "could not record the periodic reconciliation in the lease")
         }

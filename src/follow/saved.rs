@@ -40,7 +40,7 @@ pub(crate) async fn save_token(
     token: &Document,
 ) -> Result<(), LeaseWriteError> {
     lease
-        .write_job_fields(guard, |now| {
+        .write_job_fields(guard, doc! {}, |now| {
             doc! { "$set": { TOKEN: token.clone(), TOKEN_SAVED_AT: now } }
         })
         .await
@@ -58,7 +58,7 @@ pub(crate) async fn owe_orphan_check(
 ) -> Result<(), LeaseWriteError> {
     let field = format!("{ORPHAN_CHECKS}.{collection}");
     lease
-        .write_job_fields(guard, |_| doc! { "$max": { field: since } })
+        .write_job_fields(guard, doc! {}, |_| doc! { "$max": { field: since } })
         .await
 }
 
@@ -73,7 +73,7 @@ pub(crate) async fn orphan_check_done(
 ) -> Result<(), LeaseWriteError> {
     let field = format!("{ORPHAN_CHECKS}.{collection}");
     lease
-        .write_job_fields_where(
+        .write_job_fields(
             guard,
             doc! { field.as_str(): { "$lte": started } },
             |_| doc! { "$unset": { field.as_str(): "" } },

@@ -21,15 +21,28 @@
 use std::time::Duration;
 
 use mongodb::bson::{doc, Bson, DateTime, Document};
-use mongodb::error::Error;
+use mongodb::error::{Error, ErrorKind};
 use mongodb::options::{ReadPreference, SelectionCriteria};
 use mongodb::Database;
 
 /// The primary's current time, from `hello` → `localTime`.
+///
+/// A `hello` that fails on the connection (reset, closed) is sent once more,
+/// as the driver does for every read but not for `run_command`: a server may
+/// close a pooled connection while it sits idle (DocumentDB's gateway does
+/// under load), and the first command sent on it fails although the server
+/// is up. The second attempt selects the server again and gets a new
+/// connection; a server that is really gone fails it too.
 pub async fn server_now(db: &Database) -> mongodb::error::Result<DateTime> {
     let primary = SelectionCriteria::ReadPreference(ReadPreference::Primary);
-    let hello = db.run_command(doc! { "hello": 1 });
-    let reply = hello.selection_criteria(primary).await?;
+    let hello = || {
+        db.run_command(doc! { "hello": 1 })
+            .selection_criteria(primary.clone())
+    };
+    let reply = match hello().await {
+        Err(e) if matches!(*e.kind, ErrorKind::Io(_)) => hello().await?,
+        answer => answer?,
+    };
     let missing = || MissingLocalTime(reply.get("localTime").map(|v| format!("{v:?}")));
     local_time(&reply).ok_or_else(|| Error::custom(missing()))
 }

@@ -152,7 +152,8 @@ pub struct LeaseHandle {
 impl LeaseHandle {
     /// The run's work is done (`summary`; `None` when a fresh completion by
     /// someone else was relied on) and this owner keeps the lease (the
-    /// document's `following`), until it hands it over, is stopped, or fails.
+    /// document's `following`), until it hands it over, is stopped, or fails;
+    /// again after each of its later reconciliations, to record them.
     pub async fn hold_after_completion(
         &self,
         guard: &Guard,
@@ -162,34 +163,15 @@ impl LeaseHandle {
         self.fenced(guard, write).await
     }
 
-    /// Another completion while this owner keeps the lease.
-    pub(crate) async fn record_completion(
-        &self,
-        guard: &Guard,
-        summary: &serde_json::Value,
-    ) -> Result<(), LeaseWriteError> {
-        let write = |now| self.store.record_completion(&self.fence, now, summary);
-        self.fenced(guard, write).await
-    }
-
     /// Writes the job's own fields of the document (`update`, given the
     /// server time the write is made at: update operators over fields that
     /// are not the lease's, see [`LEASE_FIELDS`](super::store::LEASE_FIELDS)),
-    /// under the fence. The job alone knows what those fields mean; the
-    /// lease keeps them across owners and never resets them.
+    /// under the fence, where the document also matches `condition` (over
+    /// the job's fields; empty: always). A condition that does not match,
+    /// with the lease still ours, is `Ok` and writes nothing. The job alone
+    /// knows what those fields mean; the lease keeps them across owners and
+    /// never resets them.
     pub async fn write_job_fields(
-        &self,
-        guard: &Guard,
-        update: impl FnOnce(mongodb::bson::DateTime) -> Document,
-    ) -> Result<(), LeaseWriteError> {
-        self.write_job_fields_where(guard, Document::new(), update)
-            .await
-    }
-
-    /// As [`LeaseHandle::write_job_fields`], applied only where the document
-    /// also matches `condition` (over the job's fields); a condition that does
-    /// not match, with the lease still ours, is `Ok` and writes nothing.
-    pub(crate) async fn write_job_fields_where(
         &self,
         guard: &Guard,
         condition: Document,

@@ -39,5 +39,5 @@ pub use job::{JobEnd, LeasedJob};
 pub use options::{LeaseOptions, LeaseWriteConcern};
 pub use outcome::{LeaseError, Outcome};
 pub use runner::run_single_flight;
-pub use status::{read_status, read_status_with, LeaseState};
+pub use status::{read_status, LeaseState};
 pub(crate) use status::{JobFields, LeaseStatus};

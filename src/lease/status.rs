@@ -73,7 +73,7 @@ pub struct LeaseStatus {
     /// the lease.
     pub(crate) handover_requested_by: Option<String>,
     /// What the job keeps in the document, as the job shows it (see
-    /// [`read_status_with`]).
+    /// [`read_status`]).
     #[serde(flatten)]
     pub(crate) job_fields: JobFields,
 }
@@ -92,17 +92,9 @@ pub struct JobFields {
 }
 
 /// Reads the job's lease document and the server's clock: the lease's own
-/// fields only.
+/// fields, and the job's as `describe` shows them (given the document as
+/// read; `None`: there is none yet).
 pub async fn read_status(
-    db: &Database,
-    opts: &LeaseOptions,
-) -> Result<LeaseStatus, LeaseError<Infallible>> {
-    read_status_with(db, opts, |_| JobFields::default()).await
-}
-
-/// As [`read_status`], with the job's own fields as `describe` shows them
-/// (given the document as read; `None`: there is none yet).
-pub async fn read_status_with(
     db: &Database,
     opts: &LeaseOptions,
     describe: impl FnOnce(Option<&Document>) -> JobFields,

@@ -448,7 +448,8 @@ impl JobStore {
     /// The run's work is done (`summary`; `None` when a fresh completion by
     /// someone else was relied on) and the owner keeps the lease
     /// (`following`). `status` reads `completed`, so LibreChat's waiters are
-    /// done; `following` keeps it ours.
+    /// done; `following` keeps it ours. Written again with each of the
+    /// owner's later completions (its periodic reconciliations).
     pub(crate) async fn hold_after_completion(
         &self,
         fence: &Fence,
@@ -467,18 +468,6 @@ impl JobStore {
         }
         let update = doc! { "$set": set, "$unset": { "error": "", "retryAt": "" } };
         self.fenced_update(fence, now, update, None).await
-    }
-
-    /// Another completion by an owner that keeps the lease (it stays held).
-    pub(crate) async fn record_completion(
-        &self,
-        fence: &Fence,
-        now: DateTime,
-        summary: &serde_json::Value,
-    ) -> Answer {
-        let set = doc! { "completedAt": now, "summary": summary_bson(summary), "updatedAt": now };
-        self.fenced_update(fence, now, doc! { "$set": set }, None)
-            .await
     }
 
     /// The job's own write: `update` (update operators over the job's

@@ -124,7 +124,7 @@ impl Collection {
 
     /// The uid of the index this collection feeds, under `prefix`
     /// (`meili.index_prefix`).
-    pub(crate) fn index_uid(self, prefix: &str) -> String {
+    pub fn index_uid(self, prefix: &str) -> String {
         format!("{prefix}{}", self.index_name())
     }
 

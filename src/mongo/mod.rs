@@ -23,10 +23,10 @@
 use futures::TryStreamExt;
 use mongodb::action::Find;
 use mongodb::bson::{doc, Bson, DateTime, Document};
-use mongodb::error::ErrorKind;
 use mongodb::{Collection as MongoCollection, Database};
 use serde::de::DeserializeOwned;
 
+use crate::lease::clock;
 use crate::librechat::markers::{self, SCHEMA_VERSION, VERSION_TOKEN};
 use crate::librechat::searchable;
 use crate::librechat::{projection, Rules};
@@ -105,29 +105,9 @@ fn after_id(mut filter: Document, after: Option<&Bson>) -> Document {
     filter
 }
 
-/// The server's current time (`hello.localTime`: a BSON date on MongoDB,
-/// Int64 milliseconds on DocumentDB-based servers).
-///
-/// A `hello` that fails on the connection (reset, closed) is sent once more,
-/// as the driver does for every read but not for `run_command`: a server may
-/// close a pooled connection while it sits idle (DocumentDB's gateway does
-/// under load), and the first command sent on it fails although the server
-/// is up. The second attempt selects the server again and gets a new
-/// connection; a server that is really gone fails it too.
+/// The server's current time (`hello.localTime`, [`clock::server_now`]).
 pub async fn server_time(db: &Database) -> Result<DateTime, MongoError> {
-    let hello = || db.run_command(doc! { "hello": 1 });
-    let hello = match hello().await {
-        Err(e) if matches!(*e.kind, ErrorKind::Io(_)) => hello().await,
-        answer => answer,
-    }
-    .map_err(mongo_err("hello"))?;
-    match hello.get("localTime") {
-        Some(Bson::DateTime(t)) => Ok(*t),
-        Some(Bson::Int64(ms)) => Ok(DateTime::from_millis(*ms)),
-        Some(Bson::Int32(ms)) => Ok(DateTime::from_millis(i64::from(*ms))),
-        Some(Bson::Double(ms)) => Ok(DateTime::from_millis(*ms as i64)),
-        _ => Err(MongoError::new("hello", "the answer has no localTime")),
-    }
+    clock::server_now(db).await.map_err(mongo_err("hello"))
 }
 
 /// `projection` plus what is read of a document to judge it: the fields

@@ -63,7 +63,7 @@ async fn readyz(State(ctx): State<HttpContext>) -> (StatusCode, Json<Value>) {
 }
 
 async fn status(State(ctx): State<HttpContext>) -> Json<Value> {
-    let read = lease::read_status_with(&ctx.reconciler.db, &ctx.lease, saved::describe);
+    let read = lease::read_status(&ctx.reconciler.db, &ctx.lease, saved::describe);
     let lease = match tokio::time::timeout(PROBE_TIMEOUT, read).await {
         Ok(Ok(status)) => serde_json::to_value(status).unwrap_or_default(),
         Ok(Err(e)) => json!({ "error": e.to_string() }),

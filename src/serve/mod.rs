@@ -68,7 +68,7 @@ pub async fn run(
         state: state.clone(),
         reconciler: reconciler.clone(),
         lease: lease.clone(),
-        metrics: crate::metrics::install(&Collection::ALL.map(|c| settings.index_uid(c))),
+        metrics: crate::metrics::install(&Collection::ALL.map(|c| reconciler.sync.index_uid(c))),
     };
     let server = axum::serve(listener, http::router(ctx))
         .with_graceful_shutdown(shutdown.token().cancelled_owned())
