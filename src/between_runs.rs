@@ -14,10 +14,8 @@ use crate::mongo::{self, Collection};
 
 /// Time until the lease allows a retry of the failed run, by MongoDB's clock.
 pub(crate) async fn retry_delay(reconciler: &Reconciler, lease: &LeaseOptions) -> Option<Duration> {
-    let status = lease::read_status(&reconciler.db, lease, |_| Default::default())
-        .await
-        .ok()?;
-    let secs = status.retry_in_secs?;
+    let read = lease::read_status(&reconciler.db, lease, |_| Default::default());
+    let secs = read.await.ok()?.retry_in_secs?;
     // A little past retryAt, so the claim is allowed when it arrives.
     Some(Duration::from_secs_f64(secs.max(0.0)) + Duration::from_millis(100))
 }

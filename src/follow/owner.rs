@@ -128,17 +128,12 @@ async fn hold(
     guard: &Guard,
     summary: Option<&RunSummary>,
 ) -> Result<(), ReconcileError> {
-    let summary = summary.map(summary_json);
+    let summary = summary.map(|summary| serde_json::to_value(summary).unwrap_or_default());
     match lease.hold_after_completion(guard, summary.as_ref()).await {
         Ok(()) => Ok(()),
         Err(LeaseWriteError::Lost(lost)) => Err(ReconcileError::LeaseLost(lost)),
         Err(unconfirmed) => Err(ReconcileError::Other(unconfirmed.to_string())),
     }
-}
-
-/// A reconciliation's summary as the lease document stores it.
-fn summary_json(summary: &RunSummary) -> serde_json::Value {
-    serde_json::to_value(summary).unwrap_or_default()
 }
 
 enum Ended {
@@ -501,7 +496,8 @@ impl Follower<'_> {
         self.drain().await?;
         self.owner.status().set_state(FollowState::Reconciling);
         info!("periodic reconciliation: changes wait on the server meanwhile");
-        let summary = summary_json(&self.owner.reconcile(self.engine).await?);
+        let summary = serde_json::to_value(self.owner.reconcile(self.engine).await?);
+        let summary = summary.unwrap_or_default();
         let recorded = self
             .lease
             .hold_after_completion(self.engine.guard, Some(&summary));

@@ -64,7 +64,7 @@ impl<'a> Run<'a> {
             guard: self.guard,
             progress,
             collection,
-            uid: self.opts.index_uid(collection),
+            uid: collection.index_uid(&self.opts.index_prefix),
             phases: Arc::clone(&self.phases),
             read_back: crate::mongo::ReadBack::default(),
             ack_gate: None,

@@ -1,7 +1,7 @@
 //! What a reconciliation may do and how hard it pushes ([`SyncOptions`],
-//! from the settings), and the uids of the indexes it works on: a
-//! live index's ([`SyncOptions::index_uid`]) and the index a zero-downtime
-//! reindex builds beside it ([`build_uid`]). Below every step of the engine,
+//! from the settings), and the uids of the indexes it works on: a live
+//! index's ([`Collection::index_uid`] under `index_prefix`) and the index a
+//! zero-downtime reindex builds beside it ([`build_uid`]). Below every step of the engine,
 //! which all read them.
 
 use std::time::Duration;
@@ -82,11 +82,6 @@ impl SyncOptions {
             state_job: settings.lease.job.clone(),
             rules: sync.rules(),
         }
-    }
-
-    /// The Meilisearch index uid that `collection` feeds.
-    pub fn index_uid(&self, collection: Collection) -> String {
-        collection.index_uid(&self.index_prefix)
     }
 }
 

@@ -137,7 +137,7 @@ pub(crate) async fn survey(
     let pending = marker::pending(mongo_db, opts).await?;
     let mut indexes = Vec::new();
     for collection in Collection::ALL {
-        let index_uid = opts.index_uid(collection);
+        let index_uid = collection.index_uid(&opts.index_prefix);
         let info = meili.index(&index_uid).await?;
         let leftover_build_index = meili.index(&build_uid(&index_uid)).await?.is_some();
         let pending_cleanup =

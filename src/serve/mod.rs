@@ -64,11 +64,12 @@ pub async fn run(
     tracing::info!(listen = %local, "serving /healthz /readyz /status /metrics");
 
     let state = ReplicaState::new(replica);
+    let prefix = &reconciler.sync.index_prefix;
     let ctx = http::HttpContext {
         state: state.clone(),
         reconciler: reconciler.clone(),
         lease: lease.clone(),
-        metrics: crate::metrics::install(&Collection::ALL.map(|c| reconciler.sync.index_uid(c))),
+        metrics: crate::metrics::install(&Collection::ALL.map(|c| c.index_uid(prefix))),
     };
     let server = axum::serve(listener, http::router(ctx))
         .with_graceful_shutdown(shutdown.token().cancelled_owned())

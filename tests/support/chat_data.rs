@@ -74,7 +74,7 @@ impl Env {
     }
 
     pub fn uid(&self, collection: Collection) -> String {
-        self.opts.index_uid(collection)
+        collection.index_uid(&self.opts.index_prefix)
     }
 
     pub async fn run(&self) -> Result<RunSummary, ReconcileError> {
