@@ -7,8 +7,6 @@
 //! [`run_leased`], so all three share one lease protocol and one meaning of
 //! "done".
 
-use std::fmt::Display;
-
 use mongodb::Database;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -114,46 +112,21 @@ pub enum RunOutcome {
 impl RunOutcome {
     /// How a leased job of the engine ended (`once`, `reindex`,
     /// `verify --repair`, each scheduled run, a follow-mode owner): the
-    /// runner's answer, in the job's types: `summary` and `engine_error`
-    /// take its output and error to the engine's. Counts a lost lease in the
-    /// metrics.
-    pub(crate) fn of_lease<T, E: Display>(
-        result: Result<Outcome<T>, LeaseError<E>>,
-        summary: impl FnOnce(T) -> RunSummary,
-        engine_error: impl FnOnce(E) -> ReconcileError,
+    /// runner's answer. Counts a lost lease in the metrics.
+    pub(crate) fn of_lease(
+        result: Result<Outcome<RunSummary>, LeaseError<ReconcileError>>,
     ) -> Self {
-        match result {
-            Ok(Outcome::Ran { summary: ran, .. }) => RunOutcome::completed(&summary(ran)),
-            Ok(Outcome::HandedOver { to }) => RunOutcome::HandedOver { to },
+        let error = match result {
+            Ok(Outcome::Ran { summary, .. }) => return RunOutcome::completed(&summary),
+            Ok(Outcome::HandedOver { to }) => return RunOutcome::HandedOver { to },
             Ok(Outcome::CompletedByOther { owner, summary, .. }) => {
-                RunOutcome::DoneByOther { owner, summary }
+                return RunOutcome::DoneByOther { owner, summary }
             }
-            Err(error) => RunOutcome::of_lease_error(error, engine_error),
-        }
-    }
-
-    fn of_lease_error<E: Display>(
-        error: LeaseError<E>,
-        engine_error: impl FnOnce(E) -> ReconcileError,
-    ) -> Self {
+            Err(error) => error,
+        };
         let text = error.to_string();
         match error {
-            // Said with the engine's error, whatever the job's own says.
-            LeaseError::JobFailed {
-                epoch,
-                error,
-                attempt,
-                retry_at,
-            } => {
-                let error = engine_error(error);
-                let failed = LeaseError::JobFailed {
-                    epoch,
-                    error: &error,
-                    attempt,
-                    retry_at,
-                };
-                RunOutcome::of_engine_error(&error, failed.to_string())
-            }
+            LeaseError::JobFailed { error, .. } => RunOutcome::of_engine_error(&error, text),
             LeaseError::Refused { .. } => RunOutcome::Failed { error: text },
             LeaseError::MongoUnavailable(_) => RunOutcome::Unreachable { error: text },
             LeaseError::LeaseLost { .. } => {
@@ -239,7 +212,7 @@ where
         async move { run.await.inspect(record_documents) }
     };
     let result = lease::run_single_flight(db, lease, &mut job, progress, shutdown).await;
-    let outcome = RunOutcome::of_lease(result, |summary| summary, |error| error);
+    let outcome = RunOutcome::of_lease(result);
     metrics::run_finished(outcome.metric_label(), outcome.is_success());
     outcome
 }
@@ -365,7 +338,7 @@ mod tests {
         ];
         for (result, exit) in cases {
             let shown = format!("{result:?}");
-            let outcome = RunOutcome::of_lease(result, |summary| summary, |error| error);
+            let outcome = RunOutcome::of_lease(result);
             assert_eq!(outcome.exit(), exit, "{shown}");
         }
         assert_eq!(Exit::Unreachable as u8, 4);

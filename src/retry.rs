@@ -13,6 +13,10 @@
 //! | [`task_polling`] | `first` | `max` | the task ending | `meili` |
 //! | [`stream_reopen`] | 500 ms | 8 s | 5 retries | `follow::owner` |
 //!
+//! Not a policy, and so not here: the server clock's `hello` is sent once
+//! more at once when its connection fails (`lease::clock::server_now`), as
+//! the driver does for reads.
+//!
 //! Jitter (each delay stretched by a random factor in `[1, 2)`) spreads the
 //! replicas that all saw the same failover, so they do not retry in step.
 

@@ -41,7 +41,8 @@ pub(crate) enum Action {
     Send(Document),
     Skip,
     /// Deleted from Meilisearch by its id, when known (not searchable and
-    /// without one, it cannot be in the index), and marked removed.
+    /// without one, it cannot be in the index), and, with `mark_removed`,
+    /// marked removed.
     Remove {
         meili_id: Option<String>,
         mark_removed: bool,

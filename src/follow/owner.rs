@@ -84,6 +84,10 @@ pub(crate) struct Owner {
     pub(crate) reconciler: Reconciler,
     pub(crate) options: FollowOptions,
     pub(crate) replica: Arc<dyn ReplicaReport>,
+    /// The server turned out not to serve change streams: the replica goes
+    /// back to interval mode, whether the one reconciliation run instead
+    /// completed or failed.
+    pub(crate) no_change_streams: bool,
 }
 
 impl LeasedJob for Owner {
@@ -93,9 +97,9 @@ impl LeasedJob for Owner {
     /// The job: runs until the lease is lost, shutdown, a handover
     /// ([`JobEnd::HandOver`]) or a failure; completes only when change
     /// streams turned out not to be served (after one reconciliation, like
-    /// interval mode, whose summary is the completion's). Once they did,
-    /// the follow state says so ([`FollowState::Unsupported`]), whether
-    /// that reconciliation completed or failed.
+    /// interval mode, whose summary is the completion's); then
+    /// [`Owner::no_change_streams`] is set, whether that reconciliation
+    /// completed or failed.
     async fn run(
         &mut self,
         guard: Guard,
@@ -110,7 +114,10 @@ impl LeasedJob for Owner {
         let mut reconcile_first = false;
         loop {
             match self.begin(&t, &lease, reconcile_first).await? {
-                Ended::Unsupported(summary) => return Ok(JobEnd::Completed(summary)),
+                Ended::Unsupported(reconciled) => {
+                    self.no_change_streams = true;
+                    return reconciled.map(JobEnd::Completed);
+                }
                 Ended::HandOver(to) => return Ok(JobEnd::HandOver { to }),
                 Ended::Restart(reason) => {
                     warn!(%reason, "the change stream must start over: following again after a full reconciliation");
@@ -138,7 +145,7 @@ async fn hold(
 
 enum Ended {
     /// No change streams here: reconciled once, as interval mode does.
-    Unsupported(RunSummary),
+    Unsupported(Result<RunSummary, ReconcileError>),
     HandOver(String),
     /// Follow again from a full reconciliation (why).
     Restart(String),
@@ -241,7 +248,7 @@ impl Owner {
         self.status().set_state(FollowState::Unsupported);
         self.replica
             .enter_mode(ModeView::no_change_streams(why), self.options.interval);
-        Ok(Ended::Unsupported(self.reconcile(t).await?))
+        Ok(Ended::Unsupported(self.reconcile(t).await))
     }
 
     /// One reconciliation by the engine, recorded like a run of `run`.

@@ -48,6 +48,7 @@ pub(crate) async fn run(
             reconciler: reconciler.clone(),
             options: options.clone(),
             replica: state.clone(),
+            no_change_streams: false,
         };
         let result = lease::run_single_flight(
             &reconciler.db,
@@ -57,13 +58,14 @@ pub(crate) async fn run(
             shutdown.token(),
         )
         .await;
-        // Following turned out impossible (the owner said so in the follow
-        // state): the reconciliation it ran instead is recorded already.
-        let unsupported = state.follow().state() == FollowState::Unsupported;
+        // Following turned out impossible: the reconciliation run instead
+        // is recorded already.
         let outcome = match result {
             Ok(lease::Outcome::Ran { .. }) => return FollowEnd::Unsupported,
-            Err(LeaseError::JobFailed { .. }) if unsupported => return FollowEnd::Unsupported,
-            result => RunOutcome::of_lease(result, |summary| summary, |error| error),
+            Err(LeaseError::JobFailed { .. }) if owner.no_change_streams => {
+                return FollowEnd::Unsupported
+            }
+            result => RunOutcome::of_lease(result),
         };
         metrics::run_finished(outcome.metric_label(), outcome.is_success());
         if shutdown.is_requested() {

@@ -87,10 +87,6 @@ impl FollowStatus {
         f(&mut self.0.lock().expect("follow status poisoned"))
     }
 
-    pub(crate) fn state(&self) -> FollowState {
-        self.with(|inner| inner.state)
-    }
-
     pub(crate) fn set_state(&self, state: FollowState) {
         self.with(|inner| {
             inner.state = state;

@@ -27,7 +27,8 @@ use mongodb::Database;
 
 /// The primary's current time, from `hello` → `localTime`.
 ///
-/// A `hello` that fails on the connection (reset, closed) is sent once more,
+/// A `hello` that fails on the connection (reset, closed, or its pool
+/// cleared by such a failure) is sent once more,
 /// as the driver does for every read but not for `run_command`: a server may
 /// close a pooled connection while it sits idle (DocumentDB's gateway does
 /// under load), and the first command sent on it fails although the server
@@ -40,11 +41,18 @@ pub async fn server_now(db: &Database) -> mongodb::error::Result<DateTime> {
             .selection_criteria(primary.clone())
     };
     let reply = match hello().await {
-        Err(e) if matches!(*e.kind, ErrorKind::Io(_)) => hello().await?,
+        Err(e)
+            if matches!(
+                *e.kind,
+                ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. }
+            ) =>
+        {
+            hello().await?
+        }
         answer => answer?,
     };
     let missing = || MissingLocalTime(reply.get("localTime").map(|v| format!("{v:?}")));
-    local_time(&reply).ok_or_else(|| Error::custom(missing()))
+    local_time(&reply).ok_or_else(|| Error::custom(missing().to_string()))
 }
 
 /// `localTime` from a `hello` reply: a BSON date on MongoDB, Int64

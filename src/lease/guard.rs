@@ -8,8 +8,8 @@
 //!
 //! An owner's guard also carries its [`LeaseHandle`] (`guard.lease()`): what
 //! the job may write to its own lease document besides the runner's
-//! claim/renew/complete/fail/release — keep the lease after completing,
-//! record another completion (docs/design.md §5.12), and its own fields,
+//! claim/renew/end — keep the lease after completing, and record each later
+//! completion the same way (docs/design.md §5.12), and its own fields,
 //! whose names and meaning only the job knows — each made under the same
 //! fence and local deadline as the job's other side effects. The guard and the handle live in one module because
 //! each refers to the other (the guard holds the handle; every handle write
@@ -78,11 +78,10 @@ impl Guard {
     /// Whoever first sees the deadline pass — this check or the renewal
     /// timer — cancels the guard, so `cancelled()` and `check()` always agree.
     pub fn check(&self) -> Result<(), LeaseLost> {
+        // Only `cancel` cancels the token, after setting the reason: the
+        // reason alone says whether (and why) the guard is cancelled.
         if let Some(reason) = self.reason.get() {
             return Err(reason.clone());
-        }
-        if self.token.is_cancelled() {
-            return Err(LeaseLost::ShuttingDown);
         }
         let passed = self.deadline().is_some_and(|at| Instant::now() >= at);
         if passed {

@@ -33,9 +33,9 @@
 //!   those, so the claim is a compare-and-swap on the whole judged state: if
 //!   anyone wrote in between, nothing matches, the upsert's insert collides
 //!   with the existing `_id` (E11000) and we are a follower.
-//! - **Renew / complete / fail / release** (and the writes of an owner that
-//!   keeps the lease: hold after completing, record a completion, the job's
-//!   own fields): `updateOne`
+//! - **Renew / end** (completed, failed or released) and the writes of an
+//!   owner that keeps the lease (hold after completing, again after each
+//!   later completion; the job's own fields): `updateOne`
 //!   fenced by `_id + owner + epoch + held + leaseExpiresAt > server now`.
 //!   Matching nothing means the lease is no longer ours — unless an earlier
 //!   attempt of the same write landed without its reply reaching us, which a

@@ -147,8 +147,8 @@ pub(crate) async fn enqueue_documents(
 /// Accepted documents of one index awaiting their acknowledgement, at most
 /// one version per document: the one Meilisearch was given last. Follow
 /// mode gathers those of consecutive micro-batches whose tasks ended
-/// together and acknowledges them at once ([`acknowledge_accepted`]),
-/// sorted by `_id` then. By `_id` key.
+/// together and acknowledges them at once, sorted by `_id`
+/// ([`acknowledge_accepted`]); keyed by `_id`.
 #[derive(Default)]
 pub(crate) struct Accepted(HashMap<String, BatchDoc>);
 

@@ -188,9 +188,12 @@ async fn compare_part(
     comparison: &mut Comparison,
     repair: Option<&HashSet<String>>,
 ) -> Result<Tally, ReconcileError> {
-    // Not repairing, the sender's channel closes at once: it sends nothing.
+    // Not repairing (`verify`), no sender is started: nothing may be written.
+    let Some(skip) = repair else {
+        return compare_mongo(ctx, now, part, meili, comparison, None).await;
+    };
     let (tx, rx) = mpsc::channel::<Batch>(1);
-    let repair = repair.map(|skip| Repair {
+    let repair = Some(Repair {
         skip,
         tx,
         to_clear: Vec::new(),

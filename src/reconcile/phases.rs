@@ -98,12 +98,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_metric_lists_every_phase_label() {
-        assert_eq!(SYNC_PHASES.len(), PhaseClock::default().0.len());
-        assert_eq!(
-            SYNC_PHASES[Phase::PipelineWaited as usize],
-            "pipeline_waited"
-        );
+    fn each_phase_has_its_own_metric_label_and_json_key() {
+        use Phase::*;
+        let labels = [
+            (Read, "read", "readSecs"),
+            (Build, "build", "buildSecs"),
+            (Send, "send", "sendSecs"),
+            (MeiliWait, "meili_wait", "meiliWaitSecs"),
+            (Ack, "ack", "ackSecs"),
+            (AckWaited, "ack_waited", "ackWaitedSecs"),
+            (ReaderWaited, "reader_waited", "readerWaitedSecs"),
+            (PipelineWaited, "pipeline_waited", "pipelineWaitedSecs"),
+        ];
+        assert_eq!(SYNC_PHASES.len(), labels.len());
+        let clock = PhaseClock::default();
+        for (i, (phase, _, _)) in labels.iter().enumerate() {
+            clock.add(*phase, Duration::from_secs(i as u64 + 1));
+        }
+        let json = serde_json::to_value(clock.snapshot()).unwrap();
+        for (i, (phase, label, key)) in labels.into_iter().enumerate() {
+            assert_eq!(SYNC_PHASES[phase as usize], label);
+            assert_eq!(json[key], (i + 1) as f64, "{key} in {json}");
+        }
     }
 
     #[test]
