@@ -45,14 +45,22 @@ def read_env_file(path):
     return env
 
 
-def list_tests(binary, filters):
+def list_tests(binary, filters, *options):
     listed = subprocess.run(
-        [binary, "--list", "--format", "terse", *filters],
+        [binary, "--list", "--format", "terse", *options, *filters],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
     return [line[: -len(": test")] for line in listed.splitlines() if line.endswith(": test")]
+
+
+def tests_to_run(binary, filters):
+    """The tests FILTERs pick, less the `#[ignore]`d ones (entry points of
+    child processes, which libtest would run as `1 ignored`, neither passed
+    nor failed)."""
+    ignored = set(list_tests(binary, filters, "--ignored"))
+    return [test for test in list_tests(binary, filters) if test not in ignored]
 
 
 class Pool:
@@ -138,7 +146,7 @@ def main():
     binary, log_path, *env_files = args
     if not env_files:
         sys.exit("suite_pool.py: no ENV_FILE, no worker")
-    tests = list_tests(binary, filters)
+    tests = tests_to_run(binary, filters)
     lanes = [[t for t in tests if t.startswith(prefix)] for prefix in prefixes]
     lanes = [lane for lane in lanes if lane]
     in_lanes = {t for lane in lanes for t in lane}
