@@ -39,7 +39,10 @@ pub(crate) enum Mode {
 impl Mode {
     /// `follow` or `interval`, as `/status` shows it.
     pub(crate) fn as_str(self) -> &'static str {
-        ["follow", "interval"][self as usize]
+        match self {
+            Mode::Follow => "follow",
+            Mode::Interval => "interval",
+        }
     }
 }
 

@@ -261,7 +261,12 @@ pub(crate) enum Op {
 
 impl Op {
     pub(crate) fn label(self) -> &'static str {
-        ["insert", "update", "replace", "delete"][self as usize]
+        match self {
+            Op::Insert => "insert",
+            Op::Update => "update",
+            Op::Replace => "replace",
+            Op::Delete => "delete",
+        }
     }
 }
 

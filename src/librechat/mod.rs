@@ -184,15 +184,15 @@ impl Rules {
 /// empty, not starting with `$`, without `.` or NUL (how MongoDB field
 /// names may be written in a filter). The reason when not.
 pub(crate) fn check_exclusion_path(path: &str) -> Result<(), &'static str> {
-    let refusals = [
-        (str::is_empty as fn(&str) -> bool, "must not be empty"),
-        (|path| path.starts_with('$'), "must not start with `$`"),
-        (
-            |path| path.contains('.'),
-            "must be a top-level field name (no `.`)",
-        ),
-        (|path| path.contains('\0'), "must not contain NUL"),
-    ];
-    let refused = refusals.into_iter().find(|(refuses, _)| refuses(path));
-    refused.map_or(Ok(()), |(_, reason)| Err(reason))
+    if path.is_empty() {
+        Err("must not be empty")
+    } else if path.starts_with('$') {
+        Err("must not start with `$`")
+    } else if path.contains('.') {
+        Err("must be a top-level field name (no `.`)")
+    } else if path.contains('\0') {
+        Err("must not contain NUL")
+    } else {
+        Ok(())
+    }
 }

@@ -70,8 +70,10 @@ fn held_by_librechat(s: &LeaseStatus, f: &mut fmt::Formatter<'_>) -> fmt::Result
         _ => "last written by a LibreChat replica",
     };
     writeln!(f, "state:      {state}")?;
-    let owner = s.owner.as_ref();
-    owner.map_or(Ok(()), |owner| writeln!(f, "librechat:  {owner}"))
+    match &s.owner {
+        Some(owner) => writeln!(f, "librechat:  {owner}"),
+        None => Ok(()),
+    }
 }
 
 /// When a held lease ends, by the server's clock.
